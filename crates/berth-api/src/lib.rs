@@ -1,0 +1,11 @@
+//! API types for berth.
+//!
+//! Kubernetes' own objects come from `k8s-openapi`; this crate adds the custom resources
+//! berth reads and writes (Koordinator's `Reservation`, the topology API's
+//! `NodeResourceTopology`), the annotation keys and codecs shared with Koordinator and the
+//! node agents, and quantity parsing into integers.
+
+pub mod quantity;
+
+pub use k8s_openapi;
+pub use quantity::{format_resource, parse_resource, ParsedQuantity, QuantityError};
