@@ -5,7 +5,14 @@
 //! `NodeResourceTopology`), the annotation keys and codecs shared with Koordinator and the
 //! node agents, and quantity parsing into integers.
 
+pub mod annotations;
+pub mod crd;
+pub mod duration;
+pub mod nrt;
 pub mod quantity;
+pub mod reservation;
 
+pub use duration::{DurationError, GoDuration};
 pub use k8s_openapi;
 pub use quantity::{format_resource, parse_resource, ParsedQuantity, QuantityError};
+pub use reservation::{Reservation, ReservationSpec, ReservationStatus};

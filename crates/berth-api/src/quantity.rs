@@ -30,7 +30,9 @@ pub struct ParsedQuantity {
 impl ParsedQuantity {
     /// Parses a quantity string.
     pub fn parse(text: &str) -> Result<Self, QuantityError> {
-        let err = || QuantityError { text: text.to_string() };
+        let err = || QuantityError {
+            text: text.to_string(),
+        };
         let s = text.trim();
         if s.is_empty() {
             return Err(err());
@@ -138,7 +140,11 @@ impl ParsedQuantity {
         }
         let q = num / den;
         let r = num % den;
-        let magnitude = if self.negative { q } else { q + u128::from(r != 0) };
+        let magnitude = if self.negative {
+            q
+        } else {
+            q + u128::from(r != 0)
+        };
         if magnitude > i64::MAX as u128 {
             return self.saturate();
         }
@@ -179,7 +185,11 @@ impl fmt::Display for ParsedQuantity {
 /// milli-CPU for `cpu`, whole units (bytes, counts) otherwise.
 pub fn parse_resource(name: &str, text: &str) -> Result<i64, QuantityError> {
     let q = ParsedQuantity::parse(text)?;
-    Ok(if name == "cpu" { q.milli_value() } else { q.value() })
+    Ok(if name == "cpu" {
+        q.milli_value()
+    } else {
+        q.value()
+    })
 }
 
 /// Formats an integer resource amount the way the API server would print it canonically
@@ -192,7 +202,14 @@ pub fn format_resource(name: &str, amount: i64) -> String {
         return format!("{amount}m");
     }
     if amount != 0 && is_binary_resource(name) {
-        for (suffix, shift) in [("Ei", 60), ("Pi", 50), ("Ti", 40), ("Gi", 30), ("Mi", 20), ("Ki", 10)] {
+        for (suffix, shift) in [
+            ("Ei", 60),
+            ("Pi", 50),
+            ("Ti", 40),
+            ("Gi", 30),
+            ("Mi", 20),
+            ("Ki", 10),
+        ] {
             let unit = 1i64 << shift;
             if amount % unit == 0 {
                 return format!("{}{suffix}", amount / unit);
@@ -235,8 +252,13 @@ mod tests {
 
     #[test]
     fn rejects_malformed_text() {
-        for text in ["", "abc", "1.2.3", "1Qi", "--1", "1e", "1e+", ".", "1 Gi", "Gi"] {
-            assert!(ParsedQuantity::parse(text).is_err(), "{text:?} should be rejected");
+        for text in [
+            "", "abc", "1.2.3", "1Qi", "--1", "1e", "1e+", ".", "1 Gi", "Gi",
+        ] {
+            assert!(
+                ParsedQuantity::parse(text).is_err(),
+                "{text:?} should be rejected"
+            );
         }
     }
 

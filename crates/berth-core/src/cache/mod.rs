@@ -1,0 +1,278 @@
+//! The scheduler's cache: every node and pod it knows, with pods it assumed placed.
+//!
+//! kube-scheduler keeps a cache plus a per-cycle snapshot because its filters run on many
+//! goroutines while informers write. berth's core is single-threaded and scheduling is a
+//! function of this state, so the cache is the snapshot: plugins read it by shared
+//! reference during a cycle and only Reserve/Unreserve mutate it.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use berth_api::k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim};
+use berth_api::k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use berth_api::k8s_openapi::api::scheduling::v1::PriorityClass;
+use berth_api::k8s_openapi::api::storage::v1::CSINode;
+
+use crate::model::node::{NodeError, NodeIdx, NodeInfo};
+use crate::model::pod::PodInfo;
+use crate::object::ObjectKey;
+use crate::resources::ResourceNames;
+
+/// Where a pod stands with the scheduler.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PodState {
+    /// Not on a node yet.
+    Pending,
+    /// Placed by this scheduler, bind not yet confirmed.
+    Assumed,
+    /// Bound (confirmed by the API server, or found bound).
+    Bound,
+}
+
+/// A pod and its place.
+#[derive(Debug, Clone)]
+pub struct PodEntry {
+    /// The pod.
+    pub info: Arc<PodInfo>,
+    /// Its node, when on one that exists.
+    pub node: Option<NodeIdx>,
+    /// Its state.
+    pub state: PodState,
+}
+
+/// Every node and pod, plus the cluster objects plugins consult.
+#[derive(Debug, Default, Clone)]
+pub struct Cluster {
+    /// Interned resource names.
+    pub names: ResourceNames,
+    nodes: Vec<Option<NodeInfo>>,
+    node_ids: HashMap<Arc<str>, NodeIdx>,
+    free_slots: Vec<NodeIdx>,
+    order: Vec<NodeIdx>,
+    pods: HashMap<ObjectKey, PodEntry>,
+    /// Bound pods whose node is not (yet) known, by node name.
+    orphans: HashMap<Arc<str>, Vec<ObjectKey>>,
+    /// Claims by namespace/name.
+    pub pvcs: HashMap<ObjectKey, Arc<PersistentVolumeClaim>>,
+    /// How many non-terminal placed pods use each claim.
+    pub pvc_users: HashMap<ObjectKey, u32>,
+    /// CSINode objects by node name.
+    pub csi_nodes: HashMap<Arc<str>, Arc<CSINode>>,
+    /// Priority classes by name.
+    pub priority_classes: HashMap<String, Arc<PriorityClass>>,
+    /// Disruption budgets by namespace/name.
+    pub pdbs: HashMap<ObjectKey, Arc<PodDisruptionBudget>>,
+}
+
+impl Cluster {
+    /// Adds or replaces a node.
+    pub fn apply_node(&mut self, node: Arc<Node>) -> Result<NodeIdx, NodeError> {
+        let name: Arc<str> = node.metadata.name.as_deref().unwrap_or("").into();
+        if let Some(idx) = self.node_ids.get(&name).copied() {
+            if let Some(info) = self.nodes[idx.index()].as_mut() {
+                info.set_node(node, &mut self.names)?;
+            }
+            return Ok(idx);
+        }
+        let idx = self
+            .free_slots
+            .pop()
+            .unwrap_or(NodeIdx(self.nodes.len() as u32));
+        let info = NodeInfo::new(idx, node, &mut self.names)?;
+        if idx.index() == self.nodes.len() {
+            self.nodes.push(Some(info));
+        } else {
+            self.nodes[idx.index()] = Some(info);
+        }
+        self.node_ids.insert(name.clone(), idx);
+        self.order.push(idx);
+        for key in self.orphans.remove(&name).unwrap_or_default() {
+            if let Some(entry) = self.pods.get_mut(&key) {
+                entry.node = Some(idx);
+                if let Some(n) = self.nodes[idx.index()].as_mut() {
+                    n.add_pod(entry.info.clone());
+                }
+            }
+        }
+        Ok(idx)
+    }
+
+    /// Removes a node. Its pods stay known (as the API server keeps them) and re-attach if
+    /// a node of that name comes back.
+    pub fn delete_node(&mut self, name: &str) -> Option<NodeInfo> {
+        let idx = self.node_ids.remove(name)?;
+        let info = self.nodes[idx.index()].take()?;
+        self.order.retain(|i| *i != idx);
+        self.free_slots.push(idx);
+        for p in &info.pods {
+            if let Some(entry) = self.pods.get_mut(&p.key) {
+                entry.node = None;
+                self.orphans
+                    .entry(info.name.clone())
+                    .or_default()
+                    .push(p.key.clone());
+            }
+        }
+        Some(info)
+    }
+
+    /// A node by index.
+    pub fn node(&self, idx: NodeIdx) -> Option<&NodeInfo> {
+        self.nodes.get(idx.index())?.as_ref()
+    }
+
+    /// A node by index, mutably.
+    pub fn node_mut(&mut self, idx: NodeIdx) -> Option<&mut NodeInfo> {
+        self.nodes.get_mut(idx.index())?.as_mut()
+    }
+
+    /// A node's index by name.
+    pub fn node_idx(&self, name: &str) -> Option<NodeIdx> {
+        self.node_ids.get(name).copied()
+    }
+
+    /// A node by name.
+    pub fn node_by_name(&self, name: &str) -> Option<&NodeInfo> {
+        self.node(self.node_idx(name)?)
+    }
+
+    /// Live nodes in the order they were added.
+    pub fn node_order(&self) -> &[NodeIdx] {
+        &self.order
+    }
+
+    /// Live nodes.
+    pub fn nodes(&self) -> impl Iterator<Item = &NodeInfo> + '_ {
+        self.order.iter().filter_map(|i| self.node(*i))
+    }
+
+    /// Number of live nodes.
+    pub fn node_count(&self) -> usize {
+        self.order.len()
+    }
+
+    /// A pod by key.
+    pub fn pod(&self, key: &ObjectKey) -> Option<&PodEntry> {
+        self.pods.get(key)
+    }
+
+    /// Every known pod.
+    pub fn pods(&self) -> impl Iterator<Item = &PodEntry> + '_ {
+        self.pods.values()
+    }
+
+    /// Records a pod as the API server shows it. A pod with `spec.nodeName` is placed on
+    /// that node (confirming an assumption if there was one); a terminal pod holds nothing.
+    /// Returns the previous entry.
+    pub fn apply_pod(&mut self, info: Arc<PodInfo>) -> Option<PodEntry> {
+        let key = info.key.clone();
+        let old = self.remove_pod(&key);
+        let holds = !info.terminal;
+        let (node, state) = match info.node_name.clone() {
+            Some(name) if holds => {
+                let idx = self.node_idx(&name);
+                match idx.and_then(|i| self.nodes[i.index()].as_mut()) {
+                    Some(n) => n.add_pod(info.clone()),
+                    None => self.orphans.entry(name).or_default().push(key.clone()),
+                }
+                self.count_pvcs(&info, 1);
+                (idx, PodState::Bound)
+            }
+            Some(_) => (None, PodState::Bound),
+            None => match &old {
+                // An update to a pod we assumed but whose bind has not come back yet keeps it
+                // assumed on its node.
+                Some(PodEntry {
+                    node: Some(idx),
+                    state: PodState::Assumed,
+                    ..
+                }) if holds => {
+                    if let Some(n) = self.nodes[idx.index()].as_mut() {
+                        n.add_pod(info.clone());
+                    }
+                    self.count_pvcs(&info, 1);
+                    (Some(*idx), PodState::Assumed)
+                }
+                _ => (None, PodState::Pending),
+            },
+        };
+        self.pods.insert(key, PodEntry { info, node, state });
+        old
+    }
+
+    /// Forgets a pod entirely (deleted).
+    pub fn remove_pod(&mut self, key: &ObjectKey) -> Option<PodEntry> {
+        let entry = self.pods.remove(key)?;
+        if entry.state != PodState::Pending && !entry.info.terminal {
+            match entry.node.and_then(|i| self.nodes[i.index()].as_mut()) {
+                Some(n) => {
+                    n.remove_pod(key);
+                }
+                None => {
+                    if let Some(name) = &entry.info.node_name {
+                        if let Some(v) = self.orphans.get_mut(name) {
+                            v.retain(|k| k != key);
+                        }
+                    }
+                }
+            }
+            self.count_pvcs(&entry.info, -1);
+        }
+        Some(entry)
+    }
+
+    /// Places a pending pod on `node` before its bind is confirmed.
+    pub fn assume(&mut self, key: &ObjectKey, node: NodeIdx) -> bool {
+        let Some(entry) = self.pods.get_mut(key) else {
+            return false;
+        };
+        let Some(n) = self.nodes.get_mut(node.index()).and_then(Option::as_mut) else {
+            return false;
+        };
+        n.add_pod(entry.info.clone());
+        entry.node = Some(node);
+        entry.state = PodState::Assumed;
+        let info = entry.info.clone();
+        self.count_pvcs(&info, 1);
+        true
+    }
+
+    /// Undoes [`Cluster::assume`].
+    pub fn forget(&mut self, key: &ObjectKey) {
+        let Some(entry) = self.pods.get_mut(key) else {
+            return;
+        };
+        if entry.state != PodState::Assumed {
+            return;
+        }
+        if let Some(n) = entry
+            .node
+            .and_then(|i| self.nodes.get_mut(i.index()).and_then(Option::as_mut))
+        {
+            n.remove_pod(key);
+        }
+        entry.node = None;
+        entry.state = PodState::Pending;
+        let info = entry.info.clone();
+        self.count_pvcs(&info, -1);
+    }
+
+    fn count_pvcs(&mut self, info: &PodInfo, delta: i32) {
+        let ns = &info.key.namespace;
+        for v in info.spec().volumes.iter().flatten() {
+            let Some(claim) = v.persistent_volume_claim.as_ref() else {
+                continue;
+            };
+            let key = ObjectKey::new(
+                crate::object::Kind::PersistentVolumeClaim,
+                ns,
+                &claim.claim_name,
+            );
+            let c = self.pvc_users.entry(key.clone()).or_insert(0);
+            *c = c.saturating_add_signed(delta);
+            if *c == 0 {
+                self.pvc_users.remove(&key);
+            }
+        }
+    }
+}

@@ -1,0 +1,70 @@
+//! What the core asks the driver to do.
+
+use std::collections::BTreeMap;
+
+use berth_api::reservation::{Reservation, ReservationStatus};
+
+use crate::object::ObjectKey;
+
+/// An output of the core, drained with [`crate::Scheduler::poll_effect`]. The driver performs
+/// them in order; results come back as [`crate::Event`]s.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum Effect {
+    /// Write `annotations` onto the pod, then bind it to `node` (PreBind, then Bind).
+    Bind {
+        /// The pod.
+        pod: ObjectKey,
+        /// The chosen node.
+        node: String,
+        /// Annotations to merge into the pod before binding (for example
+        /// `scheduling.koordinator.sh/reservation-allocated`).
+        annotations: BTreeMap<String, String>,
+    },
+    /// Set the pod's `PodScheduled` condition (and `status.nominatedNodeName`).
+    PodCondition {
+        /// The pod.
+        pod: ObjectKey,
+        /// `"True"` or `"False"`.
+        status: &'static str,
+        /// `Unschedulable`, `SchedulerError`...
+        reason: String,
+        /// kube-scheduler's message.
+        message: String,
+    },
+    /// Replace the reservation's status.
+    ReservationStatus {
+        /// The reservation's name.
+        name: String,
+        /// Its new status.
+        status: ReservationStatus,
+    },
+    /// Create a reservation (dynamic provisioning).
+    CreateReservation(Box<Reservation>),
+    /// Delete an object (a preemption victim, a garbage-collected reservation).
+    Delete(ObjectKey),
+    /// Merge annotations into a running pod (pre-allocation).
+    AnnotatePod {
+        /// The pod.
+        pod: ObjectKey,
+        /// Annotations to merge.
+        annotations: BTreeMap<String, String>,
+    },
+    /// Record a `v1` Event.
+    Record(Record),
+}
+
+/// A `v1` Event the scheduler reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
+    /// The object the event is about.
+    pub involved: ObjectKey,
+    /// The object's UID, when known.
+    pub uid: String,
+    /// `Normal` or `Warning`.
+    pub type_: &'static str,
+    /// A CamelCase reason (`Scheduled`, `FailedScheduling`...).
+    pub reason: String,
+    /// The human message.
+    pub message: String,
+}

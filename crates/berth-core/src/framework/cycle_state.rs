@@ -1,0 +1,49 @@
+//! Per-cycle state: what PreFilter/PreScore computed once for the pod being scheduled.
+//!
+//! Every plugin is in-tree, so this is a closed struct with one typed slot per plugin that
+//! needs one (no `Any` map, no downcasts) and `Clone` comes by derive, as preemption needs.
+
+use crate::model::node::NodeIdx;
+use crate::plugins;
+
+/// State of one scheduling cycle.
+#[derive(Debug, Clone, Default)]
+pub struct CycleState {
+    /// Bit `i` set: the profile's plugin `i` skips Filter (its PreFilter returned Skip).
+    pub skip_filter: u64,
+    /// Bit `i` set: the profile's plugin `i` skips Score.
+    pub skip_score: u64,
+    /// Nodes PreFilter narrowed the search to (`PreFilterResult.NodeNames`), if any.
+    pub node_subset: Option<Vec<NodeIdx>>,
+    /// Plugins that narrowed [`CycleState::node_subset`], for the message about the rest.
+    pub subset_plugins: Vec<&'static str>,
+    /// NodeAffinity.
+    pub node_affinity: Option<Box<plugins::nodeaffinity::State>>,
+    /// InterPodAffinity.
+    pub inter_pod_affinity: Option<Box<plugins::interpodaffinity::State>>,
+    /// PodTopologySpread.
+    pub pod_topology_spread: Option<Box<plugins::podtopologyspread::State>>,
+    /// Reservation.
+    pub reservation: Option<Box<plugins::reservation::State>>,
+    /// NodeResourceTopologyMatch.
+    pub numa: Option<Box<plugins::numatopology::State>>,
+}
+
+impl CycleState {
+    /// Narrows the candidate nodes to `nodes` (intersecting with an earlier narrowing).
+    pub fn restrict_nodes(&mut self, plugin: &'static str, mut nodes: Vec<NodeIdx>) {
+        if !self.subset_plugins.contains(&plugin) {
+            self.subset_plugins.push(plugin);
+            self.subset_plugins.sort_unstable();
+        }
+        nodes.sort_unstable();
+        nodes.dedup();
+        self.node_subset = Some(match self.node_subset.take() {
+            None => nodes,
+            Some(prev) => prev
+                .into_iter()
+                .filter(|n| nodes.binary_search(n).is_ok())
+                .collect(),
+        });
+    }
+}

@@ -1,0 +1,180 @@
+//! The plugin interface: one trait whose methods are the scheduling framework's extension
+//! points. A plugin overrides what it implements and says so in [`Plugin::points`]; the
+//! defaults do nothing, so a profile may list a plugin at a point it does not implement
+//! without harm.
+
+use std::collections::BTreeMap;
+
+use crate::cache::Cluster;
+use crate::framework::cycle_state::CycleState;
+use crate::framework::diagnosis::Diagnosis;
+use crate::framework::status::Status;
+use crate::model::node::{NodeIdx, NodeInfo};
+use crate::model::pod::PodInfo;
+
+/// Scores plugins return are within `0..=MAX_NODE_SCORE` after normalisation.
+pub const MAX_NODE_SCORE: i64 = 100;
+
+/// A set of extension points, as bits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Points(pub u16);
+
+impl Points {
+    /// PreFilter.
+    pub const PRE_FILTER: Points = Points(1);
+    /// Filter.
+    pub const FILTER: Points = Points(1 << 1);
+    /// PostFilter.
+    pub const POST_FILTER: Points = Points(1 << 2);
+    /// PreScore.
+    pub const PRE_SCORE: Points = Points(1 << 3);
+    /// Score (and NormalizeScore).
+    pub const SCORE: Points = Points(1 << 4);
+    /// Reserve and Unreserve.
+    pub const RESERVE: Points = Points(1 << 5);
+    /// Permit.
+    pub const PERMIT: Points = Points(1 << 6);
+    /// PreBind.
+    pub const PRE_BIND: Points = Points(1 << 7);
+    /// Bind.
+    pub const BIND: Points = Points(1 << 8);
+    /// QueueSort.
+    pub const QUEUE_SORT: Points = Points(1 << 9);
+    /// PostBind.
+    pub const POST_BIND: Points = Points(1 << 10);
+
+    /// Whether every point of `other` is in `self`.
+    pub const fn contains(self, other: Points) -> bool {
+        self.0 & other.0 == other.0
+    }
+}
+
+impl std::ops::BitOr for Points {
+    type Output = Points;
+    fn bitor(self, rhs: Points) -> Points {
+        Points(self.0 | rhs.0)
+    }
+}
+
+/// What PostFilter (preemption) decided.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PostFilterResult {
+    /// The node the pod is nominated to, when victims were chosen.
+    pub nominated_node: Option<NodeIdx>,
+    /// Pods to evict.
+    pub victims: Vec<crate::object::ObjectKey>,
+    /// The message appended to the FitError (`preemption: ...`).
+    pub message: Option<String>,
+}
+
+/// A scheduling plugin.
+///
+/// Filter and Score read only the cluster and the cycle state they are given, never
+/// anything else, so preemption can run them against edited copies. Reserve/Unreserve are
+/// the only methods that mutate the cluster; Unreserve must be idempotent.
+pub trait Plugin: std::fmt::Debug + Send + Sync {
+    /// The name used in configuration (`NodeResourcesFit`).
+    fn name(&self) -> &'static str;
+
+    /// The extension points this plugin implements.
+    fn points(&self) -> Points;
+
+    /// Computes per-pod state once. Return `Status::skip()` to skip this plugin's Filter.
+    fn pre_filter(&self, _cx: &Cluster, _state: &mut CycleState, _pod: &PodInfo) -> Status {
+        Status::skip()
+    }
+
+    /// Whether the pod fits `node`.
+    fn filter(
+        &self,
+        _cx: &Cluster,
+        _state: &CycleState,
+        _pod: &PodInfo,
+        _node: &NodeInfo,
+    ) -> Status {
+        Status::success()
+    }
+
+    /// Runs when no node fits (preemption).
+    fn post_filter(
+        &self,
+        _cx: &Cluster,
+        _state: &CycleState,
+        _pod: &PodInfo,
+        _diagnosis: &Diagnosis,
+    ) -> Option<PostFilterResult> {
+        None
+    }
+
+    /// Computes per-pod scoring state over the feasible nodes. `Status::skip()` skips Score.
+    fn pre_score(
+        &self,
+        _cx: &Cluster,
+        _state: &mut CycleState,
+        _pod: &PodInfo,
+        _nodes: &[NodeIdx],
+    ) -> Status {
+        Status::skip()
+    }
+
+    /// Scores a feasible node (higher is better); normalised afterwards.
+    fn score(&self, _cx: &Cluster, _state: &CycleState, _pod: &PodInfo, _node: &NodeInfo) -> i64 {
+        0
+    }
+
+    /// Maps raw scores of all feasible nodes into `0..=MAX_NODE_SCORE`. The default keeps
+    /// them as they are.
+    fn normalize_scores(&self, _state: &CycleState, _pod: &PodInfo, _scores: &mut [i64]) {}
+
+    /// Claims what the pod takes on `node` in the plugin's own ledgers.
+    fn reserve(
+        &self,
+        _cx: &mut Cluster,
+        _state: &mut CycleState,
+        _pod: &PodInfo,
+        _node: NodeIdx,
+    ) -> Status {
+        Status::success()
+    }
+
+    /// Gives back what [`Plugin::reserve`] claimed. Idempotent.
+    fn unreserve(
+        &self,
+        _cx: &mut Cluster,
+        _state: &mut CycleState,
+        _pod: &PodInfo,
+        _node: NodeIdx,
+    ) {
+    }
+
+    /// Adds what must be written onto the pod before binding (annotations).
+    fn pre_bind(
+        &self,
+        _cx: &Cluster,
+        _state: &CycleState,
+        _pod: &PodInfo,
+        _node: &NodeInfo,
+        _annotations: &mut BTreeMap<String, String>,
+    ) -> Status {
+        Status::success()
+    }
+}
+
+/// Normalises scores to `0..=MAX_NODE_SCORE` by the maximum (kube-scheduler's
+/// `DefaultNormalizeScore`), optionally reversed.
+pub fn default_normalize(scores: &mut [i64], reverse: bool) {
+    let max = scores.iter().copied().max().unwrap_or(0);
+    if max == 0 {
+        if reverse {
+            scores.iter_mut().for_each(|s| *s = MAX_NODE_SCORE);
+        }
+        return;
+    }
+    for s in scores.iter_mut() {
+        let mut v = MAX_NODE_SCORE * *s / max;
+        if reverse {
+            v = MAX_NODE_SCORE - v;
+        }
+        *s = v;
+    }
+}

@@ -1,0 +1,257 @@
+//! A profile: the plugins enabled at each extension point, built from configuration.
+
+use std::collections::BTreeMap;
+
+use crate::framework::config::{ConfigError, KubeSchedulerConfiguration, PluginSet, ProfileConfig};
+use crate::framework::plugin::{Plugin, Points};
+use crate::plugins;
+
+/// Pods without `spec.schedulerName` use this profile.
+pub const DEFAULT_SCHEDULER_NAME: &str = "default-scheduler";
+
+/// The plugins of one scheduler profile, by extension point.
+#[derive(Debug)]
+pub struct Profile {
+    /// Pods with this `spec.schedulerName` use the profile.
+    pub scheduler_name: String,
+    /// Per-profile `percentageOfNodesToScore`.
+    pub percentage_of_nodes_to_score: Option<u32>,
+    /// Plugin instances; the lists below index into it.
+    pub plugins: Vec<Box<dyn Plugin>>,
+    /// PreFilter plugins in order.
+    pub pre_filter: Vec<usize>,
+    /// Filter plugins in order.
+    pub filter: Vec<usize>,
+    /// PostFilter plugins in order.
+    pub post_filter: Vec<usize>,
+    /// PreScore plugins in order.
+    pub pre_score: Vec<usize>,
+    /// Score plugins with weights.
+    pub score: Vec<(usize, i64)>,
+    /// Reserve plugins in order.
+    pub reserve: Vec<usize>,
+    /// PreBind plugins in order.
+    pub pre_bind: Vec<usize>,
+}
+
+impl Profile {
+    /// The built-in profile: every plugin berth has, with kube-scheduler's default weights.
+    pub fn default_profile() -> Self {
+        // Default plugin args are always valid.
+        match Self::from_config(&ProfileConfig::default()) {
+            Ok(p) => p,
+            Err(e) => panic!("built-in profile is invalid: {e}"),
+        }
+    }
+
+    /// All profiles of a configuration (the default profile when it has none).
+    pub fn from_configuration(cfg: &KubeSchedulerConfiguration) -> Result<Vec<Self>, ConfigError> {
+        if !cfg.api_version.is_empty() && cfg.api_version != "kubescheduler.config.k8s.io/v1" {
+            return Err(ConfigError::new(
+                "apiVersion",
+                format!(
+                    "unsupported {:?}; want kubescheduler.config.k8s.io/v1",
+                    cfg.api_version
+                ),
+            ));
+        }
+        if !cfg.kind.is_empty() && cfg.kind != "KubeSchedulerConfiguration" {
+            return Err(ConfigError::new(
+                "kind",
+                format!(
+                    "unsupported {:?}; want KubeSchedulerConfiguration",
+                    cfg.kind
+                ),
+            ));
+        }
+        if let Some(p) = cfg.percentage_of_nodes_to_score {
+            if p > 100 {
+                return Err(ConfigError::new(
+                    "percentageOfNodesToScore",
+                    "must be in the range [0, 100]",
+                ));
+            }
+        }
+        if cfg.profiles.is_empty() {
+            let mut p = Self::from_config(&ProfileConfig::default())?;
+            p.percentage_of_nodes_to_score = cfg.percentage_of_nodes_to_score;
+            return Ok(vec![p]);
+        }
+        let mut out: Vec<Self> = Vec::new();
+        for (i, pc) in cfg.profiles.iter().enumerate() {
+            let mut p = Self::from_config(pc).map_err(|e| e.within(&format!("profiles[{i}]")))?;
+            if p.percentage_of_nodes_to_score.is_none() {
+                p.percentage_of_nodes_to_score = cfg.percentage_of_nodes_to_score;
+            }
+            if out.iter().any(|o| o.scheduler_name == p.scheduler_name) {
+                return Err(ConfigError::new(
+                    format!("profiles[{i}].schedulerName"),
+                    format!("duplicate profile {:?}", p.scheduler_name),
+                ));
+            }
+            out.push(p);
+        }
+        Ok(out)
+    }
+
+    /// One profile from its configuration, on top of the default plugin set.
+    pub fn from_config(pc: &ProfileConfig) -> Result<Self, ConfigError> {
+        if let Some(p) = pc.percentage_of_nodes_to_score {
+            if p > 100 {
+                return Err(ConfigError::new(
+                    "percentageOfNodesToScore",
+                    "must be in the range [0, 100]",
+                ));
+            }
+        }
+        let mut args: BTreeMap<&str, &serde_json::Value> = BTreeMap::new();
+        for (i, c) in pc.plugin_config.iter().enumerate() {
+            if !plugins::is_known(&c.name) {
+                return Err(ConfigError::new(
+                    format!("pluginConfig[{i}].name"),
+                    format!("unknown plugin {:?}", c.name),
+                ));
+            }
+            if args.insert(&c.name, &c.args).is_some() {
+                return Err(ConfigError::new(
+                    format!("pluginConfig[{i}].name"),
+                    format!("repeated config for plugin {:?}", c.name),
+                ));
+            }
+        }
+        // multiPoint: defaults, minus disabled, plus enabled (with weights).
+        let mut multi: Vec<(String, Option<i64>)> = plugins::DEFAULT_MULTI_POINT
+            .iter()
+            .map(|(n, w)| (n.to_string(), *w))
+            .collect();
+        let plugins_cfg = pc.plugins.clone().unwrap_or_default();
+        apply_set(&mut multi, &plugins_cfg.multi_point, "plugins.multiPoint")?;
+
+        let mut instances: Vec<Box<dyn Plugin>> = Vec::new();
+        let mut index: BTreeMap<String, usize> = BTreeMap::new();
+        let mut instance = |instances: &mut Vec<Box<dyn Plugin>>,
+                            name: &str,
+                            field: &str|
+         -> Result<usize, ConfigError> {
+            if let Some(i) = index.get(name) {
+                return Ok(*i);
+            }
+            let p = plugins::build(name, args.get(name).copied()).map_err(|e| {
+                if e.field.is_empty() {
+                    e.within(field)
+                } else {
+                    e.within(&format!("pluginConfig[{name}].args"))
+                }
+            })?;
+            instances.push(p);
+            index.insert(name.to_string(), instances.len() - 1);
+            Ok(instances.len() - 1)
+        };
+        let mut multi_idx = Vec::new();
+        for (name, w) in &multi {
+            multi_idx.push((instance(&mut instances, name, "plugins.multiPoint")?, *w));
+        }
+        let sets = [
+            (Points::PRE_FILTER, &plugins_cfg.pre_filter, "preFilter"),
+            (Points::FILTER, &plugins_cfg.filter, "filter"),
+            (Points::POST_FILTER, &plugins_cfg.post_filter, "postFilter"),
+            (Points::PRE_SCORE, &plugins_cfg.pre_score, "preScore"),
+            (Points::SCORE, &plugins_cfg.score, "score"),
+            (Points::RESERVE, &plugins_cfg.reserve, "reserve"),
+            (Points::PRE_BIND, &plugins_cfg.pre_bind, "preBind"),
+            (Points::QUEUE_SORT, &plugins_cfg.queue_sort, "queueSort"),
+            (Points::BIND, &plugins_cfg.bind, "bind"),
+            (Points::PERMIT, &plugins_cfg.permit, "permit"),
+            (Points::POST_BIND, &plugins_cfg.post_bind, "postBind"),
+        ];
+        let mut lists: Vec<Vec<(usize, i64)>> = Vec::new();
+        for (point, set, field) in sets {
+            // Names the multiPoint list enables at this point, then the point's own set.
+            let mut names: Vec<(String, Option<i64>)> = multi
+                .iter()
+                .zip(&multi_idx)
+                .filter(|(_, (i, _))| instances[*i].points().contains(point))
+                .map(|((n, w), _)| (n.clone(), *w))
+                .collect();
+            apply_set(&mut names, set, &format!("plugins.{field}"))?;
+            let mut list = Vec::new();
+            for (j, (name, w)) in names.iter().enumerate() {
+                let i = instance(
+                    &mut instances,
+                    name,
+                    &format!("plugins.{field}.enabled[{j}]"),
+                )?;
+                list.push((i, w.unwrap_or(1)));
+            }
+            lists.push(list);
+        }
+        let idx = |l: &Vec<(usize, i64)>| l.iter().map(|(i, _)| *i).collect::<Vec<_>>();
+        Ok(Self {
+            scheduler_name: pc
+                .scheduler_name
+                .clone()
+                .unwrap_or_else(|| DEFAULT_SCHEDULER_NAME.to_string()),
+            percentage_of_nodes_to_score: pc.percentage_of_nodes_to_score,
+            pre_filter: idx(&lists[0]),
+            filter: idx(&lists[1]),
+            post_filter: idx(&lists[2]),
+            pre_score: idx(&lists[3]),
+            score: lists[4].clone(),
+            reserve: idx(&lists[5]),
+            pre_bind: idx(&lists[6]),
+            plugins: instances,
+        })
+    }
+
+    /// A plugin instance by name.
+    pub fn plugin(&self, name: &str) -> Option<&dyn Plugin> {
+        self.plugins
+            .iter()
+            .find(|p| p.name() == name)
+            .map(|b| b.as_ref())
+    }
+}
+
+fn apply_set(
+    list: &mut Vec<(String, Option<i64>)>,
+    set: &PluginSet,
+    field: &str,
+) -> Result<(), ConfigError> {
+    for (i, d) in set.disabled.iter().enumerate() {
+        if d.name == "*" {
+            list.clear();
+        } else if !plugins::is_known(&d.name) {
+            return Err(ConfigError::new(
+                format!("{field}.disabled[{i}].name"),
+                format!("unknown plugin {:?}", d.name),
+            ));
+        } else {
+            list.retain(|(n, _)| n != &d.name);
+        }
+    }
+    for (i, e) in set.enabled.iter().enumerate() {
+        if !plugins::is_known(&e.name) {
+            return Err(ConfigError::new(
+                format!("{field}.enabled[{i}].name"),
+                format!("unknown plugin {:?}", e.name),
+            ));
+        }
+        if let Some(w) = e.weight {
+            if w <= 0 || w > 100 {
+                return Err(ConfigError::new(
+                    format!("{field}.enabled[{i}].weight"),
+                    "must be in the range [1, 100]",
+                ));
+            }
+        }
+        match list.iter_mut().find(|(n, _)| n == &e.name) {
+            Some(slot) => {
+                if e.weight.is_some() {
+                    slot.1 = e.weight;
+                }
+            }
+            None => list.push((e.name.clone(), e.weight)),
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,8 @@
+//! What the scheduler derives from API objects: pods, nodes, selectors.
+
+pub mod node;
+pub mod pod;
+pub mod selector;
+
+pub use node::{NodeIdx, NodeInfo};
+pub use pod::{PodInfo, PodKind};

@@ -1,0 +1,215 @@
+//! [`NodeInfo`]: a node and everything the scheduler has placed or holds on it.
+
+use std::sync::Arc;
+
+use berth_api::k8s_openapi::api::core::v1::{Node, Taint};
+use berth_api::quantity::ParsedQuantity;
+use smallvec::SmallVec;
+
+use crate::model::pod::{HostPort, PodInfo};
+use crate::model::selector::Labels;
+use crate::resources::{ResourceNames, Resources, TooManyResources};
+
+/// Pods a node takes when its status does not say (kubelet's default `maxPods`).
+pub const DEFAULT_MAX_PODS: i64 = 110;
+
+/// Index of a node in the cluster's node table. Stable while the node lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct NodeIdx(pub u32);
+
+impl NodeIdx {
+    /// As a `usize` index.
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+/// A node and the pods on it.
+#[derive(Debug, Clone)]
+pub struct NodeInfo {
+    /// The node's index.
+    pub idx: NodeIdx,
+    /// `metadata.name`.
+    pub name: Arc<str>,
+    /// The API object.
+    pub node: Arc<Node>,
+    /// `metadata.labels`.
+    pub labels: Labels,
+    /// `spec.taints`.
+    pub taints: Vec<Taint>,
+    /// `spec.unschedulable`.
+    pub unschedulable: bool,
+    /// `status.allocatable` (falling back to `status.capacity`), after node reservation trim.
+    pub allocatable: Resources,
+    /// How many pods fit (`allocatable.pods`).
+    pub allowed_pods: i64,
+    /// Sum of the requests of non-terminal pods on the node, assumed ones included.
+    pub requested: Resources,
+    /// Sum of scoring requests (with the 100m/200Mi defaults).
+    pub non_zero_requested: Resources,
+    /// Resources held for reservations on this node and not yet allocated to owners: other
+    /// pods cannot use them.
+    pub reserved: Resources,
+    /// Pods on the node (assumed and bound, not terminal).
+    pub pods: Vec<Arc<PodInfo>>,
+    /// Host ports in use by those pods.
+    pub used_ports: SmallVec<[HostPort; 4]>,
+    /// Host ports held by reservations for their owners.
+    pub reserved_ports: SmallVec<[HostPort; 2]>,
+    /// Pods with any (anti-)affinity term, for InterPodAffinity.
+    pub pods_with_affinity: u32,
+    /// Pods with required anti-affinity, for InterPodAffinity.
+    pub pods_with_required_anti_affinity: u32,
+    /// Bumped on every change.
+    pub generation: u64,
+}
+
+impl NodeInfo {
+    /// A node with nothing on it. `allocatable` is read from the object.
+    pub fn new(
+        idx: NodeIdx,
+        node: Arc<Node>,
+        names: &mut ResourceNames,
+    ) -> Result<Self, NodeError> {
+        let mut me = Self {
+            idx,
+            name: node.metadata.name.as_deref().unwrap_or("").into(),
+            node: node.clone(),
+            labels: Labels::new(),
+            taints: Vec::new(),
+            unschedulable: false,
+            allocatable: Resources::ZERO,
+            allowed_pods: DEFAULT_MAX_PODS,
+            requested: Resources::ZERO,
+            non_zero_requested: Resources::ZERO,
+            reserved: Resources::ZERO,
+            pods: Vec::new(),
+            used_ports: SmallVec::new(),
+            reserved_ports: SmallVec::new(),
+            pods_with_affinity: 0,
+            pods_with_required_anti_affinity: 0,
+            generation: 0,
+        };
+        me.set_node(node, names)?;
+        Ok(me)
+    }
+
+    /// Replaces the node object, keeping the pods.
+    pub fn set_node(
+        &mut self,
+        node: Arc<Node>,
+        names: &mut ResourceNames,
+    ) -> Result<(), NodeError> {
+        let status = node.status.as_ref();
+        let list = status
+            .and_then(|s| s.allocatable.as_ref().filter(|m| !m.is_empty()))
+            .or_else(|| status.and_then(|s| s.capacity.as_ref()));
+        let mut alloc = Resources::ZERO;
+        let mut pods = DEFAULT_MAX_PODS;
+        for (name, q) in list.into_iter().flatten() {
+            let parsed = ParsedQuantity::parse(&q.0).map_err(|source| NodeError::Quantity {
+                field: format!("status.allocatable[{name}]"),
+                source,
+            })?;
+            if name == "pods" {
+                pods = parsed.value().max(0);
+                continue;
+            }
+            let id = names.intern(name)?;
+            alloc[id] = if name == "cpu" {
+                parsed.milli_value()
+            } else {
+                parsed.value()
+            }
+            .max(0);
+        }
+        self.allocatable = alloc;
+        self.allowed_pods = pods;
+        self.labels = node.metadata.labels.clone().unwrap_or_default();
+        self.taints = node
+            .spec
+            .as_ref()
+            .and_then(|s| s.taints.clone())
+            .unwrap_or_default();
+        self.unschedulable = node
+            .spec
+            .as_ref()
+            .and_then(|s| s.unschedulable)
+            .unwrap_or(false);
+        self.name = node.metadata.name.as_deref().unwrap_or("").into();
+        self.node = node;
+        self.generation += 1;
+        Ok(())
+    }
+
+    /// Accounts a pod on this node.
+    pub fn add_pod(&mut self, pod: Arc<PodInfo>) {
+        self.requested.add(&pod.requests);
+        self.non_zero_requested.add(&pod.non_zero);
+        self.used_ports.extend(pod.host_ports.iter().cloned());
+        let (any, anti) = affinity_flags(&pod);
+        self.pods_with_affinity += u32::from(any);
+        self.pods_with_required_anti_affinity += u32::from(anti);
+        self.pods.push(pod);
+        self.generation += 1;
+    }
+
+    /// Removes a pod by key; returns it if it was here.
+    pub fn remove_pod(&mut self, key: &crate::object::ObjectKey) -> Option<Arc<PodInfo>> {
+        let pos = self.pods.iter().position(|p| &p.key == key)?;
+        let pod = self.pods.swap_remove(pos);
+        self.requested.sub(&pod.requests);
+        self.non_zero_requested.sub(&pod.non_zero);
+        for hp in &pod.host_ports {
+            if let Some(i) = self.used_ports.iter().position(|u| u == hp) {
+                self.used_ports.swap_remove(i);
+            }
+        }
+        let (any, anti) = affinity_flags(&pod);
+        self.pods_with_affinity -= u32::from(any);
+        self.pods_with_required_anti_affinity -= u32::from(anti);
+        self.generation += 1;
+        Some(pod)
+    }
+
+    /// What is left for a pod that may not use reserved capacity.
+    pub fn free(&self) -> Resources {
+        let mut f = self.allocatable;
+        f.sub(&self.requested);
+        f.sub(&self.reserved);
+        f
+    }
+}
+
+fn affinity_flags(pod: &PodInfo) -> (bool, bool) {
+    let Some(aff) = pod.spec().affinity.as_ref() else {
+        return (false, false);
+    };
+    let any = aff.pod_affinity.is_some() || aff.pod_anti_affinity.is_some();
+    let anti = aff
+        .pod_anti_affinity
+        .as_ref()
+        .and_then(|a| {
+            a.required_during_scheduling_ignored_during_execution
+                .as_ref()
+        })
+        .is_some_and(|v| !v.is_empty());
+    (any, anti)
+}
+
+/// A node object the scheduler cannot use.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NodeError {
+    /// A quantity does not parse.
+    #[error("{field}: {source}")]
+    Quantity {
+        /// The field path.
+        field: String,
+        /// The parse error.
+        #[source]
+        source: berth_api::QuantityError,
+    },
+    /// Too many extended resources.
+    #[error(transparent)]
+    TooManyResources(#[from] TooManyResources),
+}

@@ -1,0 +1,3 @@
+pub mod fingerprint;
+pub mod policy;
+pub mod types;

@@ -1,0 +1,167 @@
+//! The objects the core is told about, and how they are named.
+
+use std::fmt;
+use std::sync::Arc;
+
+use berth_api::k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Pod};
+use berth_api::k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use berth_api::k8s_openapi::api::scheduling::v1::PriorityClass;
+use berth_api::k8s_openapi::api::storage::v1::CSINode;
+use berth_api::nrt::NodeResourceTopology;
+use berth_api::reservation::Reservation;
+
+/// The kinds of object the scheduler watches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Kind {
+    /// `v1` `CSINode` (storage.k8s.io).
+    CsiNode,
+    /// `v1` `Node`.
+    Node,
+    /// `topology.node.k8s.io` `NodeResourceTopology`.
+    NodeResourceTopology,
+    /// `v1` `PersistentVolumeClaim`.
+    PersistentVolumeClaim,
+    /// `v1` `Pod`.
+    Pod,
+    /// `policy/v1` `PodDisruptionBudget`.
+    PodDisruptionBudget,
+    /// `scheduling.k8s.io/v1` `PriorityClass`.
+    PriorityClass,
+    /// `scheduling.koordinator.sh/v1alpha1` `Reservation`.
+    Reservation,
+}
+
+impl Kind {
+    /// The `kind` field's value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::CsiNode => "CSINode",
+            Kind::Node => "Node",
+            Kind::NodeResourceTopology => "NodeResourceTopology",
+            Kind::PersistentVolumeClaim => "PersistentVolumeClaim",
+            Kind::Pod => "Pod",
+            Kind::PodDisruptionBudget => "PodDisruptionBudget",
+            Kind::PriorityClass => "PriorityClass",
+            Kind::Reservation => "Reservation",
+        }
+    }
+
+    /// Whether objects of this kind live in a namespace.
+    pub fn namespaced(self) -> bool {
+        matches!(
+            self,
+            Kind::Pod | Kind::PersistentVolumeClaim | Kind::PodDisruptionBudget
+        )
+    }
+}
+
+impl fmt::Display for Kind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Kind, namespace (empty for cluster-scoped objects) and name.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ObjectKey {
+    /// The object's kind.
+    pub kind: Kind,
+    /// Its namespace, empty when cluster-scoped.
+    pub namespace: Arc<str>,
+    /// Its name.
+    pub name: Arc<str>,
+}
+
+impl ObjectKey {
+    /// A namespaced key.
+    pub fn new(kind: Kind, namespace: &str, name: &str) -> Self {
+        Self {
+            kind,
+            namespace: namespace.into(),
+            name: name.into(),
+        }
+    }
+
+    /// A pod's key.
+    pub fn pod(namespace: &str, name: &str) -> Self {
+        Self::new(Kind::Pod, namespace, name)
+    }
+
+    /// A cluster-scoped key.
+    pub fn cluster(kind: Kind, name: &str) -> Self {
+        Self::new(kind, "", name)
+    }
+}
+
+impl fmt::Display for ObjectKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.namespace.is_empty() {
+            write!(f, "{}", self.name)
+        } else {
+            write!(f, "{}/{}", self.namespace, self.name)
+        }
+    }
+}
+
+/// An object as the API server holds it.
+#[derive(Debug, Clone)]
+pub enum Object {
+    /// A pod.
+    Pod(Arc<Pod>),
+    /// A node.
+    Node(Arc<Node>),
+    /// A Koordinator reservation.
+    Reservation(Arc<Reservation>),
+    /// A node's NUMA topology.
+    NodeResourceTopology(Arc<NodeResourceTopology>),
+    /// A volume claim.
+    PersistentVolumeClaim(Arc<PersistentVolumeClaim>),
+    /// A node's CSI driver limits.
+    CsiNode(Arc<CSINode>),
+    /// A priority class.
+    PriorityClass(Arc<PriorityClass>),
+    /// A disruption budget.
+    PodDisruptionBudget(Arc<PodDisruptionBudget>),
+}
+
+impl Object {
+    /// The object's kind.
+    pub fn kind(&self) -> Kind {
+        match self {
+            Object::Pod(_) => Kind::Pod,
+            Object::Node(_) => Kind::Node,
+            Object::Reservation(_) => Kind::Reservation,
+            Object::NodeResourceTopology(_) => Kind::NodeResourceTopology,
+            Object::PersistentVolumeClaim(_) => Kind::PersistentVolumeClaim,
+            Object::CsiNode(_) => Kind::CsiNode,
+            Object::PriorityClass(_) => Kind::PriorityClass,
+            Object::PodDisruptionBudget(_) => Kind::PodDisruptionBudget,
+        }
+    }
+
+    /// The object's metadata.
+    pub fn meta(&self) -> &berth_api::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+        match self {
+            Object::Pod(o) => &o.metadata,
+            Object::Node(o) => &o.metadata,
+            Object::Reservation(o) => &o.metadata,
+            Object::NodeResourceTopology(o) => &o.metadata,
+            Object::PersistentVolumeClaim(o) => &o.metadata,
+            Object::CsiNode(o) => &o.metadata,
+            Object::PriorityClass(o) => &o.metadata,
+            Object::PodDisruptionBudget(o) => &o.metadata,
+        }
+    }
+
+    /// The object's key.
+    pub fn key(&self) -> ObjectKey {
+        let kind = self.kind();
+        let meta = self.meta();
+        let ns = if kind.namespaced() {
+            meta.namespace.as_deref().unwrap_or("default")
+        } else {
+            ""
+        };
+        ObjectKey::new(kind, ns, meta.name.as_deref().unwrap_or(""))
+    }
+}

@@ -1,0 +1,399 @@
+//! The scheduling queue: active heap, back-off and the unschedulable pool.
+//!
+//! Order in the active heap is kube-scheduler's `PrioritySort`: higher priority first, then
+//! earlier creation, then arrival order (so equal pods keep FIFO order and runs are
+//! deterministic). A pod that failed waits in the unschedulable pool until a cluster event
+//! could make it fit ([`SchedulingQueue::move_all`]) or until it has waited
+//! [`UNSCHEDULABLE_MAX_WAIT`]; it then goes to back-off (1s doubling to 10s) or, when its
+//! back-off is over, straight to active. Like kube-scheduler's `SchedulerPopFromBackoffQ`,
+//! when the active heap is empty a pod still backing off may be popped early.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+
+use crate::object::ObjectKey;
+use crate::time::{Time, MINUTE, SECOND};
+
+/// First back-off after a failure.
+pub const INITIAL_BACKOFF: Time = SECOND;
+/// Longest back-off.
+pub const MAX_BACKOFF: Time = 10 * SECOND;
+/// Longest stay in the unschedulable pool without a retry (`podMaxInUnschedulablePodsDuration`).
+pub const UNSCHEDULABLE_MAX_WAIT: Time = 5 * MINUTE;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Where {
+    Active,
+    Backoff,
+    Unschedulable,
+    /// Popped, being scheduled or waiting for its bind to be confirmed.
+    InFlight,
+}
+
+#[derive(Debug, Clone)]
+struct Entry {
+    priority: i32,
+    created: Time,
+    seq: u64,
+    attempts: u32,
+    last_attempt: Time,
+    since: Time,
+    place: Where,
+    /// Plugins that rejected the item last time, for queueing hints.
+    plugins: Vec<&'static str>,
+    /// Generation for lazy deletion from the heaps.
+    gen: u64,
+}
+
+impl Entry {
+    fn backoff_until(&self) -> Time {
+        if self.attempts == 0 {
+            return self.last_attempt;
+        }
+        let shift = (self.attempts - 1).min(16);
+        let d = INITIAL_BACKOFF.saturating_mul(1 << shift).min(MAX_BACKOFF);
+        self.last_attempt.saturating_add(d)
+    }
+}
+
+type ActiveKey = (Reverse<i32>, Time, u64);
+
+/// The queue of pods (and reservations) waiting to be scheduled.
+#[derive(Debug, Default, Clone)]
+pub struct SchedulingQueue {
+    entries: HashMap<ObjectKey, Entry>,
+    active: BinaryHeap<Reverse<(ActiveKey, u64, ObjectKey)>>,
+    backoff: BinaryHeap<Reverse<(Time, u64, u64, ObjectKey)>>,
+    seq: u64,
+    gen: u64,
+}
+
+impl SchedulingQueue {
+    /// Adds a new item to active, or refreshes an existing one (an update to a queued pod
+    /// moves it out of the unschedulable pool, as kube-scheduler does).
+    pub fn add(&mut self, key: ObjectKey, priority: i32, created: Time, now: Time) {
+        if let Some(e) = self.entries.get_mut(&key) {
+            let changed = e.priority != priority;
+            e.priority = priority;
+            e.created = created;
+            match e.place {
+                Where::Unschedulable => self.requeue(&key, now),
+                Where::Active if changed => self.push_active(&key),
+                _ => {}
+            }
+            return;
+        }
+        self.seq += 1;
+        let entry = Entry {
+            priority,
+            created,
+            seq: self.seq,
+            attempts: 0,
+            last_attempt: now,
+            since: now,
+            place: Where::Active,
+            plugins: Vec::new(),
+            gen: 0,
+        };
+        self.entries.insert(key.clone(), entry);
+        self.push_active(&key);
+    }
+
+    /// Removes an item wherever it is.
+    pub fn delete(&mut self, key: &ObjectKey) {
+        self.entries.remove(key);
+    }
+
+    /// Whether the item is known to the queue (queued or in flight).
+    pub fn contains(&self, key: &ObjectKey) -> bool {
+        self.entries.contains_key(key)
+    }
+
+    /// Pops the next item to schedule; it stays known as in flight until
+    /// [`SchedulingQueue::done`] or [`SchedulingQueue::failed`].
+    pub fn pop(&mut self) -> Option<ObjectKey> {
+        while let Some(Reverse((_, gen, key))) = self.active.pop() {
+            let Some(e) = self.entries.get_mut(&key) else {
+                continue;
+            };
+            if e.gen != gen || e.place != Where::Active {
+                continue;
+            }
+            e.place = Where::InFlight;
+            e.attempts += 1;
+            return Some(key);
+        }
+        None
+    }
+
+    /// The item was placed; the queue forgets it.
+    pub fn done(&mut self, key: &ObjectKey) {
+        self.entries.remove(key);
+    }
+
+    /// The item could not be placed. `unschedulable` items wait for a cluster event; others
+    /// (errors) go to back-off.
+    pub fn failed(
+        &mut self,
+        key: &ObjectKey,
+        unschedulable: bool,
+        plugins: &[&'static str],
+        now: Time,
+    ) {
+        let Some(e) = self.entries.get_mut(key) else {
+            return;
+        };
+        e.plugins.clear();
+        e.plugins.extend_from_slice(plugins);
+        e.last_attempt = now;
+        e.since = now;
+        if unschedulable {
+            e.place = Where::Unschedulable;
+        } else {
+            self.push_backoff(key);
+        }
+    }
+
+    /// A cluster event may have made unschedulable items fit: move them all to back-off or
+    /// active.
+    pub fn move_all(&mut self, now: Time) {
+        self.move_if(now, |_| true);
+    }
+
+    /// Like [`SchedulingQueue::move_all`], for the items whose rejecting plugins satisfy
+    /// `hint` (kube-scheduler's queueing hints, coarse: an event names the plugins it can
+    /// help).
+    pub fn move_if(&mut self, now: Time, hint: impl Fn(&[&'static str]) -> bool) {
+        let keys: Vec<ObjectKey> = self
+            .entries
+            .iter()
+            .filter(|(_, e)| e.place == Where::Unschedulable && hint(&e.plugins))
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in keys {
+            self.requeue(&k, now);
+        }
+    }
+
+    fn requeue(&mut self, key: &ObjectKey, now: Time) {
+        let Some(e) = self.entries.get(key) else {
+            return;
+        };
+        if e.backoff_until() <= now {
+            self.push_active(key);
+        } else {
+            self.push_backoff(key);
+        }
+    }
+
+    /// Moves what is due at `now`: finished back-offs to active, and items unschedulable for
+    /// longer than [`UNSCHEDULABLE_MAX_WAIT`] onwards.
+    pub fn flush(&mut self, now: Time) {
+        while let Some(Reverse((until, gen, _, key))) = self.backoff.peek().cloned() {
+            if until > now {
+                break;
+            }
+            self.backoff.pop();
+            if self
+                .entries
+                .get(&key)
+                .is_some_and(|e| e.gen == gen && e.place == Where::Backoff)
+            {
+                self.push_active(&key);
+            }
+        }
+        let stale: Vec<ObjectKey> = self
+            .entries
+            .iter()
+            .filter(|(_, e)| {
+                e.place == Where::Unschedulable && e.since + UNSCHEDULABLE_MAX_WAIT <= now
+            })
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in stale {
+            self.requeue(&k, now);
+        }
+    }
+
+    /// When the active heap is empty, moves the earliest backing-off item to active anyway
+    /// (`SchedulerPopFromBackoffQ`). Returns whether it did.
+    pub fn pop_backoff_early(&mut self) -> bool {
+        while let Some(Reverse((_, gen, _, key))) = self.backoff.pop() {
+            if self
+                .entries
+                .get(&key)
+                .is_some_and(|e| e.gen == gen && e.place == Where::Backoff)
+            {
+                self.push_active(&key);
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Whether anything is in the active heap.
+    pub fn has_active(&self) -> bool {
+        self.entries.values().any(|e| e.place == Where::Active)
+    }
+
+    /// The next time something becomes due (a back-off ending, an unschedulable item's
+    /// maximum wait).
+    pub fn next_timeout(&self) -> Option<Time> {
+        let backoff = self
+            .backoff
+            .iter()
+            .filter(|Reverse((_, gen, _, k))| {
+                self.entries
+                    .get(k)
+                    .is_some_and(|e| e.gen == *gen && e.place == Where::Backoff)
+            })
+            .map(|Reverse((t, ..))| *t)
+            .min();
+        let unsched = self
+            .entries
+            .values()
+            .filter(|e| e.place == Where::Unschedulable)
+            .map(|e| e.since + UNSCHEDULABLE_MAX_WAIT)
+            .min();
+        match (backoff, unsched) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Items waiting in the unschedulable pool.
+    pub fn unschedulable(&self) -> impl Iterator<Item = &ObjectKey> + '_ {
+        self.entries
+            .iter()
+            .filter(|(_, e)| e.place == Where::Unschedulable)
+            .map(|(k, _)| k)
+    }
+
+    /// Number of items the queue knows.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether the queue knows no item.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    fn push_active(&mut self, key: &ObjectKey) {
+        self.gen += 1;
+        let gen = self.gen;
+        let Some(e) = self.entries.get_mut(key) else {
+            return;
+        };
+        e.place = Where::Active;
+        e.gen = gen;
+        self.active.push(Reverse((
+            (Reverse(e.priority), e.created, e.seq),
+            gen,
+            key.clone(),
+        )));
+    }
+
+    fn push_backoff(&mut self, key: &ObjectKey) {
+        self.gen += 1;
+        let gen = self.gen;
+        let Some(e) = self.entries.get_mut(key) else {
+            return;
+        };
+        e.place = Where::Backoff;
+        e.gen = gen;
+        self.backoff
+            .push(Reverse((e.backoff_until(), gen, e.seq, key.clone())));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn k(n: &str) -> ObjectKey {
+        ObjectKey::pod("default", n)
+    }
+
+    #[test]
+    fn pops_by_priority_then_creation_then_arrival() {
+        let mut q = SchedulingQueue::default();
+        q.add(k("low"), 0, 0, 0);
+        q.add(k("late"), 10, 5, 0);
+        q.add(k("early"), 10, 1, 0);
+        q.add(k("early-twin"), 10, 1, 0);
+        let order: Vec<_> = std::iter::from_fn(|| q.pop())
+            .map(|k| k.name.to_string())
+            .collect();
+        assert_eq!(order, ["early", "early-twin", "late", "low"]);
+    }
+
+    #[test]
+    fn unschedulable_pods_wait_for_an_event_then_back_off() {
+        let mut q = SchedulingQueue::default();
+        q.add(k("p"), 0, 0, 0);
+        assert_eq!(q.pop(), Some(k("p")));
+        q.failed(&k("p"), true, &[], 0);
+        assert_eq!(q.pop(), None);
+        assert_eq!(q.next_timeout(), Some(UNSCHEDULABLE_MAX_WAIT));
+        q.move_all(500);
+        // First back-off is 1s from the failure.
+        assert_eq!(q.next_timeout(), Some(SECOND));
+        q.flush(999);
+        assert_eq!(q.pop(), None);
+        q.flush(1000);
+        assert_eq!(q.pop(), Some(k("p")));
+    }
+
+    #[test]
+    fn backoff_doubles_up_to_ten_seconds() {
+        let mut q = SchedulingQueue::default();
+        q.add(k("p"), 0, 0, 0);
+        let mut now = 0;
+        let mut seen = Vec::new();
+        for _ in 0..6 {
+            assert_eq!(q.pop(), Some(k("p")));
+            q.failed(&k("p"), false, &[], now);
+            let t = q.next_timeout().unwrap();
+            seen.push(t - now);
+            now = t;
+            q.flush(now);
+        }
+        assert_eq!(seen, [1000, 2000, 4000, 8000, 10_000, 10_000]);
+    }
+
+    #[test]
+    fn unschedulable_pods_are_retried_after_five_minutes_without_events() {
+        let mut q = SchedulingQueue::default();
+        q.add(k("p"), 0, 0, 0);
+        q.pop();
+        q.failed(&k("p"), true, &[], 0);
+        q.flush(UNSCHEDULABLE_MAX_WAIT - 1);
+        assert_eq!(q.pop(), None);
+        q.flush(UNSCHEDULABLE_MAX_WAIT);
+        assert_eq!(q.pop(), Some(k("p")));
+    }
+
+    #[test]
+    fn backing_off_pods_can_be_popped_early_when_active_is_empty() {
+        let mut q = SchedulingQueue::default();
+        q.add(k("p"), 0, 0, 0);
+        q.pop();
+        q.failed(&k("p"), true, &[], 0);
+        q.move_all(0);
+        assert_eq!(q.pop(), None);
+        assert!(q.pop_backoff_early());
+        assert_eq!(q.pop(), Some(k("p")));
+        assert!(!q.pop_backoff_early());
+    }
+
+    #[test]
+    fn deleted_items_are_never_popped() {
+        let mut q = SchedulingQueue::default();
+        q.add(k("a"), 0, 0, 0);
+        q.add(k("b"), 0, 0, 0);
+        q.delete(&k("a"));
+        assert_eq!(q.pop(), Some(k("b")));
+        assert_eq!(q.pop(), None);
+    }
+}
