@@ -7,7 +7,7 @@
 //! defaults, enums, pruning).
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
-    CustomResourceDefinition, JSONSchemaProps,
+    CustomResourceDefinition, JSONSchemaProps, JSONSchemaPropsOrArray, JSONSchemaPropsOrBool,
 };
 use kube::CustomResourceExt;
 use serde::Serialize;
@@ -23,8 +23,8 @@ pub struct CrdError(#[from] serde_yaml_ng::Error);
 /// `config/crd/bases/scheduling.koordinator.sh_reservations.yaml`.
 pub fn reservation_crd() -> CustomResourceDefinition {
     let mut crd = Reservation::crd();
-    // The derive leaves these to the API server's defaulting; upstream spells them out, and
-    // a CRD read back from a cluster compares equal only if ours does too.
+    // The derive leaves this to the API server's defaulting; upstream spells it out, and a
+    // CRD read back from a cluster compares equal only if ours does too.
     crd.spec.names.list_kind = Some("ReservationList".to_string());
     for version in &mut crd.spec.versions {
         let Some(root) = version
@@ -45,8 +45,30 @@ pub fn reservation_crd() -> CustomResourceDefinition {
         properties.insert("apiVersion".to_string(), typed("string"));
         properties.insert("kind".to_string(), typed("string"));
         properties.insert("metadata".to_string(), typed("object"));
+        strip_nullable(root);
     }
     crd
+}
+
+/// Removes the `nullable: true` the derive puts on every `Option` field. Upstream has none:
+/// there an explicit `null` is pruned and then defaulted (`ttl: null` becomes `"24h"`),
+/// whereas `nullable` would keep the `null` and skip the default.
+fn strip_nullable(schema: &mut JSONSchemaProps) {
+    schema.nullable = None;
+    for child in schema.properties.iter_mut().flat_map(|p| p.values_mut()) {
+        strip_nullable(child);
+    }
+    match schema.items.as_mut() {
+        Some(JSONSchemaPropsOrArray::Schema(item)) => strip_nullable(item),
+        Some(JSONSchemaPropsOrArray::Schemas(items)) => items.iter_mut().for_each(strip_nullable),
+        None => {}
+    }
+    if let Some(JSONSchemaPropsOrBool::Schema(extra)) = schema.additional_properties.as_mut() {
+        strip_nullable(extra);
+    }
+    for list in [&mut schema.all_of, &mut schema.any_of, &mut schema.one_of] {
+        list.iter_mut().flatten().for_each(strip_nullable);
+    }
 }
 
 /// Renders a CRD as one YAML document (no leading `---`), for `kubectl apply -f`.
@@ -151,6 +173,7 @@ mod tests {
         };
         for key in [
             "type",
+            "nullable",
             "format",
             "default",
             "minItems",

@@ -33,7 +33,7 @@ use crate::duration::{DurationError, GoDuration};
 /// The TTL the CRD defaults `spec.ttl` to.
 pub const DEFAULT_TTL: &str = "24h";
 
-/// `ReservationSpec`: what to reserve, for whom, and for how long.
+/// What to reserve, for whom, and for how long.
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[kube(
     group = "scheduling.koordinator.sh",
@@ -45,20 +45,13 @@ pub const DEFAULT_TTL: &str = "24h";
     derive = "PartialEq",
     derive = "Default",
     doc = "Reservation is the Schema for the reservation API.\nA Reservation object is non-namespaced.\nAny namespaced affinity/anti-affinity of reservation scheduling can be specified in the spec.template.",
-    printcolumn(
-        name = "Phase",
-        type_ = "string",
-        json_path = ".status.phase",
-        description = "The phase of reservation"
-    ),
-    printcolumn(
-        name = "Age",
-        type_ = "date",
-        json_path = ".metadata.creationTimestamp"
-    ),
-    printcolumn(name = "Node", type_ = "string", json_path = ".status.nodeName"),
-    printcolumn(name = "TTL", type_ = "string", json_path = ".spec.ttl"),
-    printcolumn(name = "Expires", type_ = "string", json_path = ".spec.expires")
+    // Raw JSON rather than `printcolumn(name = .., type_ = ..)`: clippy's
+    // `duplicated_attributes` misreads repeated `type_ = "string"` as duplicates.
+    printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase","description":"The phase of reservation"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
+    printcolumn = r#"{"name":"Node","type":"string","jsonPath":".status.nodeName"}"#,
+    printcolumn = r#"{"name":"TTL","type":"string","jsonPath":".spec.ttl"}"#,
+    printcolumn = r#"{"name":"Expires","type":"string","jsonPath":".spec.expires"}"#
 )]
 #[serde(rename_all = "camelCase")]
 // Both are required by the upstream CRD; the Rust side reads them leniently (see module doc).
@@ -92,7 +85,7 @@ pub struct ReservationSpec {
     pub pre_allocation: bool,
 
     /// Only the first owner may allocate; then the phase becomes `Succeeded`. Absent means
-    /// `true` (the CRD default); read it through [`ReservationSpec::allocate_once`].
+    /// `true` (the CRD default); `ReservationSpec::allocate_once()` applies it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend("default" = true))]
     pub allocate_once: Option<bool>,
@@ -306,7 +299,7 @@ pub enum PreAllocationMode {
     Cluster,
 }
 
-/// `status`: written only by the scheduler and its status controller.
+/// Observed state, written only by the scheduler and its status controller.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ReservationStatus {
@@ -422,17 +415,17 @@ impl JsonSchema for ReservationPhase {
 }
 
 /// One entry of `status.conditions`. Types, statuses and reasons are plain strings, as in Go;
-/// the known values are in [`condition`].
+/// the known values are in the `condition` module.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ReservationCondition {
-    /// [`condition::SCHEDULED`] or [`condition::READY`].
+    /// `Scheduled` or `Ready`.
     #[serde(default, rename = "type", skip_serializing_if = "String::is_empty")]
     pub type_: String,
-    /// [`condition::TRUE`], [`condition::FALSE`] or [`condition::UNKNOWN`].
+    /// `True`, `False` or `Unknown`.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub status: String,
-    /// One of the `condition::REASON_*` values.
+    /// `Scheduled`, `Unschedulable`, `Available`, `Succeeded` or `Expired`.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub reason: String,
     /// Human-readable detail (for `Unschedulable`, the scheduler's full error).
@@ -792,6 +785,12 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement;
     use serde_json::json;
 
+    impl ReservationSpec {
+        fn ttl_millis_for_test(&self) -> Option<i64> {
+            self.ttl.as_ref().and_then(|t| t.millis().ok())
+        }
+    }
+
     fn minimal() -> Reservation {
         let mut r = Reservation::new(
             "r",
@@ -1063,6 +1062,69 @@ mod tests {
         let parsed: ReservationStatus = serde_json::from_value(status.clone()).expect("reads");
         assert_eq!(parsed.conditions[0].type_, condition::SCHEDULED);
         assert_eq!(serde_json::to_value(&parsed).expect("writes"), status);
+    }
+
+    #[test]
+    fn every_spec_field_survives_a_yaml_read_and_write() {
+        let yaml = r#"
+apiVersion: scheduling.koordinator.sh/v1alpha1
+kind: Reservation
+metadata:
+  name: full
+  labels: {scheduling.koordinator.sh/reservation-order: "100"}
+spec:
+  template:
+    metadata: {namespace: team-a}
+    spec:
+      nodeName: node-1
+      containers:
+      - name: c
+        resources: {requests: {cpu: "2", memory: 4Gi}}
+  owners:
+  - object: {name: p, namespace: team-a, uid: u-1}
+  - controller: {apiVersion: apps/v1, kind: StatefulSet, name: web, uid: u-2, controller: true, namespace: team-a}
+  - labelSelector:
+      matchLabels: {app: web}
+      matchExpressions: [{key: tier, operator: In, values: [fe]}]
+  ttl: 1h30m
+  expires: "2030-01-02T03:04:05Z"
+  preAllocation: true
+  allocateOnce: false
+  allocatePolicy: Restricted
+  unschedulable: true
+  taints: [{key: dedicated, value: gpu, effect: NoSchedule}]
+  preAllocationPolicy: {mode: Cluster, enableMultiple: true}
+status:
+  phase: Available
+  nodeName: node-1
+  allocatable: {cpu: "2", memory: 4Gi}
+"#;
+        let r: Reservation = serde_yaml_ng::from_str(yaml).expect("a full reservation reads");
+        assert_eq!(r.validate(), Ok(()));
+        assert_eq!(
+            r.spec.allocate_policy,
+            ReservationAllocatePolicy::Restricted
+        );
+        assert_eq!(r.spec.ttl_millis_for_test(), Some(5_400_000));
+        assert_eq!(
+            r.spec.owners[1]
+                .controller
+                .as_ref()
+                .and_then(|c| c.controller),
+            Some(true)
+        );
+        assert_eq!(
+            r.spec.pre_allocation_policy.as_ref().and_then(|p| p.mode),
+            Some(PreAllocationMode::Cluster)
+        );
+        assert_eq!(r.phase(), ReservationPhase::Available);
+        assert_eq!(
+            r.scheduler_problems(),
+            vec![SchedulerProblem::TtlAndExpires],
+            "both ttl and expires: a warning only"
+        );
+        let original: serde_json::Value = serde_yaml_ng::from_str(yaml).expect("yaml");
+        assert_eq!(serde_json::to_value(&r).expect("writes"), original);
     }
 
     #[test]

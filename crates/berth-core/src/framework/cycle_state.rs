@@ -21,12 +21,20 @@ pub struct CycleState {
     pub node_affinity: Option<Box<plugins::nodeaffinity::State>>,
     /// InterPodAffinity.
     pub inter_pod_affinity: Option<Box<plugins::interpodaffinity::State>>,
+    /// InterPodAffinity's PreScore state.
+    pub inter_pod_affinity_score: Option<Box<plugins::interpodaffinity::ScoreState>>,
     /// PodTopologySpread.
     pub pod_topology_spread: Option<Box<plugins::podtopologyspread::State>>,
+    /// PodTopologySpread's PreScore state.
+    pub pod_topology_spread_score: Option<Box<plugins::podtopologyspread::ScoreState>>,
     /// Reservation.
     pub reservation: Option<Box<plugins::reservation::State>>,
     /// NodeResourceTopologyMatch.
     pub numa: Option<Box<plugins::numatopology::State>>,
+    /// VolumeRestrictions.
+    pub volume_restrictions: Option<Box<plugins::volumerestrictions::State>>,
+    /// NodeVolumeLimits.
+    pub node_volume_limits: Option<Box<plugins::nodevolumelimits::State>>,
 }
 
 impl CycleState {

@@ -492,11 +492,6 @@ impl NumaZones {
         }
     }
 
-    /// Total available of resource index `idx` over zones by position (for combinations).
-    pub(crate) fn available_by_position(&self, pos: usize, idx: usize) -> Option<i64> {
-        self.zones.get(pos).and_then(|z| z.available_at(idx))
-    }
-
     pub(crate) fn flat_len(&self) -> usize {
         self.zones.len() * self.names.len()
     }

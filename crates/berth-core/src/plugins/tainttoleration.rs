@@ -1,9 +1,27 @@
-//! TaintToleration (to be implemented).
+//! TaintToleration: a pod lands only on nodes whose `NoSchedule`/`NoExecute` taints it
+//! tolerates, and prefers nodes with fewer `PreferNoSchedule` taints it does not tolerate.
+//!
+//! Matching follows `v1.Toleration.ToleratesTaint`: an empty toleration effect matches every
+//! effect, an empty key (with `Exists`) matches every key, `Exists` ignores the value and
+//! `Equal` (or no operator) compares it.
 
-use crate::framework::config::ConfigError;
-use crate::framework::{Plugin, Points};
+use berth_api::k8s_openapi::api::core::v1::{Taint, Toleration};
 
-/// Per-cycle state.
+use crate::cache::Cluster;
+use crate::framework::plugin::default_normalize;
+use crate::framework::{CycleState, Plugin, Points, Status};
+use crate::model::node::{NodeIdx, NodeInfo};
+use crate::model::pod::PodInfo;
+
+/// `NoSchedule`.
+pub const NO_SCHEDULE: &str = "NoSchedule";
+/// `NoExecute`.
+pub const NO_EXECUTE: &str = "NoExecute";
+/// `PreferNoSchedule`.
+pub const PREFER_NO_SCHEDULE: &str = "PreferNoSchedule";
+
+/// Per-cycle state. Empty: the pod's tolerations are read in place, so the slot exists only
+/// for symmetry with the other plugins.
 #[derive(Debug, Clone, Default)]
 pub struct State {}
 
@@ -11,18 +29,306 @@ pub struct State {}
 #[derive(Debug)]
 pub struct TaintToleration;
 
-impl TaintToleration {
-    /// Builds the plugin from its args.
-    pub fn new(_args: Option<&serde_json::Value>) -> Result<Self, ConfigError> {
-        Ok(Self)
+/// Whether `toleration` tolerates `taint` (`v1.Toleration.ToleratesTaint`).
+pub fn tolerates(toleration: &Toleration, taint: &Taint) -> bool {
+    let effect = toleration.effect.as_deref().unwrap_or("");
+    if !effect.is_empty() && effect != taint.effect {
+        return false;
     }
+    let key = toleration.key.as_deref().unwrap_or("");
+    if !key.is_empty() && key != taint.key {
+        return false;
+    }
+    match toleration.operator.as_deref().unwrap_or("") {
+        "" | "Equal" => toleration.value.as_deref().unwrap_or("") == taint.value.as_deref().unwrap_or(""),
+        "Exists" => true,
+        _ => false,
+    }
+}
+
+/// Whether any of `tolerations` tolerates `taint` (`v1helper.TolerationsTolerateTaint`).
+pub fn tolerated_by<'a>(tolerations: impl IntoIterator<Item = &'a Toleration>, taint: &Taint) -> bool {
+    tolerations.into_iter().any(|t| tolerates(t, taint))
+}
+
+/// The first taint passing `filter` that no toleration tolerates
+/// (`FindMatchingUntoleratedTaint`).
+pub fn find_untolerated<'t>(
+    taints: &'t [Taint],
+    tolerations: &[Toleration],
+    filter: impl Fn(&Taint) -> bool,
+) -> Option<&'t Taint> {
+    taints
+        .iter()
+        .filter(|t| filter(t))
+        .find(|t| !tolerated_by(tolerations, t))
+}
+
+/// Taints that keep pods off a node (`DoNotScheduleTaintsFilterFunc`).
+pub fn is_do_not_schedule(taint: &Taint) -> bool {
+    taint.effect == NO_SCHEDULE || taint.effect == NO_EXECUTE
+}
+
+/// kube-scheduler's Filter reason, `node(s) had untolerated taint {key: value}`.
+pub fn untolerated_reason(taint: &Taint) -> String {
+    format!(
+        "node(s) had untolerated taint {{{}: {}}}",
+        taint.key,
+        taint.value.as_deref().unwrap_or("")
+    )
+}
+
+fn pod_tolerations(pod: &PodInfo) -> &[Toleration] {
+    pod.spec().tolerations.as_deref().unwrap_or(&[])
 }
 
 impl Plugin for TaintToleration {
     fn name(&self) -> &'static str {
         super::names::TAINT_TOLERATION
     }
+
     fn points(&self) -> Points {
-        Points::default()
+        Points::FILTER | Points::PRE_SCORE | Points::SCORE
+    }
+
+    fn filter(&self, _cx: &Cluster, _state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
+        match find_untolerated(&node.taints, pod_tolerations(pod), is_do_not_schedule) {
+            None => Status::success(),
+            // Formatting only for rejected nodes; kube-scheduler does the same.
+            Some(taint) => Status::unresolvable(untolerated_reason(taint)),
+        }
+    }
+
+    fn pre_score(
+        &self,
+        _cx: &Cluster,
+        _state: &mut CycleState,
+        _pod: &PodInfo,
+        _nodes: &[NodeIdx],
+    ) -> Status {
+        // The tolerations that matter for scoring (empty or PreferNoSchedule effect) are
+        // filtered in place in Score, which allocates nothing; kube-scheduler never skips.
+        Status::success()
+    }
+
+    fn score(&self, _cx: &Cluster, _state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> i64 {
+        let prefer = pod_tolerations(pod).iter().filter(|t| {
+            let e = t.effect.as_deref().unwrap_or("");
+            e.is_empty() || e == PREFER_NO_SCHEDULE
+        });
+        node.taints
+            .iter()
+            .filter(|t| t.effect == PREFER_NO_SCHEDULE)
+            .filter(|t| !tolerated_by(prefer.clone(), t))
+            .count() as i64
+    }
+
+    fn normalize_scores(&self, _state: &CycleState, _pod: &PodInfo, scores: &mut [i64]) {
+        default_normalize(scores, true);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::framework::{Code, MAX_NODE_SCORE};
+    use crate::testing::{node, pod, NodeBuilder, PodBuilder};
+    use serde_json::{json, Value};
+
+    fn with_tolerations(tols: &[Value]) -> PodInfo {
+        tols.iter()
+            .fold(pod("p"), |b: PodBuilder, t| b.toleration(t.clone()))
+            .build_info()
+    }
+
+    fn with_taints(name: &str, taints: &[(&str, &str, &str)]) -> NodeInfo {
+        taints
+            .iter()
+            .fold(node(name), |b: NodeBuilder, (k, v, e)| b.taint(k, v, e))
+            .build_info()
+    }
+
+    #[test]
+    fn filter_rejects_untolerated_no_schedule_taints_with_kubes_reason() {
+        struct Case {
+            name: &'static str,
+            tolerations: Vec<Value>,
+            taints: Vec<(&'static str, &'static str, &'static str)>,
+            want: Option<&'static str>,
+        }
+        let cases = [
+            Case {
+                name: "a pod with no tolerations is rejected by a NoSchedule taint",
+                tolerations: vec![],
+                taints: vec![("dedicated", "user1", "NoSchedule")],
+                want: Some("node(s) had untolerated taint {dedicated: user1}"),
+            },
+            Case {
+                name: "an Equal toleration without operator tolerates the same key and value",
+                tolerations: vec![json!({"key": "dedicated", "value": "user1", "effect": "NoSchedule"})],
+                taints: vec![("dedicated", "user1", "NoSchedule")],
+                want: None,
+            },
+            Case {
+                name: "an Equal toleration with another value does not tolerate",
+                tolerations: vec![json!({"key": "dedicated", "operator": "Equal", "value": "user2", "effect": "NoSchedule"})],
+                taints: vec![("dedicated", "user1", "NoSchedule")],
+                want: Some("node(s) had untolerated taint {dedicated: user1}"),
+            },
+            Case {
+                name: "Exists ignores the value",
+                tolerations: vec![json!({"key": "foo", "operator": "Exists", "effect": "NoSchedule"})],
+                taints: vec![("foo", "bar", "NoSchedule")],
+                want: None,
+            },
+            Case {
+                name: "every taint tolerated by one of several tolerations",
+                tolerations: vec![
+                    json!({"key": "dedicated", "operator": "Equal", "value": "user2", "effect": "NoSchedule"}),
+                    json!({"key": "foo", "operator": "Exists", "effect": "NoSchedule"}),
+                ],
+                taints: vec![("dedicated", "user2", "NoSchedule"), ("foo", "bar", "NoSchedule")],
+                want: None,
+            },
+            Case {
+                name: "a non-empty effect that differs does not tolerate",
+                tolerations: vec![json!({"key": "foo", "operator": "Equal", "value": "bar", "effect": "PreferNoSchedule"})],
+                taints: vec![("foo", "bar", "NoSchedule")],
+                want: Some("node(s) had untolerated taint {foo: bar}"),
+            },
+            Case {
+                name: "an empty effect tolerates every effect",
+                tolerations: vec![json!({"key": "foo", "operator": "Equal", "value": "bar"})],
+                taints: vec![("foo", "bar", "NoSchedule")],
+                want: None,
+            },
+            Case {
+                name: "PreferNoSchedule taints never reject",
+                tolerations: vec![json!({"key": "dedicated", "operator": "Equal", "value": "user2", "effect": "NoSchedule"})],
+                taints: vec![("dedicated", "user1", "PreferNoSchedule")],
+                want: None,
+            },
+            Case {
+                name: "NoExecute taints reject too",
+                tolerations: vec![],
+                taints: vec![("node.kubernetes.io/not-ready", "", "NoExecute")],
+                want: Some("node(s) had untolerated taint {node.kubernetes.io/not-ready: }"),
+            },
+            Case {
+                name: "an empty key with Exists tolerates everything",
+                tolerations: vec![json!({"operator": "Exists"})],
+                taints: vec![("a", "b", "NoSchedule"), ("c", "", "NoExecute")],
+                want: None,
+            },
+            Case {
+                name: "the first untolerated taint in node order is named",
+                tolerations: vec![json!({"key": "a", "operator": "Exists"})],
+                taints: vec![("a", "1", "NoSchedule"), ("b", "2", "NoSchedule"), ("c", "3", "NoExecute")],
+                want: Some("node(s) had untolerated taint {b: 2}"),
+            },
+            Case {
+                name: "an unknown operator tolerates nothing",
+                tolerations: vec![json!({"key": "a", "operator": "Gt", "value": "1"})],
+                taints: vec![("a", "1", "NoSchedule")],
+                want: Some("node(s) had untolerated taint {a: 1}"),
+            },
+        ];
+        let cx = Cluster::default();
+        let st = CycleState::default();
+        for c in cases {
+            let p = with_tolerations(&c.tolerations);
+            let n = with_taints("n", &c.taints);
+            let got = TaintToleration.filter(&cx, &st, &p, &n);
+            match c.want {
+                None => assert!(got.is_success(), "{}: {got:?}", c.name),
+                Some(reason) => {
+                    assert_eq!(got.code(), Code::UnschedulableAndUnresolvable, "{}", c.name);
+                    assert_eq!(got.reasons(), [reason], "{}", c.name);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn score_counts_intolerable_prefer_no_schedule_taints_reversed() {
+        struct Case {
+            name: &'static str,
+            tolerations: Vec<Value>,
+            nodes: Vec<Vec<(&'static str, &'static str, &'static str)>>,
+            want: Vec<i64>,
+        }
+        let cases = [
+            Case {
+                name: "a node whose taint is tolerated scores above one whose taint is not",
+                tolerations: vec![json!({"key": "foo", "operator": "Equal", "value": "bar", "effect": "PreferNoSchedule"})],
+                nodes: vec![
+                    vec![("foo", "bar", "PreferNoSchedule")],
+                    vec![("foo", "blah", "PreferNoSchedule")],
+                ],
+                want: vec![MAX_NODE_SCORE, 0],
+            },
+            Case {
+                name: "the number of tolerated taints does not matter",
+                tolerations: vec![
+                    json!({"key": "cpu-type", "operator": "Equal", "value": "arm64", "effect": "PreferNoSchedule"}),
+                    json!({"key": "disk-type", "operator": "Equal", "value": "ssd", "effect": "PreferNoSchedule"}),
+                ],
+                nodes: vec![
+                    vec![],
+                    vec![("cpu-type", "arm64", "PreferNoSchedule")],
+                    vec![("cpu-type", "arm64", "PreferNoSchedule"), ("disk-type", "ssd", "PreferNoSchedule")],
+                ],
+                want: vec![MAX_NODE_SCORE, MAX_NODE_SCORE, MAX_NODE_SCORE],
+            },
+            Case {
+                name: "the more intolerable taints, the lower the score",
+                tolerations: vec![json!({"key": "foo", "operator": "Equal", "value": "bar", "effect": "PreferNoSchedule"})],
+                nodes: vec![
+                    vec![],
+                    vec![("cpu-type", "arm64", "PreferNoSchedule")],
+                    vec![("cpu-type", "arm64", "PreferNoSchedule"), ("disk-type", "ssd", "PreferNoSchedule")],
+                ],
+                want: vec![MAX_NODE_SCORE, 50, 0],
+            },
+            Case {
+                name: "only PreferNoSchedule taints and tolerations count",
+                tolerations: vec![
+                    json!({"key": "cpu-type", "operator": "Equal", "value": "arm64", "effect": "NoSchedule"}),
+                    json!({"key": "disk-type", "operator": "Equal", "value": "ssd", "effect": "NoSchedule"}),
+                ],
+                nodes: vec![
+                    vec![],
+                    vec![("cpu-type", "arm64", "NoSchedule")],
+                    vec![("cpu-type", "arm64", "PreferNoSchedule"), ("disk-type", "ssd", "PreferNoSchedule")],
+                ],
+                want: vec![MAX_NODE_SCORE, MAX_NODE_SCORE, 0],
+            },
+            Case {
+                name: "no tolerations: the untainted node wins",
+                tolerations: vec![],
+                nodes: vec![vec![], vec![("cpu-type", "arm64", "PreferNoSchedule")]],
+                want: vec![MAX_NODE_SCORE, 0],
+            },
+            Case {
+                name: "a toleration with no effect counts for PreferNoSchedule",
+                tolerations: vec![json!({"key": "foo", "operator": "Exists"})],
+                nodes: vec![vec![("foo", "x", "PreferNoSchedule")], vec![("bar", "x", "PreferNoSchedule")]],
+                want: vec![MAX_NODE_SCORE, 0],
+            },
+        ];
+        let cx = Cluster::default();
+        for c in cases {
+            let p = with_tolerations(&c.tolerations);
+            let mut st = CycleState::default();
+            assert!(TaintToleration.pre_score(&cx, &mut st, &p, &[]).is_success());
+            let mut scores: Vec<i64> = c
+                .nodes
+                .iter()
+                .enumerate()
+                .map(|(i, t)| TaintToleration.score(&cx, &st, &p, &with_taints(&format!("n{i}"), t)))
+                .collect();
+            TaintToleration.normalize_scores(&st, &p, &mut scores);
+            assert_eq!(scores, c.want, "{}", c.name);
+        }
     }
 }

@@ -100,61 +100,110 @@ pub struct FitArgs {
 }
 
 impl FitArgs {
-    /// Validates as kube-scheduler's `ValidateNodeResourcesFitArgs`.
+    /// Applies kube-scheduler's defaulting (`SetDefaults_NodeResourcesFitArgs`): no strategy
+    /// means LeastAllocated over cpu and memory, no resources means cpu and memory, and a
+    /// weight of 0 means 1.
+    pub fn defaulted(mut self) -> Self {
+        let s = self.scoring_strategy.get_or_insert_with(ScoringStrategy::default);
+        default_resource_list(&mut s.resources);
+        self
+    }
+
+    /// Validates as kube-scheduler's `ValidateNodeResourcesFitArgs` (after defaulting); the
+    /// first problem found is reported.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        for (i, r) in self.ignored_resources.iter().enumerate() {
+            if r.is_empty() {
+                return Err(ConfigError::new(format!("ignoredResources[{i}]"), "name part must be non-empty"));
+            }
+        }
+        for (i, g) in self.ignored_resource_groups.iter().enumerate() {
+            if g.contains('/') {
+                return Err(ConfigError::new(
+                    format!("ignoredResourceGroups[{i}]"),
+                    format!("Invalid value: {g:?}: resource group name can't contain '/'"),
+                ));
+            }
+            if g.is_empty() {
+                return Err(ConfigError::new(format!("ignoredResourceGroups[{i}]"), "name part must be non-empty"));
+            }
+        }
         let Some(s) = &self.scoring_strategy else {
             return Ok(());
         };
         validate_resources(&s.resources, "scoringStrategy.resources")?;
-        if s.type_ == ScoringStrategyType::RequestedToCapacityRatio {
-            let shape = s
-                .requested_to_capacity_ratio
-                .as_ref()
-                .map(|r| r.shape.as_slice())
-                .unwrap_or(&[]);
-            if shape.is_empty() {
-                return Err(ConfigError::new(
-                    "scoringStrategy.requestedToCapacityRatio.shape",
-                    "at least one point must be specified",
-                ));
+        match (s.type_, &s.requested_to_capacity_ratio) {
+            (ScoringStrategyType::RequestedToCapacityRatio, None) => Err(ConfigError::new(
+                "scoringStrategy.requestedToCapacityRatio",
+                "Required value: must be specified when type is RequestedToCapacityRatio",
+            )),
+            (ScoringStrategyType::RequestedToCapacityRatio, Some(r)) => {
+                validate_shape(&r.shape, "scoringStrategy.requestedToCapacityRatio.shape")
             }
-            for (i, p) in shape.iter().enumerate() {
-                if !(0..=100).contains(&p.utilization) {
-                    return Err(ConfigError::new(
-                        format!("scoringStrategy.requestedToCapacityRatio.shape[{i}].utilization"),
-                        "utilization values must be within the range [0, 100]",
-                    ));
-                }
-                if !(0..=10).contains(&p.score) {
-                    return Err(ConfigError::new(
-                        format!("scoringStrategy.requestedToCapacityRatio.shape[{i}].score"),
-                        "score values must be within the range [0, 10]",
-                    ));
-                }
-                if i > 0 && p.utilization <= shape[i - 1].utilization {
-                    return Err(ConfigError::new(
-                        format!("scoringStrategy.requestedToCapacityRatio.shape[{i}].utilization"),
-                        "utilization values must be sorted in increasing order",
-                    ));
-                }
-            }
+            (_, Some(_)) => Err(ConfigError::new(
+                "scoringStrategy.requestedToCapacityRatio",
+                "Forbidden: must be nil when type is not RequestedToCapacityRatio",
+            )),
+            (_, None) => Ok(()),
         }
-        Ok(())
     }
 }
 
-pub(crate) fn validate_resources(res: &[ResourceSpec], field: &str) -> Result<(), ConfigError> {
-    for (i, r) in res.iter().enumerate() {
-        if !(0..=100).contains(&r.weight) {
+/// `validateFunctionShape`: sorted first, then ranges.
+fn validate_shape(shape: &[UtilizationShapePoint], field: &str) -> Result<(), ConfigError> {
+    if shape.is_empty() {
+        return Err(ConfigError::new(field, "Required value: at least one point must be specified"));
+    }
+    for i in 1..shape.len() {
+        if shape[i - 1].utilization >= shape[i].utilization {
             return Err(ConfigError::new(
-                format!("{field}[{i}].weight"),
-                "resource weight must be in the range [1, 100]",
+                format!("{field}[{i}].utilization"),
+                format!("Invalid value: {}: values must be sorted in increasing order", shape[i].utilization),
             ));
         }
-        if r.name.is_empty() {
+    }
+    for (i, p) in shape.iter().enumerate() {
+        if !(0..=100).contains(&p.utilization) {
             return Err(ConfigError::new(
-                format!("{field}[{i}].name"),
-                "must not be empty",
+                format!("{field}[{i}].utilization"),
+                format!("Invalid value: {}: not in valid range [0, 100]", p.utilization),
+            ));
+        }
+        if !(0..=10).contains(&p.score) {
+            return Err(ConfigError::new(
+                format!("{field}[{i}].score"),
+                format!("Invalid value: {}: not in valid range [0, 10]", p.score),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Empty list: cpu and memory; weight 0: 1.
+fn default_resource_list(res: &mut Vec<ResourceSpec>) {
+    if res.is_empty() {
+        *res = default_resources();
+    }
+    for r in res.iter_mut() {
+        if r.weight == 0 {
+            r.weight = 1;
+        }
+    }
+}
+
+/// `validateResources`: weights in `(0, 100]` (after defaulting).
+pub(crate) fn validate_resources(res: &[ResourceSpec], field: &str) -> Result<(), ConfigError> {
+    for (i, r) in res.iter().enumerate() {
+        if r.name.is_empty() {
+            return Err(ConfigError::new(format!("{field}[{i}].name"), "must not be empty"));
+        }
+        if r.weight <= 0 || r.weight > 100 {
+            return Err(ConfigError::new(
+                format!("{field}[{i}].weight"),
+                format!(
+                    "Invalid value: {}: resource weight of {} not in valid range (0, 100]",
+                    r.weight, r.name
+                ),
             ));
         }
     }
@@ -175,5 +224,37 @@ impl Default for BalancedAllocationArgs {
         Self {
             resources: default_resources(),
         }
+    }
+}
+
+impl BalancedAllocationArgs {
+    /// Applies kube-scheduler's defaulting: no resources means cpu and memory, weight 0
+    /// means 1.
+    pub fn defaulted(mut self) -> Self {
+        default_resource_list(&mut self.resources);
+        self
+    }
+
+    /// Validates as `ValidateNodeResourcesBalancedAllocationArgs`: no duplicate resource,
+    /// every weight 1 (the score is a standard deviation, weights have no meaning).
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        for (i, r) in self.resources.iter().enumerate() {
+            if r.name.is_empty() {
+                return Err(ConfigError::new(format!("resources[{i}].name"), "must not be empty"));
+            }
+            if self.resources[..i].iter().any(|o| o.name == r.name) {
+                return Err(ConfigError::new(
+                    format!("resources[{i}].name"),
+                    format!("Duplicate value: {:?}", r.name),
+                ));
+            }
+            if r.weight != 1 {
+                return Err(ConfigError::new(
+                    format!("resources[{i}].weight"),
+                    format!("Invalid value: {}: must be 1", r.weight),
+                ));
+            }
+        }
+        Ok(())
     }
 }

@@ -43,7 +43,7 @@ pub struct Fit {
 impl Fit {
     /// Builds the plugin from `NodeResourcesFitArgs`.
     pub fn new(args: Option<&serde_json::Value>) -> Result<Self, ConfigError> {
-        let args: FitArgs = decode(args)?;
+        let args: FitArgs = decode::<FitArgs>(args)?.defaulted();
         args.validate()?;
         let strategy = args.scoring_strategy.clone().unwrap_or_default();
         Ok(Self {
@@ -68,10 +68,11 @@ impl Fit {
     }
 }
 
-/// Extended resources are the ones with a domain prefix that are not `kubernetes.io/` native
-/// ones, and not hugepages.
+/// Extended resources (`v1helper.IsExtendedResourceName`): a domain-prefixed name that is
+/// not native (no `kubernetes.io/` anywhere in it, so `subdomain.kubernetes.io/x` is native
+/// too) and not a quota `requests.` name. Only these can be ignored by the args.
 fn is_extended(name: &str) -> bool {
-    name.contains('/') && !name.starts_with("kubernetes.io/") && !name.starts_with("requests.")
+    name.contains('/') && !name.contains("kubernetes.io/") && !name.starts_with("requests.")
 }
 
 /// What the pod may use on the node: free capacity plus what its reservations give back.
@@ -121,9 +122,12 @@ impl Plugin for Fit {
                     continue;
                 }
                 let name = cx.names.name(id);
-                if self.ignored(name) {
+                // `pods` is the pod-count limit, checked above, never a request to fit.
+                if name == "pods" || self.ignored(name) {
                     continue;
                 }
+                // No preemption frees more than the node has: kube-scheduler (1.32+) makes
+                // such a rejection UnschedulableAndUnresolvable.
                 unresolvable |= want > node.allocatable[id];
                 reject(&mut status, insufficient_reason(name));
             }
@@ -164,5 +168,619 @@ impl Plugin for Fit {
             &requested,
             &node.allocatable,
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::testing::{node, pod, NodeBuilder, PodBuilder};
+    use serde_json::{json, Value};
+
+    const EXT_A: &str = "example.com/aaa";
+    const EXT_B: &str = "example.com/bbb";
+    const KUBE_IO_A: &str = "kubernetes.io/something";
+    const KUBE_IO_B: &str = "subdomain.kubernetes.io/something";
+    const HUGEPAGE_A: &str = "hugepages-2Mi";
+
+    /// A pod whose containers request the given `(cpu milli, memory bytes, extra)` each.
+    fn containers(reqs: &[(i64, i64, Value)]) -> PodBuilder {
+        let mut b = pod("p").spec("containers", json!([]));
+        for (cpu, mem, extra) in reqs {
+            let mut r = json!({"cpu": format!("{cpu}m"), "memory": mem.to_string()});
+            if let Some(o) = extra.as_object() {
+                for (k, v) in o {
+                    r[k] = v.clone();
+                }
+            }
+            b = b.container(r);
+        }
+        b
+    }
+
+    fn with_init(b: PodBuilder, reqs: &[(i64, i64, Value)]) -> PodBuilder {
+        reqs.iter().fold(b, |b, (cpu, mem, extra)| {
+            let mut r = json!({"cpu": format!("{cpu}m"), "memory": mem.to_string()});
+            if let Some(o) = extra.as_object() {
+                for (k, v) in o {
+                    r[k] = v.clone();
+                }
+            }
+            b.init_container(r)
+        })
+    }
+
+    fn none() -> Value {
+        json!({})
+    }
+
+    /// kube's fit_test node: cpu 10m, memory 20, pods 32, example.com/aaa 5,
+    /// ephemeral-storage 20, hugepages-2Mi 5.
+    fn fit_test_node() -> NodeBuilder {
+        node("n")
+            .alloc("cpu", "10m")
+            .alloc("memory", "20")
+            .alloc("pods", "32")
+            .alloc(EXT_A, "5")
+            .alloc("ephemeral-storage", "20")
+            .alloc(HUGEPAGE_A, "5")
+    }
+
+    fn node_with(cx: &mut Cluster, b: NodeBuilder, existing: &[PodBuilder]) -> NodeInfo {
+        let mut n = b.build_info_with(&mut cx.names);
+        for (i, p) in existing.iter().enumerate() {
+            let p = p.clone().meta("name", json!(format!("existing{i}"))).node_name("n");
+            n.add_pod(Arc::new(p.build_info_with(&mut cx.names)));
+        }
+        n
+    }
+
+    fn fit(args: Value) -> Fit {
+        Fit::new(Some(&args)).unwrap()
+    }
+
+    struct Case {
+        name: &'static str,
+        pod: PodBuilder,
+        existing: Vec<PodBuilder>,
+        args: Value,
+        want: Option<(Code, Vec<&'static str>)>,
+    }
+
+    fn fits(name: &'static str, pod: PodBuilder, existing: PodBuilder) -> Case {
+        Case {
+            name,
+            pod,
+            existing: vec![existing],
+            args: json!({}),
+            want: None,
+        }
+    }
+
+    impl Case {
+        fn rejects(mut self, code: Code, reasons: &[&'static str]) -> Self {
+            self.want = Some((code, reasons.to_vec()));
+            self
+        }
+        fn args(mut self, args: Value) -> Self {
+            self.args = args;
+            self
+        }
+    }
+
+    #[test]
+    fn filter_checks_requests_against_what_is_left_like_kube() {
+        use Code::{Unschedulable as U, UnschedulableAndUnresolvable as UU};
+        let r = |cpu: i64, mem: i64| containers(&[(cpu, mem, none())]);
+        let ext = |name: &str, n: i64| json!({ name: n.to_string() });
+        let cases = vec![
+            fits("no resources requested always fits", pod("p"), r(10, 20)),
+            fits("too many resources fails", r(1, 1), r(10, 20))
+                .rejects(U, &["Insufficient cpu", "Insufficient memory"]),
+            fits(
+                "too many resources fails due to init container cpu",
+                with_init(r(1, 1), &[(3, 1, none())]),
+                r(8, 19),
+            )
+            .rejects(U, &["Insufficient cpu"]),
+            fits(
+                "too many resources fails due to highest init container cpu",
+                with_init(r(1, 1), &[(3, 1, none()), (2, 1, none())]),
+                r(8, 19),
+            )
+            .rejects(U, &["Insufficient cpu"]),
+            fits(
+                "too many resources fails due to init container memory",
+                with_init(r(1, 1), &[(1, 3, none())]),
+                r(9, 19),
+            )
+            .rejects(U, &["Insufficient memory"]),
+            fits(
+                "too many resources fails due to highest init container memory",
+                with_init(r(1, 1), &[(1, 3, none()), (1, 2, none())]),
+                r(9, 19),
+            )
+            .rejects(U, &["Insufficient memory"]),
+            fits(
+                "init container fits because it's the max, not sum, of containers and init containers",
+                with_init(r(1, 1), &[(1, 1, none())]),
+                r(9, 19),
+            ),
+            fits(
+                "multiple init containers fit because it's the max, not sum",
+                with_init(r(1, 1), &[(1, 1, none()), (1, 1, none())]),
+                r(9, 19),
+            ),
+            fits("both resources fit", r(1, 1), r(5, 5)),
+            fits("one resource memory fits", r(2, 1), r(9, 5)).rejects(U, &["Insufficient cpu"]),
+            fits("one resource cpu fits", r(1, 2), r(5, 19)).rejects(U, &["Insufficient memory"]),
+            fits("equal edge case", r(5, 1), r(5, 19)),
+            fits("equal edge case for init container", with_init(r(4, 1), &[(5, 1, none())]), r(5, 19)),
+            fits("extended resource fits", containers(&[(0, 0, ext(EXT_A, 1))]), pod("e")),
+            fits(
+                "extended resource fits for init container",
+                with_init(pod("p"), &[(0, 0, ext(EXT_A, 1))]),
+                pod("e"),
+            ),
+            fits(
+                "extended resource capacity enforced: more than the node has is unresolvable",
+                containers(&[(1, 1, ext(EXT_A, 10))]),
+                pod("e"),
+            )
+            .rejects(UU, &["Insufficient example.com/aaa"]),
+            fits(
+                "extended resource capacity enforced for init container",
+                with_init(pod("p"), &[(1, 1, ext(EXT_A, 10))]),
+                pod("e"),
+            )
+            .rejects(UU, &["Insufficient example.com/aaa"]),
+            fits(
+                "extended resource allocatable enforced",
+                containers(&[(1, 1, ext(EXT_A, 1))]),
+                containers(&[(0, 0, ext(EXT_A, 5))]),
+            )
+            .rejects(U, &["Insufficient example.com/aaa"]),
+            fits(
+                "extended resource allocatable enforced for init container",
+                with_init(pod("p"), &[(1, 1, ext(EXT_A, 1))]),
+                containers(&[(0, 0, ext(EXT_A, 5))]),
+            )
+            .rejects(U, &["Insufficient example.com/aaa"]),
+            fits(
+                "extended resource allocatable enforced for multiple containers",
+                containers(&[(1, 1, ext(EXT_A, 3)), (1, 1, ext(EXT_A, 3))]),
+                containers(&[(0, 0, ext(EXT_A, 2))]),
+            )
+            .rejects(UU, &["Insufficient example.com/aaa"]),
+            fits(
+                "extended resource allocatable admits multiple init containers",
+                with_init(pod("p"), &[(1, 1, ext(EXT_A, 3)), (1, 1, ext(EXT_A, 3))]),
+                containers(&[(0, 0, ext(EXT_A, 2))]),
+            ),
+            fits(
+                "extended resource allocatable enforced for multiple init containers",
+                with_init(pod("p"), &[(1, 1, ext(EXT_A, 6)), (1, 1, ext(EXT_A, 3))]),
+                containers(&[(0, 0, ext(EXT_A, 2))]),
+            )
+            .rejects(UU, &["Insufficient example.com/aaa"]),
+            fits(
+                "extended resource allocatable enforced for unknown resource",
+                containers(&[(1, 1, ext(EXT_B, 1))]),
+                pod("e"),
+            )
+            .rejects(UU, &["Insufficient example.com/bbb"]),
+            fits(
+                "extended resource allocatable enforced for unknown resource for init container",
+                with_init(pod("p"), &[(1, 1, ext(EXT_B, 1))]),
+                pod("e"),
+            )
+            .rejects(UU, &["Insufficient example.com/bbb"]),
+            fits(
+                "kubernetes.io resource capacity enforced",
+                containers(&[(1, 1, ext(KUBE_IO_A, 10))]),
+                pod("e"),
+            )
+            .rejects(UU, &["Insufficient kubernetes.io/something"]),
+            fits(
+                "kubernetes.io resource capacity enforced for init container",
+                with_init(pod("p"), &[(1, 1, ext(KUBE_IO_A, 10))]),
+                pod("e"),
+            )
+            .rejects(UU, &["Insufficient kubernetes.io/something"]),
+            fits(
+                "hugepages resource capacity enforced",
+                containers(&[(1, 1, ext(HUGEPAGE_A, 10))]),
+                pod("e"),
+            )
+            .rejects(UU, &["Insufficient hugepages-2Mi"]),
+            fits(
+                "hugepages resource allocatable enforced for multiple containers",
+                containers(&[(1, 1, ext(HUGEPAGE_A, 3)), (1, 1, ext(HUGEPAGE_A, 3))]),
+                containers(&[(0, 0, ext(HUGEPAGE_A, 2))]),
+            )
+            .rejects(UU, &["Insufficient hugepages-2Mi"]),
+            fits(
+                "skip checking ignored extended resource",
+                containers(&[(1, 1, ext(EXT_B, 1))]),
+                pod("e"),
+            )
+            .args(json!({"ignoredResources": [EXT_B]})),
+            fits(
+                "skip checking ignored extended resource via resource groups",
+                containers(&[(1, 1, ext(EXT_B, 1))]),
+                pod("e"),
+            )
+            .args(json!({"ignoredResourceGroups": ["example.com"]})),
+            fits(
+                "resource groups do not ignore kubernetes.io resources",
+                containers(&[(1, 1, ext(KUBE_IO_A, 1))]),
+                pod("e"),
+            )
+            .args(json!({"ignoredResourceGroups": ["kubernetes.io"], "ignoredResources": [KUBE_IO_A]}))
+            .rejects(UU, &["Insufficient kubernetes.io/something"]),
+            fits(
+                "resource names under a kubernetes.io subdomain are native and never ignored",
+                containers(&[(1, 1, ext(KUBE_IO_B, 1))]),
+                pod("e"),
+            )
+            .args(json!({"ignoredResources": [KUBE_IO_B], "ignoredResourceGroups": ["subdomain.kubernetes.io"]}))
+            .rejects(UU, &["Insufficient subdomain.kubernetes.io/something"]),
+            fits(
+                "resources + pod overhead fits",
+                r(1, 1).spec("overhead", json!({"cpu": "3m", "memory": "13"})),
+                r(5, 5),
+            ),
+            fits(
+                "requests + overhead does not fit for memory",
+                r(1, 1).spec("overhead", json!({"cpu": "1m", "memory": "15"})),
+                r(5, 5),
+            )
+            .rejects(U, &["Insufficient memory"]),
+            fits(
+                "ephemeral storage is checked",
+                containers(&[(0, 0, json!({"ephemeral-storage": "25"}))]),
+                containers(&[(0, 0, json!({"ephemeral-storage": "2"}))]),
+            )
+            .rejects(UU, &["Insufficient ephemeral-storage"]),
+            fits(
+                "ephemeral storage within what is left fits",
+                containers(&[(0, 0, json!({"ephemeral-storage": "10"}))]),
+                containers(&[(0, 0, json!({"ephemeral-storage": "2"}))]),
+            ),
+        ];
+        for c in cases {
+            let mut cx = Cluster::default();
+            let pl = fit(c.args.clone());
+            let n = node_with(&mut cx, fit_test_node(), &c.existing);
+            let p = c.pod.build_info_with(&mut cx.names);
+            let mut st = CycleState::default();
+            assert!(pl.pre_filter(&cx, &mut st, &p).is_success(), "{}", c.name);
+            let got = pl.filter(&cx, &st, &p, &n);
+            match &c.want {
+                None => assert!(got.is_success(), "{}: {got:?}", c.name),
+                Some((code, reasons)) => {
+                    assert_eq!(got.code(), *code, "{}: {got:?}", c.name);
+                    assert_eq!(got.reasons(), reasons.as_slice(), "{}", c.name);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn too_many_pods_is_reported_first_and_stays_resolvable() {
+        let mut cx = Cluster::default();
+        let b = node("n").alloc("cpu", "10m").alloc("memory", "20").alloc("pods", "1");
+        let n = node_with(&mut cx, b, &[containers(&[(10, 20, none())])]);
+        let pl = fit(json!({}));
+        let st = CycleState::default();
+        let empty = pod("p").build_info_with(&mut cx.names);
+        assert_eq!(pl.filter(&cx, &st, &empty, &n), Status::unschedulable(TOO_MANY_PODS));
+        let p = containers(&[(1, 1, none())]).build_info_with(&mut cx.names);
+        let got = pl.filter(&cx, &st, &p, &n);
+        assert_eq!(got.code(), Code::Unschedulable);
+        assert_eq!(got.reasons(), ["Too many pods", "Insufficient cpu", "Insufficient memory"]);
+        // Unresolvable wins as soon as one request exceeds what the node has at all.
+        let big = containers(&[(11, 1, none())]).build_info_with(&mut cx.names);
+        let got = pl.filter(&cx, &st, &big, &n);
+        assert_eq!(got.code(), Code::UnschedulableAndUnresolvable);
+        assert_eq!(got.reasons(), ["Too many pods", "Insufficient cpu", "Insufficient memory"]);
+    }
+
+    #[test]
+    fn capacity_held_by_reservations_is_not_free() {
+        let mut cx = Cluster::default();
+        let mut n = node_with(&mut cx, node("n").alloc("cpu", "4").alloc("memory", "4Gi"), &[]);
+        n.reserved[ResourceId::CPU] = 3000;
+        let pl = fit(json!({}));
+        let p = pod("p").req("cpu", "2").build_info_with(&mut cx.names);
+        assert_eq!(
+            pl.filter(&cx, &CycleState::default(), &p, &n),
+            Status::unschedulable("Insufficient cpu")
+        );
+        let q = pod("q").req("cpu", "1").build_info_with(&mut cx.names);
+        assert!(pl.filter(&cx, &CycleState::default(), &q, &n).is_success());
+    }
+
+    #[test]
+    fn insufficient_reasons_for_common_resources_do_not_allocate() {
+        assert!(matches!(insufficient_reason("cpu"), Cow::Borrowed("Insufficient cpu")));
+        assert!(matches!(insufficient_reason("memory"), Cow::Borrowed(_)));
+        assert_eq!(insufficient_reason("nvidia.com/gpu"), "Insufficient nvidia.com/gpu");
+    }
+
+    fn score_nodes(args: Value, pod: PodBuilder, nodes: &[(NodeBuilder, Vec<PodBuilder>)]) -> Vec<i64> {
+        let mut cx = Cluster::default();
+        let infos: Vec<NodeInfo> = nodes
+            .iter()
+            .map(|(b, existing)| node_with(&mut cx, b.clone(), existing))
+            .collect();
+        let p = pod.build_info_with(&mut cx.names);
+        let pl = fit(args);
+        let mut st = CycleState::default();
+        assert!(pl.pre_score(&cx, &mut st, &p, &[]).is_success());
+        infos.iter().map(|n| pl.score(&cx, &st, &p, n)).collect()
+    }
+
+    fn sized(name: &str, cpu: &str, mem: &str) -> NodeBuilder {
+        node(name).alloc("cpu", cpu).alloc("memory", mem)
+    }
+
+    fn cpu_mem(cpu: &str, mem: &str) -> PodBuilder {
+        pod("p").req("cpu", cpu).req("memory", mem)
+    }
+
+    /// cpu 1000m + 2000m, memory 2000Mi + 3000Mi.
+    fn two_containers() -> PodBuilder {
+        pod("p")
+            .spec("containers", json!([]))
+            .container(json!({"cpu": "1000m", "memory": "2000Mi"}))
+            .container(json!({"cpu": "2000m", "memory": "3000Mi"}))
+    }
+
+    fn strategy(kind: &str, resources: Value, extra: Value) -> Value {
+        let mut s = json!({"type": kind, "resources": resources});
+        if let Some(o) = extra.as_object() {
+            for (k, v) in o {
+                s[k] = v.clone();
+            }
+        }
+        json!({"scoringStrategy": s})
+    }
+
+    fn cpu_mem_weights(cpu: i64, mem: i64) -> Value {
+        json!([{"name": "cpu", "weight": cpu}, {"name": "memory", "weight": mem}])
+    }
+
+    #[test]
+    fn least_allocated_scores_free_fraction_weighted() {
+        let least = |res: Value| strategy("LeastAllocated", res, json!({}));
+        let gpu_res = json!([{"name": "cpu", "weight": 1}, {"name": "memory", "weight": 1}, {"name": "example.com/gpu", "weight": 3}]);
+        let cases: Vec<(&str, Value, PodBuilder, Vec<(NodeBuilder, Vec<PodBuilder>)>, Vec<i64>)> = vec![
+            (
+                "differently sized nodes: (25 + 50) / 2 and (50 + 50) / 2",
+                json!({}),
+                two_containers(),
+                vec![(sized("a", "4", "10000Mi"), vec![]), (sized("b", "6", "10000Mi"), vec![])],
+                vec![37, 50],
+            ),
+            (
+                "a pod requesting nothing is scored with 100m and 200Mi",
+                json!({}),
+                pod("p"),
+                vec![(sized("a", "1", "2000Mi"), vec![])],
+                vec![90],
+            ),
+            (
+                "existing pods count with their non-zero requests",
+                json!({}),
+                cpu_mem("400m", "800Mi"),
+                vec![(sized("a", "1", "2000Mi"), vec![pod("e")])],
+                vec![50],
+            ),
+            (
+                "a request above capacity scores 0 for that resource",
+                json!({}),
+                pod("p").req("cpu", "5"),
+                vec![(sized("a", "4", "10000Mi"), vec![])],
+                vec![49],
+            ),
+            (
+                "weights: (25 * 2 + 50) / 3",
+                least(cpu_mem_weights(2, 1)),
+                two_containers(),
+                vec![(sized("a", "4", "10000Mi"), vec![])],
+                vec![33],
+            ),
+            (
+                "a requested extended resource is scored with its weight",
+                least(gpu_res.clone()),
+                two_containers().req("example.com/gpu", "1"),
+                vec![(sized("a", "4", "10000Mi").alloc("example.com/gpu", "4"), vec![])],
+                vec![60],
+            ),
+            (
+                "an extended resource the pod does not request is left out",
+                least(gpu_res),
+                two_containers(),
+                vec![(sized("a", "4", "10000Mi").alloc("example.com/gpu", "4"), vec![])],
+                vec![37],
+            ),
+            (
+                "a resource the node does not have is left out",
+                least(json!([{"name": "cpu", "weight": 1}, {"name": "ephemeral-storage", "weight": 5}])),
+                pod("p").req("cpu", "1").req("ephemeral-storage", "1Gi"),
+                vec![(sized("a", "4", "10000Mi"), vec![])],
+                vec![75],
+            ),
+            (
+                "empty resources default to cpu and memory",
+                least(json!([])),
+                two_containers(),
+                vec![(sized("a", "4", "10000Mi"), vec![])],
+                vec![37],
+            ),
+        ];
+        for (name, args, p, nodes, want) in cases {
+            assert_eq!(score_nodes(args, p, &nodes), want, "{name}");
+        }
+    }
+
+    #[test]
+    fn most_allocated_scores_used_fraction_capped_at_capacity() {
+        let most = |res: Value| strategy("MostAllocated", res, json!({}));
+        let cases: Vec<(&str, Value, PodBuilder, Vec<(NodeBuilder, Vec<PodBuilder>)>, Vec<i64>)> = vec![
+            (
+                "differently sized nodes: (75 + 50) / 2 and (50 + 50) / 2",
+                most(cpu_mem_weights(1, 1)),
+                two_containers(),
+                vec![(sized("a", "4", "10000Mi"), vec![]), (sized("b", "6", "10000Mi"), vec![])],
+                vec![62, 50],
+            ),
+            (
+                "existing pods add to the fraction",
+                most(cpu_mem_weights(1, 1)),
+                cpu_mem("1", "2000Mi"),
+                vec![(sized("a", "4", "10000Mi"), vec![cpu_mem("2", "3000Mi")])],
+                vec![62],
+            ),
+            (
+                "a request above capacity scores 100 for that resource",
+                most(cpu_mem_weights(1, 1)),
+                cpu_mem("5", "5000Mi"),
+                vec![(sized("a", "4", "10000Mi"), vec![])],
+                vec![75],
+            ),
+            (
+                "weights: (75 * 1 + 50 * 3) / 4",
+                most(cpu_mem_weights(1, 3)),
+                two_containers(),
+                vec![(sized("a", "4", "10000Mi"), vec![])],
+                vec![56],
+            ),
+        ];
+        for (name, args, p, nodes, want) in cases {
+            assert_eq!(score_nodes(args, p, &nodes), want, "{name}");
+        }
+    }
+
+    #[test]
+    fn requested_to_capacity_ratio_follows_the_shape_and_rounds() {
+        let ratio = |shape: Value, res: Value| {
+            strategy("RequestedToCapacityRatio", res, json!({"requestedToCapacityRatio": {"shape": shape}}))
+        };
+        let bin_pack = json!([{"utilization": 0, "score": 0}, {"utilization": 100, "score": 10}]);
+        let spread = json!([{"utilization": 0, "score": 10}, {"utilization": 100, "score": 0}]);
+        let cases: Vec<(&str, Value, PodBuilder, Vec<(NodeBuilder, Vec<PodBuilder>)>, Vec<i64>)> = vec![
+            (
+                "bin packing: round((75 + 50) / 2)",
+                ratio(bin_pack.clone(), cpu_mem_weights(1, 1)),
+                two_containers(),
+                vec![(sized("a", "4", "10000Mi"), vec![]), (sized("b", "6", "10000Mi"), vec![])],
+                vec![63, 50],
+            ),
+            (
+                "spreading: round((25 + 50) / 2)",
+                ratio(spread, cpu_mem_weights(1, 1)),
+                two_containers(),
+                vec![(sized("a", "4", "10000Mi"), vec![])],
+                vec![38],
+            ),
+            (
+                "resources scoring 0 do not count towards the weights",
+                ratio(bin_pack.clone(), cpu_mem_weights(1, 1)),
+                pod("p").req("cpu", "4"),
+                vec![(sized("a", "4", "100000Mi"), vec![])],
+                vec![100],
+            ),
+            (
+                "over capacity scores as full utilisation",
+                ratio(bin_pack.clone(), cpu_mem_weights(1, 1)),
+                cpu_mem("8", "10000Mi"),
+                vec![(sized("a", "4", "10000Mi"), vec![])],
+                vec![100],
+            ),
+            (
+                "weighted extended resource",
+                ratio(
+                    bin_pack,
+                    json!([{"name": "cpu", "weight": 1}, {"name": "memory", "weight": 1}, {"name": "example.com/gpu", "weight": 2}]),
+                ),
+                two_containers().req("example.com/gpu", "1"),
+                vec![(sized("a", "4", "10000Mi").alloc("example.com/gpu", "4"), vec![])],
+                vec![44],
+            ),
+        ];
+        for (name, args, p, nodes, want) in cases {
+            assert_eq!(score_nodes(args, p, &nodes), want, "{name}");
+        }
+    }
+
+    #[test]
+    fn scoring_counts_reserved_capacity_as_used() {
+        let mut cx = Cluster::default();
+        let mut n = node_with(&mut cx, sized("a", "4", "10000Mi"), &[]);
+        n.reserved[ResourceId::CPU] = 1000;
+        let p = cpu_mem("2", "5000Mi").build_info_with(&mut cx.names);
+        // cpu (4000 - 3000) / 4000 = 25, memory 50.
+        assert_eq!(fit(json!({})).score(&cx, &CycleState::default(), &p, &n), 37);
+    }
+
+    #[test]
+    fn args_are_defaulted_and_validated_like_kube() {
+        let bad: Vec<(Value, &str, &str)> = vec![
+            (
+                json!({"scoringStrategy": {"type": "LeastAllocated", "resources": [{"name": "cpu", "weight": 101}]}}),
+                "scoringStrategy.resources[0].weight",
+                "Invalid value: 101: resource weight of cpu not in valid range (0, 100]",
+            ),
+            (
+                json!({"scoringStrategy": {"type": "RequestedToCapacityRatio"}}),
+                "scoringStrategy.requestedToCapacityRatio",
+                "Required value: must be specified when type is RequestedToCapacityRatio",
+            ),
+            (
+                json!({"scoringStrategy": {"type": "MostAllocated", "requestedToCapacityRatio": {"shape": [{"utilization": 1, "score": 1}]}}}),
+                "scoringStrategy.requestedToCapacityRatio",
+                "Forbidden: must be nil when type is not RequestedToCapacityRatio",
+            ),
+            (
+                json!({"scoringStrategy": {"type": "RequestedToCapacityRatio", "requestedToCapacityRatio": {"shape": []}}}),
+                "scoringStrategy.requestedToCapacityRatio.shape",
+                "Required value: at least one point must be specified",
+            ),
+            (
+                json!({"scoringStrategy": {"type": "RequestedToCapacityRatio", "requestedToCapacityRatio": {"shape": [
+                    {"utilization": 50, "score": 1}, {"utilization": 10, "score": 20}]}}}),
+                "scoringStrategy.requestedToCapacityRatio.shape[1].utilization",
+                "Invalid value: 10: values must be sorted in increasing order",
+            ),
+            (
+                json!({"scoringStrategy": {"type": "RequestedToCapacityRatio", "requestedToCapacityRatio": {"shape": [
+                    {"utilization": 10, "score": 11}]}}}),
+                "scoringStrategy.requestedToCapacityRatio.shape[0].score",
+                "Invalid value: 11: not in valid range [0, 10]",
+            ),
+            (
+                json!({"scoringStrategy": {"type": "RequestedToCapacityRatio", "requestedToCapacityRatio": {"shape": [
+                    {"utilization": 110, "score": 1}]}}}),
+                "scoringStrategy.requestedToCapacityRatio.shape[0].utilization",
+                "Invalid value: 110: not in valid range [0, 100]",
+            ),
+            (
+                json!({"ignoredResourceGroups": ["example.com/aaa"]}),
+                "ignoredResourceGroups[0]",
+                "Invalid value: \"example.com/aaa\": resource group name can't contain '/'",
+            ),
+        ];
+        for (args, field, message) in bad {
+            let e = Fit::new(Some(&args)).unwrap_err();
+            assert_eq!((e.field.as_str(), e.message.as_str()), (field, message), "{args}");
+        }
+        assert!(Fit::new(Some(&json!({"scoringStrategy": {"type": "Bogus"}}))).is_err());
+        let s = fit(json!({"scoringStrategy": {"type": "MostAllocated", "resources": [{"name": "cpu"}]}})).strategy();
+        assert_eq!(s.resources[0].weight, 1);
+        assert_eq!(fit(json!({})).strategy().resources.len(), 2);
     }
 }

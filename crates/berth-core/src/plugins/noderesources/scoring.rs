@@ -1,17 +1,30 @@
-//! The NodeResourcesFit scorers, allocation-free per node.
+//! The NodeResourcesFit scorers (kube-scheduler's `resourceAllocationScorer` with the
+//! LeastAllocated, MostAllocated and RequestedToCapacityRatio functions), allocation-free
+//! per node.
 
 use crate::framework::MAX_NODE_SCORE;
 use crate::resources::{ResourceId, ResourceNames, Resources};
 
 use super::args::{ScoringStrategy, ScoringStrategyType, UtilizationShapePoint};
 
+/// kube-scheduler's `config.MaxCustomPriorityScore`: shape scores are given out of 10.
+const MAX_CUSTOM_PRIORITY_SCORE: i64 = 10;
+/// Utilisation is a percentage.
+const MAX_UTILIZATION: i64 = 100;
+
+/// Whether `id` is a scalar resource (anything but cpu, memory and ephemeral storage):
+/// kube-scheduler leaves a scalar resource out of the score when the pod does not request it.
+pub(crate) fn is_scalar(id: ResourceId) -> bool {
+    id != ResourceId::CPU && id != ResourceId::MEMORY && id != ResourceId::EPHEMERAL_STORAGE
+}
+
 /// A configured scorer.
 #[derive(Debug, Clone)]
 pub(crate) struct Scorer {
     kind: ScoringStrategyType,
-    /// (resource name, weight).
+    /// (resource name, weight), weights defaulted.
     resources: Vec<(String, i64)>,
-    /// Shape scaled to 0..=100 scores.
+    /// Shape scaled to `0..=MAX_NODE_SCORE` scores.
     shape: Vec<UtilizationShapePoint>,
 }
 
@@ -25,7 +38,7 @@ impl Scorer {
                     .iter()
                     .map(|p| UtilizationShapePoint {
                         utilization: p.utilization,
-                        score: p.score * (MAX_NODE_SCORE / 10),
+                        score: p.score * (MAX_NODE_SCORE / MAX_CUSTOM_PRIORITY_SCORE),
                     })
                     .collect()
             })
@@ -42,7 +55,8 @@ impl Scorer {
     }
 
     /// Scores a node given what is already requested there (without the pod).
-    /// `pod_non_zero` is used for cpu and memory, `pod_requests` for the rest.
+    /// `pod_non_zero` is used for cpu and memory, `pod_requests` for the rest; `requested`
+    /// holds the node's non-zero requests for cpu and memory and its requests for the rest.
     pub(crate) fn score(
         &self,
         names: &ResourceNames,
@@ -55,21 +69,29 @@ impl Scorer {
         let mut weights = 0i64;
         for (name, w) in &self.resources {
             let Some(id) = names.get(name) else { continue };
-            let alloc = allocatable[id];
             let pod = if id == ResourceId::CPU || id == ResourceId::MEMORY {
                 pod_non_zero[id]
             } else {
                 pod_requests[id]
             };
-            let req = requested[id].saturating_add(pod);
-            if alloc == 0 {
-                // kube-scheduler skips resources the node does not have.
+            let alloc = allocatable[id];
+            // Resources the node does not have, and scalar resources the pod does not
+            // request, are left out (`calculateResourceAllocatableRequest` returns (0, 0)).
+            if alloc == 0 || (pod == 0 && is_scalar(id)) {
                 continue;
             }
+            let req = requested[id].saturating_add(pod);
             let s = match self.kind {
                 ScoringStrategyType::LeastAllocated => least(req, alloc),
                 ScoringStrategyType::MostAllocated => most(req, alloc),
-                ScoringStrategyType::RequestedToCapacityRatio => self.ratio(req, alloc),
+                ScoringStrategyType::RequestedToCapacityRatio => {
+                    let s = self.ratio(req, alloc);
+                    // Only resources that score count towards the weights here.
+                    if s <= 0 {
+                        continue;
+                    }
+                    s
+                }
             };
             total += s * w;
             weights += w;
@@ -77,16 +99,19 @@ impl Scorer {
         if weights == 0 {
             return 0;
         }
-        total / weights
+        match self.kind {
+            ScoringStrategyType::RequestedToCapacityRatio => {
+                (total as f64 / weights as f64).round() as i64
+            }
+            _ => total / weights,
+        }
     }
 
     fn ratio(&self, req: i64, alloc: i64) -> i64 {
-        let util = if req > alloc {
-            MAX_NODE_SCORE
-        } else {
-            req * MAX_NODE_SCORE / alloc
-        };
-        piecewise(&self.shape, util)
+        if alloc == 0 || req > alloc {
+            return piecewise(&self.shape, MAX_UTILIZATION);
+        }
+        piecewise(&self.shape, req * MAX_UTILIZATION / alloc)
     }
 }
 
@@ -98,7 +123,7 @@ pub(crate) fn least(requested: i64, capacity: i64) -> i64 {
     (capacity - requested) * MAX_NODE_SCORE / capacity
 }
 
-/// `requested * 100 / capacity`, capped at 100.
+/// `requested * 100 / capacity`, with requested capped at capacity.
 pub(crate) fn most(requested: i64, capacity: i64) -> i64 {
     if capacity == 0 {
         return 0;
@@ -114,9 +139,39 @@ pub(crate) fn piecewise(shape: &[UtilizationShapePoint], p: i64) -> i64 {
                 return shape[0].score;
             }
             let (a, b) = (shape[i - 1], shape[i]);
-            return a.score
-                + (b.score - a.score) * (p - a.utilization) / (b.utilization - a.utilization);
+            return a.score + (b.score - a.score) * (p - a.utilization) / (b.utilization - a.utilization);
         }
     }
     shape.last().map_or(0, |s| s.score)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pt(utilization: i64, score: i64) -> UtilizationShapePoint {
+        UtilizationShapePoint { utilization, score }
+    }
+
+    #[test]
+    fn broken_linear_function_matches_kubes_helper() {
+        // helper_test.go's shape: (10, 1), (30, 5), (70, 2).
+        let shape = [pt(10, 1), pt(30, 5), pt(70, 2)];
+        let cases = [(0, 1), (10, 1), (15, 2), (20, 3), (25, 4), (30, 5), (50, 4), (70, 2), (80, 2)];
+        for (p, want) in cases {
+            assert_eq!(piecewise(&shape, p), want, "p={p}");
+        }
+        assert_eq!(piecewise(&[], 50), 0);
+    }
+
+    #[test]
+    fn least_and_most_requested_scores_clamp_at_capacity() {
+        assert_eq!(least(0, 4000), 100);
+        assert_eq!(least(3000, 4000), 25);
+        assert_eq!(least(5000, 4000), 0);
+        assert_eq!(least(1, 0), 0);
+        assert_eq!(most(3000, 4000), 75);
+        assert_eq!(most(5000, 4000), 100);
+        assert_eq!(most(1, 0), 0);
+    }
 }

@@ -7,6 +7,10 @@ use crate::framework::{Plugin, Points};
 #[derive(Debug, Clone, Default)]
 pub struct State {}
 
+/// PreScore state.
+#[derive(Debug, Clone, Default)]
+pub struct ScoreState {}
+
 /// The PodTopologySpread plugin.
 #[derive(Debug)]
 pub struct PodTopologySpread;

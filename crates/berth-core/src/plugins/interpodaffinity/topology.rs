@@ -1,0 +1,70 @@
+//! Counts keyed by topology pair (`topologyKey`, value), kube-scheduler's
+//! `topologyToMatchedTermCount` and `scoreMap`.
+//!
+//! Nested by key then value so Filter and Score look pairs up by `&str` without building a
+//! key.
+
+use std::collections::HashMap;
+
+use crate::model::selector::Labels;
+
+/// Topology key -> topology value -> count (or summed weight).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct TopologyCounts(HashMap<String, HashMap<String, i64>>);
+
+impl TopologyCounts {
+    /// Adds `delta` to the pair (`key`, the node's value of `key`), if the node has the label.
+    /// The pair is recorded even when the sum comes to zero, as kube-scheduler's score map is.
+    pub(crate) fn add(&mut self, node_labels: &Labels, key: &str, delta: i64) {
+        let Some(value) = node_labels.get(key) else {
+            return;
+        };
+        let values = match self.0.get_mut(key) {
+            Some(v) => v,
+            None => self.0.entry(key.to_string()).or_default(),
+        };
+        match values.get_mut(value.as_str()) {
+            Some(c) => *c += delta,
+            None => {
+                values.insert(value.clone(), delta);
+            }
+        }
+    }
+
+    /// The count of a pair (0 when absent).
+    pub(crate) fn get(&self, key: &str, value: &str) -> i64 {
+        self.0
+            .get(key)
+            .and_then(|v| v.get(value))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// The count for the node's value of `key` (0 when the node lacks the label).
+    pub(crate) fn on_node(&self, node_labels: &Labels, key: &str) -> i64 {
+        node_labels.get(key).map_or(0, |v| self.get(key, v))
+    }
+
+    /// Whether any pair the node is in has a positive count.
+    pub(crate) fn any_positive_on(&self, node_labels: &Labels) -> bool {
+        self.0.iter().any(|(key, values)| {
+            node_labels
+                .get(key)
+                .and_then(|v| values.get(v.as_str()))
+                .is_some_and(|c| *c > 0)
+        })
+    }
+
+    /// The sum over every key of the node's pair (the InterPodAffinity raw score).
+    pub(crate) fn sum_on(&self, node_labels: &Labels) -> i64 {
+        self.0
+            .iter()
+            .filter_map(|(key, values)| values.get(node_labels.get(key)?.as_str()))
+            .sum()
+    }
+
+    /// Whether no pair was recorded.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}

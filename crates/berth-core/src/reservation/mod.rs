@@ -1,0 +1,90 @@
+//! Koordinator's reservations, as a domain module the Reservation plugin and the scheduler
+//! loop drive.
+//!
+//! A `Reservation` is scheduled like a pod through a stand-in "reserve pod"
+//! ([`reserve_pod`]). Once placed it holds its unallocated remainder on its node
+//! (`NodeInfo::reserved` / `reserved_ports`), so pods that are not its owners cannot use it,
+//! and its stand-in sits in `NodeInfo::pods` with no requests so that inter-pod affinity,
+//! spread and volume plugins see it as Koordinator's do. Owners ([`owner`]) allocate from one
+//! matched reservation ([`allocate`]) and the reservation follows its owners
+//! ([`status`]) through its lifecycle ([`lifecycle`]): Pending, Available (or Waiting while a
+//! pre-allocating reservation waits for room), Succeeded, Failed, garbage collection.
+//!
+//! Everything lives in [`ReservationStore`], a field of [`crate::cache::Cluster`], indexed by
+//! node and by owner so that a scheduling cycle never walks every reservation.
+
+pub mod affinity;
+pub mod allocate;
+pub mod lifecycle;
+pub mod owner;
+pub mod reserve_pod;
+pub mod status;
+pub mod store;
+
+pub use store::{Owner, RIdx, ReservationInfo, ReservationStore};
+
+use crate::time::Time;
+
+/// Koordinator's default `gcDurationSeconds`: terminal reservations are deleted a day after
+/// they ended.
+pub const DEFAULT_GC_DURATION: Time = 24 * 60 * 60 * 1000;
+
+/// Reservation settings from the Reservation plugin's args (`ReservationArgs`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Settings {
+    /// How long Succeeded and Failed reservations are kept before deletion.
+    pub gc_duration: Time,
+    /// `disableGarbageCollection`.
+    pub disable_gc: bool,
+    /// `preAllocationConfig.enableClusterMode`: `Cluster`-mode pre-allocation is allowed.
+    pub enable_cluster_mode: bool,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            gc_duration: DEFAULT_GC_DURATION,
+            disable_gc: false,
+            enable_cluster_mode: false,
+        }
+    }
+}
+
+/// What the scheduling queue must do after a reservation change; the scheduler applies
+/// these after every input.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum QueueOp {
+    /// Queue a pending reservation's reserve pod.
+    Add {
+        /// The queue key (kind Reservation).
+        key: crate::object::ObjectKey,
+        /// The reserve pod's priority.
+        priority: i32,
+        /// The reservation's creation time.
+        created: Time,
+    },
+    /// Drop a reservation from the queue.
+    Delete(crate::object::ObjectKey),
+    /// Capacity was released or a reservation became usable: retry unschedulable pods.
+    MoveAll,
+}
+
+/// Koordinator's reason when a pod with reservation affinity finds no reservation.
+pub const ERR_REASON_AFFINITY: &str = "node(s) no reservations match reservation affinity";
+/// Koordinator's reason when matched reservations cannot hold the pod.
+pub const ERR_REASON_NO_RESERVATIONS_MEET: &str =
+    "node(s) no reservation(s) to meet the requirements";
+/// Koordinator's reason for a reserve pod pinned elsewhere.
+pub const ERR_REASON_NODE_NOT_MATCH: &str =
+    "node(s) didn't match the nodeName specified by reservation";
+/// Koordinator's reason for mixing the default allocate policy with the others.
+pub const ERR_REASON_POLICY_CONFLICT: &str = "node(s) reservation allocate policy conflict";
+/// Koordinator's reason for a pre-allocating reservation without `Restricted`.
+pub const ERR_REASON_PRE_ALLOCATION_UNSUPPORTED: &str =
+    "node(s) reservation pre allocation is unsupported with current attributes";
+/// Koordinator's reason for Cluster-mode pre-allocation when it is disabled.
+pub const ERR_REASON_CLUSTER_MODE_DISABLED: &str =
+    "reservation requires cluster mode pre-allocation which is disabled";
+/// Koordinator's reason when `pre-allocation-required` finds no candidate pod.
+pub const ERR_REASON_PRE_ALLOCATION_REQUIRED: &str =
+    "node(s) no pod match reservation with pre allocation required";
