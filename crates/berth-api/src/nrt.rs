@@ -425,12 +425,14 @@ pub fn nrt_crd() -> CustomResourceDefinition {
 }
 
 /// Brings the derived schema to the upstream shape: optional fields are marked by omission
-/// (no `nullable`, no `default`: the Rust side tolerates missing lists on its own), and
+/// (no `nullable`, no `default`: the Rust side tolerates missing lists on its own), no
+/// `title`, and
 /// quantities are `anyOf: [{type: integer}, {type: string}]` (kube's structural rewrite
 /// empties the branches).
 fn normalize_schema(schema: &mut JSONSchemaProps) {
     schema.nullable = None;
     schema.default = None;
+    schema.title = None;
     if schema.x_kubernetes_int_or_string == Some(true) {
         schema.any_of = Some(vec![
             JSONSchemaProps {

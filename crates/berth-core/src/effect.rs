@@ -21,7 +21,8 @@ pub enum Effect {
         /// `scheduling.koordinator.sh/reservation-allocated`).
         annotations: BTreeMap<String, String>,
     },
-    /// Set the pod's `PodScheduled` condition (and `status.nominatedNodeName`).
+    /// Set the pod's `PodScheduled` condition (`status.nominatedNodeName` comes as
+    /// [`Effect::NominatePod`]).
     PodCondition {
         /// The pod.
         pod: ObjectKey,
@@ -43,6 +44,15 @@ pub enum Effect {
     CreateReservation(Box<Reservation>),
     /// Delete an object (a preemption victim, a garbage-collected reservation).
     Delete(ObjectKey),
+    /// Set (or, with `None`, clear) the pod's `status.nominatedNodeName`: preemption chose
+    /// `node` for it and evicts its victims there. Follows the pod's `PodCondition` effect
+    /// of the same cycle, as kube-scheduler patches both at once.
+    NominatePod {
+        /// The pod.
+        pod: ObjectKey,
+        /// The nominated node; `None` clears the field.
+        node: Option<String>,
+    },
     /// Merge annotations into a running pod (pre-allocation).
     AnnotatePod {
         /// The pod.

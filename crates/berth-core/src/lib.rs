@@ -16,6 +16,7 @@ pub mod numa;
 pub mod object;
 pub mod plugins;
 pub mod queue;
+pub mod reservation;
 pub mod resources;
 pub mod rng;
 pub mod scheduler;

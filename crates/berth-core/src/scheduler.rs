@@ -14,9 +14,13 @@ use std::sync::Arc;
 use crate::cache::{Cluster, PodState};
 use crate::effect::{Effect, Record};
 use crate::event::Event;
+use crate::framework::nominator::{
+    nominated_node_name, run_filter_plugins_with_nominated_pods, Nominator,
+};
+use crate::framework::plugin::{Nomination, PostFilterContext, PostFilterResult};
 use crate::framework::{Code, CycleState, Diagnosis, Profile, Status};
 use crate::model::node::NodeIdx;
-use crate::model::pod::PodInfo;
+use crate::model::pod::{PodInfo, PodKind};
 use crate::object::{Kind, Object, ObjectKey};
 use crate::queue::SchedulingQueue;
 use crate::rng::SplitMix64;
@@ -63,6 +67,21 @@ pub struct Scheduler {
     scores: Vec<i64>,
     totals: Vec<i64>,
     diagnosis: Diagnosis,
+    /// Pods nominated to nodes by preemption.
+    nominator: Nominator,
+    /// Nodes of the current cycle rejected as `Unschedulable` (where preemption may help).
+    resolvable: Vec<NodeIdx>,
+    /// What PostFilter decided in the current (failed) cycle, acted on in `fail`.
+    post_filter_result: Option<PostFilterResult>,
+    /// Per profile, positions in its Filter list of plugins that want their verdicts
+    /// ([`crate::framework::Points::FILTER_FEEDBACK`]).
+    feedback: Vec<Vec<usize>>,
+    /// This cycle's Filter outcome per node, when the profile has feedback plugins: the
+    /// plugin that rejected it, `""` when it passed.
+    filter_log: Vec<(NodeIdx, &'static str)>,
+    /// The cycle's `skip_filter` bits, for the feedback.
+    filter_log_skip: u64,
+    feedback_buf: Vec<(NodeIdx, bool)>,
 }
 
 /// The outcome of one scheduling cycle.
@@ -81,8 +100,31 @@ impl Scheduler {
         } else {
             profiles
         };
+        // The Reservation plugin's args configure the reservation lifecycle (GC duration...).
+        let mut cluster = Cluster::default();
+        cluster.reservations.settings = profiles
+            .iter()
+            .flat_map(|p| p.plugins.iter())
+            .find_map(|p| p.reservation_settings())
+            .unwrap_or_default();
+        // Plugins that keep cluster-wide state (the NUMA reserve cache) set it up.
+        for p in profiles.iter().flat_map(|p| p.plugins.iter()) {
+            p.init(&mut cluster);
+        }
+        let feedback = profiles
+            .iter()
+            .map(|prof| {
+                (0..prof.filter.len())
+                    .filter(|&j| {
+                        prof.plugins[prof.filter[j]]
+                            .points()
+                            .contains(crate::framework::Points::FILTER_FEEDBACK)
+                    })
+                    .collect()
+            })
+            .collect();
         Self {
-            cluster: Cluster::default(),
+            cluster,
             profiles,
             queue: SchedulingQueue::default(),
             effects: VecDeque::new(),
@@ -94,7 +136,34 @@ impl Scheduler {
             scores: Vec::new(),
             totals: Vec::new(),
             diagnosis: Diagnosis::default(),
+            nominator: Nominator::default(),
+            resolvable: Vec::new(),
+            post_filter_result: None,
+            feedback,
+            filter_log: Vec::new(),
+            filter_log_skip: 0,
+            feedback_buf: Vec::new(),
         }
+    }
+
+    /// NUMA figures: the reserve cache's counters (dirty nodes by reason, resync attempts,
+    /// matches, mismatches, flushes, generation) and NRT lookups.
+    pub fn numa_metrics(&self) -> crate::plugins::numatopology::NumaMetrics {
+        self.cluster.numa.metrics()
+    }
+
+    /// Whether `pod` names a scheduler none of the profiles is (the NUMA cache treats the
+    /// nodes such pods land on as foreign-touched).
+    fn is_foreign(&self, pod: &PodInfo) -> bool {
+        !self
+            .profiles
+            .iter()
+            .any(|p| *p.scheduler_name == *pod.scheduler_name)
+    }
+
+    /// Pods nominated to nodes by preemption, waiting for their victims to leave.
+    pub fn nominator(&self) -> &Nominator {
+        &self.nominator
     }
 
     /// The profiles.
@@ -109,12 +178,28 @@ impl Scheduler {
 
     /// The earliest time at which [`Scheduler::handle_timeout`] has something to do.
     pub fn poll_timeout(&self) -> Option<Time> {
-        self.queue.next_timeout()
+        let t = match (
+            self.queue.next_timeout(),
+            self.cluster.reservations.next_timer(),
+        ) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        match (t, self.cluster.numa.next_resync()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// Runs everything due at `now`.
     pub fn handle_timeout(&mut self, now: Time) {
         self.queue.flush(now);
+        crate::reservation::lifecycle::on_timeout(&mut self.cluster, now);
+        self.sync_reservations(now);
+        // NUMA reserve cache resync: flushed nodes may fit pods now.
+        if crate::plugins::numatopology::resync(&mut self.cluster, now) {
+            self.queue.move_all(now);
+        }
     }
 
     /// Number of items waiting in the queue (including in-flight ones).
@@ -124,11 +209,15 @@ impl Scheduler {
 
     /// Applies an observed change.
     pub fn handle(&mut self, now: Time, event: Event) {
+        self.cluster.reservations.set_now(now);
         match event {
             Event::Applied(Object::Node(node)) => {
                 let name = node.metadata.name.clone().unwrap_or_default();
                 match self.cluster.apply_node(node) {
-                    Ok(_) => self.queue.move_all(now),
+                    Ok(idx) => {
+                        crate::reservation::lifecycle::node_applied(&mut self.cluster, idx);
+                        self.queue.move_all(now)
+                    }
                     Err(e) => self.record(
                         ObjectKey::cluster(Kind::Node, &name),
                         "",
@@ -139,20 +228,36 @@ impl Scheduler {
                 }
             }
             Event::Deleted(key) if key.kind == Kind::Node => {
+                let idx = self.cluster.node_idx(&key.name);
                 self.cluster.delete_node(&key.name);
+                self.cluster.numa.delete_node(&key.name);
+                crate::reservation::lifecycle::node_deleted(&mut self.cluster, idx, &key.name);
             }
-            Event::Applied(Object::Pod(pod)) => self.apply_pod(now, pod),
+            Event::Applied(Object::Pod(pod)) => {
+                let meta = &pod.metadata;
+                let key = ObjectKey::pod(
+                    meta.namespace.as_deref().unwrap_or("default"),
+                    meta.name.as_deref().unwrap_or(""),
+                );
+                self.apply_pod(now, pod);
+                crate::reservation::lifecycle::pod_changed(&mut self.cluster, &key);
+            }
             Event::Deleted(key) if key.kind == Kind::Pod => {
                 self.queue.delete(&key);
+                self.nominator.delete(&key);
                 self.last_message.remove(&key);
                 if let Some(e) = self.cluster.remove_pod(&key) {
+                    let foreign = self.is_foreign(&e.info);
+                    crate::plugins::numatopology::pod_deleted(&mut self.cluster, &e, foreign, now);
                     if e.state != PodState::Pending {
                         self.queue.move_all(now);
                     }
                 }
+                crate::reservation::lifecycle::pod_removed(&mut self.cluster, &key);
             }
             Event::BindFailed { pod, message } => {
                 self.cluster.forget(&pod);
+                crate::reservation::lifecycle::forget_owner(&mut self.cluster, &pod);
                 if let Some(e) = self.cluster.pod(&pod) {
                     let info = e.info.clone();
                     self.queue
@@ -199,10 +304,32 @@ impl Scheduler {
                 Kind::PodDisruptionBudget => {
                     self.cluster.pdbs.remove(&key);
                 }
+                Kind::Reservation => {
+                    crate::reservation::lifecycle::delete(&mut self.cluster, &key.name);
+                }
+                Kind::NodeResourceTopology => {
+                    self.cluster.numa.delete_nrt(&key.name);
+                    self.queue.move_all(now);
+                }
                 _ => {}
             },
-            Event::Applied(_) => {}
+            Event::Applied(Object::NodeResourceTopology(nrt)) => {
+                match self.cluster.numa.apply_nrt(&nrt, now) {
+                    Ok(()) => self.queue.move_all(now),
+                    Err(e) => self.record(
+                        ObjectKey::cluster(Kind::NodeResourceTopology, nrt.node_name()),
+                        nrt.metadata.uid.as_deref().unwrap_or(""),
+                        "Warning",
+                        "InvalidNodeResourceTopology",
+                        e.to_string(),
+                    ),
+                }
+            }
+            Event::Applied(Object::Reservation(r)) => {
+                crate::reservation::lifecycle::apply(&mut self.cluster, r);
+            }
         }
+        self.sync_reservations(now);
     }
 
     fn apply_pod(&mut self, now: Time, pod: Arc<berth_api::k8s_openapi::api::core::v1::Pod>) {
@@ -217,8 +344,17 @@ impl Scheduler {
         let key = info.key.clone();
         let assigned = info.node_name.is_some();
         let prev = self.cluster.apply_pod(info.clone());
+        let foreign = self.is_foreign(&info);
+        crate::plugins::numatopology::pod_applied(
+            &mut self.cluster,
+            prev.as_ref(),
+            &info,
+            foreign,
+            now,
+        );
         if assigned || info.terminal {
             self.queue.delete(&key);
+            self.nominator.delete(&key);
             self.last_message.remove(&key);
             let was_placed = prev.as_ref().is_some_and(|p| p.state != PodState::Pending);
             let moved_resources = !was_placed || info.terminal;
@@ -237,8 +373,11 @@ impl Scheduler {
         }
         if info.terminating {
             self.queue.delete(&key);
+            self.nominator.delete(&key);
             return;
         }
+        self.nominator
+            .update(prev.as_ref().map(|p| &*p.info), &info);
         self.queue.add(key, info.priority, info.created, now);
     }
 
@@ -251,11 +390,13 @@ impl Scheduler {
     /// is, as `SchedulerPopFromBackoffQ` does). Returns how many cycles ran.
     pub fn run_until_idle(&mut self, now: Time) -> usize {
         let mut cycles = 0;
+        self.cluster.reservations.set_now(now);
         self.queue.flush(now);
         loop {
             match self.queue.pop() {
                 Some(key) => {
                     self.schedule_one(now, key);
+                    self.sync_reservations(now);
                     cycles += 1;
                 }
                 None => {
@@ -271,9 +412,11 @@ impl Scheduler {
     /// Runs one scheduling cycle for the next active item, if there is one. Returns whether
     /// a cycle ran. Benchmarks time this; drivers use [`Scheduler::run_until_idle`].
     pub fn schedule_next(&mut self, now: Time) -> bool {
+        self.cluster.reservations.set_now(now);
         match self.queue.pop() {
             Some(key) => {
                 self.schedule_one(now, key);
+                self.sync_reservations(now);
                 true
             }
             None => false,
@@ -294,7 +437,9 @@ impl Scheduler {
         };
         self.counters.attempts += 1;
         let profile = self.profile_for(&pod);
-        match self.find_node(profile, &pod) {
+        let outcome = self.find_node(profile, &pod);
+        self.filter_feedback(profile, &pod, now);
+        match outcome {
             Outcome::Placed(node, mut state) => {
                 if let Err(status) = self.reserve_and_bind(profile, &mut state, &pod, node, now) {
                     self.counters.errors += 1;
@@ -307,6 +452,42 @@ impl Scheduler {
         }
     }
 
+    /// Hands each feedback plugin its Filter verdicts of the cycle that just ran. A node
+    /// another plugin rejected counts as passed by this one only if this one ran first.
+    fn filter_feedback(&mut self, profile: usize, pod: &PodInfo, now: Time) {
+        if self.filter_log.is_empty() {
+            return;
+        }
+        let prof = &self.profiles[profile];
+        for &j in &self.feedback[profile] {
+            let i = prof.filter[j];
+            if self.filter_log_skip & (1 << i) != 0 {
+                continue;
+            }
+            let p = &prof.plugins[i];
+            self.feedback_buf.clear();
+            for &(idx, by) in &self.filter_log {
+                let passed = if by.is_empty() {
+                    true
+                } else if by == p.name() {
+                    false
+                } else {
+                    match prof
+                        .filter
+                        .iter()
+                        .position(|&k| prof.plugins[k].name() == by)
+                    {
+                        Some(pos) if pos > j => true,
+                        _ => continue,
+                    }
+                };
+                self.feedback_buf.push((idx, passed));
+            }
+            p.filter_feedback(&mut self.cluster, pod, &self.feedback_buf, now);
+        }
+        self.filter_log.clear();
+    }
+
     fn item(&self, key: &ObjectKey) -> Option<Arc<PodInfo>> {
         match key.kind {
             Kind::Pod => self
@@ -314,6 +495,7 @@ impl Scheduler {
                 .pod(key)
                 .filter(|e| e.state == PodState::Pending)
                 .map(|e| e.info.clone()),
+            Kind::Reservation => self.cluster.reservations.item(&key.name),
             _ => None,
         }
     }
@@ -341,11 +523,14 @@ impl Scheduler {
         let mut state = CycleState::default();
         let mut diag = std::mem::take(&mut self.diagnosis);
         diag.clear();
+        self.resolvable.clear();
+        self.post_filter_result = None;
         let num_all = cx.node_count();
         if num_all == 0 {
             return Outcome::Failed(diag);
         }
         // PreFilter.
+        let mut rejected_by = None;
         for &i in &prof.pre_filter {
             let p = &prof.plugins[i];
             let st = p.pre_filter(cx, &mut state, pod);
@@ -360,16 +545,53 @@ impl Scheduler {
                         p.name(),
                         st.message()
                     ));
-                } else {
-                    diag.pre_filter_msg = Some(st.message());
-                    diag.unschedulable_plugins.push(p.name());
+                    return Outcome::Failed(diag);
                 }
-                return Outcome::Failed(diag);
+                diag.pre_filter_msg = Some(st.message());
+                diag.unschedulable_plugins.push(p.name());
+                rejected_by = Some(st.code());
+                break;
             }
+        }
+        if let Some(code) = rejected_by {
+            // Every node has PreFilter's status; PostFilter still runs, as in kube-scheduler.
+            if code == Code::Unschedulable {
+                self.resolvable.extend_from_slice(self.cluster.node_order());
+            }
+            self.run_post_filter(profile, &state, pod, &mut diag);
+            return Outcome::Failed(diag);
         }
         // Filter, from a rotating start, until enough feasible nodes are found.
         let has_score = !prof.score.is_empty();
         let subset = state.node_subset.take();
+        // A pod nominated by an earlier preemption tries that node first and takes it if it
+        // fits (kube-scheduler's evaluateNominatedNode); its rejection is not recorded, the
+        // full pass below records it.
+        if let Some(idx) = self
+            .nominator
+            .node_of(&pod.key)
+            .and_then(|n| cx.node_idx(n))
+        {
+            let allowed = subset.as_ref().is_none_or(|s| s.contains(&idx));
+            if let Some(node) = cx.node(idx).filter(|_| allowed) {
+                self.counters.nodes_filtered += 1;
+                let st = run_filter_plugins_with_nominated_pods(
+                    prof,
+                    cx,
+                    &state,
+                    pod,
+                    node,
+                    &self.nominator,
+                );
+                if st.is_success() {
+                    self.diagnosis = diag;
+                    state.node_subset = subset;
+                    return Outcome::Placed(idx, state);
+                }
+            }
+        }
+        self.filter_log.clear();
+        self.filter_log_skip = state.skip_filter;
         let candidates: &[NodeIdx] = subset.as_deref().unwrap_or(cx.node_order());
         let n = candidates.len();
         let to_find = if has_score {
@@ -393,21 +615,25 @@ impl Scheduler {
             processed += 1;
             let Some(node) = cx.node(idx) else { continue };
             self.counters.nodes_filtered += 1;
-            let mut ok = true;
-            for &i in &prof.filter {
-                if state.skip_filter & (1 << i) != 0 {
-                    continue;
-                }
-                let p = &prof.plugins[i];
-                let st = p.filter(cx, &state, pod, node);
-                if !st.is_success() {
-                    diag.add(&st.with_plugin(p.name()));
-                    ok = false;
-                    break;
-                }
+            let st = run_filter_plugins_with_nominated_pods(
+                prof,
+                cx,
+                &state,
+                pod,
+                node,
+                &self.nominator,
+            );
+            if !self.feedback[profile].is_empty() {
+                let by = if st.is_success() { "" } else { st.plugin() };
+                self.filter_log.push((idx, by));
             }
-            if ok {
+            if st.is_success() {
                 feasible.push(idx);
+            } else {
+                if st.code() == Code::Unschedulable {
+                    self.resolvable.push(idx);
+                }
+                diag.add(&st);
             }
         }
         if subset.is_none() && n > 0 {
@@ -423,12 +649,7 @@ impl Scheduler {
                 diag.add_absent(reason, num_all.saturating_sub(s.len()) as u32);
             }
             self.feasible = feasible;
-            // PostFilter (preemption).
-            for &i in &prof.post_filter {
-                if let Some(r) = prof.plugins[i].post_filter(cx, &state, pod, &diag) {
-                    diag.post_filter_msg = r.message;
-                }
-            }
+            self.run_post_filter(profile, &state, pod, &mut diag);
             return Outcome::Failed(diag);
         }
         self.diagnosis = diag;
@@ -532,6 +753,7 @@ impl Scheduler {
             .unwrap_or_default();
         self.counters.scheduled += 1;
         self.queue.done(&pod.key);
+        self.nominator.delete(&pod.key);
         self.last_message.remove(&pod.key);
         let _ = now;
         if is_pod {
@@ -547,11 +769,24 @@ impl Scheduler {
                 "Scheduled",
                 format!("Successfully assigned {} to {}", pod.key, node_name),
             );
+        } else if let PodKind::ReservePod { reservation } = &pod.kind {
+            crate::reservation::lifecycle::record(
+                &mut self.cluster,
+                reservation,
+                "Normal",
+                "Scheduled",
+                format!("Successfully assigned {reservation} to {node_name}"),
+            );
         }
         Ok(())
     }
 
     fn fail(&mut self, now: Time, pod: &PodInfo, diag: Diagnosis) {
+        let post_filter = self.post_filter_result.take();
+        if let Some(r) = &post_filter {
+            self.preempt(now, pod, r);
+        }
+        let nominate = self.nominate(pod, post_filter.as_ref().map(|r| r.nomination));
         let (message, unschedulable) = match &diag.error {
             Some(err) => (err.clone(), false),
             None => (diag.render(self.cluster.node_count()), true),
@@ -563,6 +798,7 @@ impl Scheduler {
             .failed(&pod.key, unschedulable, &diag.unschedulable_plugins, now);
         self.diagnosis = diag;
         if self.last_message.get(&pod.key) == Some(&message) {
+            self.effects.extend(nominate);
             return;
         }
         self.last_message.insert(pod.key.clone(), message.clone());
@@ -584,7 +820,155 @@ impl Scheduler {
                 "FailedScheduling",
                 message,
             );
+        } else if let PodKind::ReservePod { reservation } = &pod.kind {
+            // A reservation that cannot be placed stays Pending with Scheduled=False.
+            crate::reservation::lifecycle::unschedulable(&mut self.cluster, reservation, &message);
+            crate::reservation::lifecycle::record(
+                &mut self.cluster,
+                reservation,
+                "Warning",
+                "FailedScheduling",
+                message,
+            );
         }
+        self.effects.extend(nominate);
+    }
+
+    /// Applies what reservation changes ask of the queue and emits their effects (status
+    /// writes, events, deletions), after every input.
+    fn sync_reservations(&mut self, now: Time) {
+        let (ops, effects) = crate::reservation::lifecycle::drain(&mut self.cluster);
+        for op in ops {
+            match op {
+                crate::reservation::QueueOp::Add {
+                    key,
+                    priority,
+                    created,
+                } => self.queue.add(key, priority, created, now),
+                crate::reservation::QueueOp::Delete(key) => self.queue.delete(&key),
+                crate::reservation::QueueOp::MoveAll => self.queue.move_all(now),
+            }
+        }
+        self.effects.extend(effects);
+    }
+
+    /// Runs the profile's PostFilter plugins after a failed search (kube-scheduler's
+    /// `RunPostFilterPlugins`): the first that nominates a node wins; otherwise their
+    /// messages are joined and the last decision about the nomination stands.
+    fn run_post_filter(
+        &mut self,
+        profile: usize,
+        state: &CycleState,
+        pod: &PodInfo,
+        diag: &mut Diagnosis,
+    ) {
+        let prof = &self.profiles[profile];
+        if prof.post_filter.is_empty() {
+            return;
+        }
+        let mut cx = PostFilterContext {
+            cluster: &self.cluster,
+            profile: prof,
+            state,
+            diagnosis: diag,
+            resolvable: &self.resolvable,
+            nominator: &self.nominator,
+            rng: &mut self.rng,
+        };
+        let mut result: Option<PostFilterResult> = None;
+        let mut messages = Vec::new();
+        for &i in &prof.post_filter {
+            let Some(mut r) = prof.plugins[i].post_filter(&mut cx, pod) else {
+                continue;
+            };
+            if matches!(r.nomination, Nomination::Node(_)) {
+                messages.clear();
+                messages.extend(r.message.take());
+                result = Some(r);
+                break;
+            }
+            messages.extend(r.message.take());
+            if r.nomination != Nomination::Keep {
+                result = Some(r);
+            }
+        }
+        if !messages.is_empty() {
+            diag.post_filter_msg = Some(messages.join(", "));
+        }
+        self.post_filter_result = result;
+    }
+
+    /// Carries out a preemption PostFilter decided (kube-scheduler's `prepareCandidate`):
+    /// deletes the victims (those not already being deleted) with a `Preempted` event each,
+    /// and clears the nomination of lower-priority pods nominated to the same node, which
+    /// may no longer fit there, sending them back to the queue.
+    fn preempt(&mut self, now: Time, preemptor: &PodInfo, result: &PostFilterResult) {
+        let Nomination::Node(idx) = result.nomination else {
+            return;
+        };
+        let Some(node) = self.cluster.node(idx).map(|n| n.name.clone()) else {
+            return;
+        };
+        for victim in &result.victims {
+            let Some(info) = self.cluster.pod(victim).map(|e| e.info.clone()) else {
+                continue;
+            };
+            if info.terminating {
+                continue;
+            }
+            self.effects.push_back(Effect::Delete(victim.clone()));
+            self.record(
+                victim.clone(),
+                &info.uid,
+                "Normal",
+                "Preempted",
+                format!("Preempted by pod {} on node {}", preemptor.uid, node),
+            );
+        }
+        let lower: Vec<Arc<PodInfo>> = self
+            .nominator
+            .pods_on(&node)
+            .iter()
+            .filter(|p| p.priority < preemptor.priority)
+            .cloned()
+            .collect();
+        for p in lower {
+            self.nominator.delete(&p.key);
+            if nominated_node_name(&p).is_some() {
+                self.effects.push_back(Effect::NominatePod {
+                    pod: p.key.clone(),
+                    node: None,
+                });
+            }
+            self.queue.add(p.key.clone(), p.priority, p.created, now);
+        }
+    }
+
+    /// Records the nomination PostFilter decided for `pod` and returns the effect that
+    /// writes it to `status.nominatedNodeName` when the API object does not say so already.
+    fn nominate(&mut self, pod: &PodInfo, nomination: Option<Nomination>) -> Option<Effect> {
+        let before = self.nominator.node_of(&pod.key).cloned();
+        let after: Option<Arc<str>> = match nomination {
+            None | Some(Nomination::Keep) => return None,
+            Some(Nomination::Clear) => {
+                self.nominator.delete(&pod.key);
+                None
+            }
+            Some(Nomination::Node(idx)) => {
+                let name = self.cluster.node(idx)?.name.clone();
+                let info = self.cluster.pod(&pod.key)?.info.clone();
+                self.nominator.add(info, name.clone());
+                Some(name)
+            }
+        };
+        let written = nominated_node_name(pod);
+        if written == after.as_deref() || before == after {
+            return None;
+        }
+        Some(Effect::NominatePod {
+            pod: pod.key.clone(),
+            node: after.map(|n| n.to_string()),
+        })
     }
 
     fn record(
@@ -671,9 +1055,11 @@ mod tests {
             }
             _ => None,
         });
+        // DefaultPreemption's verdict follows, as kube-scheduler appends it: 3 CPUs exceed
+        // both nodes' allocatable, so no eviction could help.
         assert_eq!(
             msg.as_deref(),
-            Some("0/2 nodes are available: 2 Insufficient cpu.")
+            Some("0/2 nodes are available: 2 Insufficient cpu. preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling.")
         );
         let n1 = s.cluster.node_by_name("n1").unwrap();
         assert_eq!(n1.requested[crate::resources::ResourceId::CPU], 2000);

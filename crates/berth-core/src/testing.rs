@@ -122,6 +122,11 @@ impl PodBuilder {
         self.0["status"]["phase"] = json!(p);
         self
     }
+    /// Sets any `status` field (`startTime`, `conditions`, `nominatedNodeName`...).
+    pub fn status(mut self, field: &str, v: Value) -> Self {
+        self.0["status"][field] = v;
+        self
+    }
     /// The JSON.
     pub fn json(&self) -> &Value {
         &self.0

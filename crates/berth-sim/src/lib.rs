@@ -1,2 +1,26 @@
+//! `berth simulate`: a simulated cluster around berth's scheduling core.
+//!
+//! Start at [`run`], which does what the command does: [`input::read_files`] decodes the
+//! files (bad input is an [`InputError`], exit status 2), [`Simulation::run`] plays the
+//! objects and the Scenario in virtual time, [`output::render`] prints the final state.
+//! The contract is `spec/scenario.md`; [`sim`] documents the driver loop and [`agent`] the
+//! simulated kubelet.
 
+pub mod agent;
 pub mod bench;
+pub mod error;
+pub mod input;
+pub mod output;
+pub mod scenario;
+pub mod sim;
+pub mod store;
+
+mod run;
+
+pub use error::{Error, InputError};
+pub use input::{Input, Item};
+pub use output::Format;
+pub use run::{load_config, run, simulate, Options, RunOutput};
+pub use scenario::Scenario;
+pub use sim::Simulation;
+pub use store::Store;

@@ -62,6 +62,10 @@ pub struct Cluster {
     pub priority_classes: HashMap<String, Arc<PriorityClass>>,
     /// Disruption budgets by namespace/name.
     pub pdbs: HashMap<ObjectKey, Arc<PodDisruptionBudget>>,
+    /// Koordinator reservations, indexed by node and owner.
+    pub reservations: crate::reservation::ReservationStore,
+    /// NUMA topology per node through the reserve cache (NodeResourceTopologyMatch).
+    pub numa: crate::plugins::numatopology::NumaCluster,
 }
 
 impl Cluster {

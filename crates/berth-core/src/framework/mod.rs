@@ -4,6 +4,7 @@
 pub mod config;
 pub mod cycle_state;
 pub mod diagnosis;
+pub mod nominator;
 pub mod plugin;
 pub mod profile;
 pub mod status;

@@ -8,9 +8,12 @@ use std::collections::BTreeMap;
 use crate::cache::Cluster;
 use crate::framework::cycle_state::CycleState;
 use crate::framework::diagnosis::Diagnosis;
+use crate::framework::nominator::Nominator;
+use crate::framework::profile::Profile;
 use crate::framework::status::Status;
 use crate::model::node::{NodeIdx, NodeInfo};
 use crate::model::pod::PodInfo;
+use crate::rng::SplitMix64;
 
 /// Scores plugins return are within `0..=MAX_NODE_SCORE` after normalisation.
 pub const MAX_NODE_SCORE: i64 = 100;
@@ -42,6 +45,9 @@ impl Points {
     pub const QUEUE_SORT: Points = Points(1 << 9);
     /// PostBind.
     pub const POST_BIND: Points = Points(1 << 10);
+    /// Filter feedback: the plugin learns its Filter verdicts after the filter loop
+    /// ([`Plugin::filter_feedback`]). Not a kube-scheduler extension point.
+    pub const FILTER_FEEDBACK: Points = Points(1 << 11);
 
     /// Whether every point of `other` is in `self`.
     pub const fn contains(self, other: Points) -> bool {
@@ -56,15 +62,49 @@ impl std::ops::BitOr for Points {
     }
 }
 
+/// What PostFilter does with the pod's nominated node (kube-scheduler's `NominatingInfo`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Nomination {
+    /// Leave it as it is (`ModeNoop`).
+    #[default]
+    Keep,
+    /// Clear it: preemption cannot help (`ModeOverride` with no node).
+    Clear,
+    /// Nominate the pod to this node: its victims are being evicted.
+    Node(NodeIdx),
+}
+
 /// What PostFilter (preemption) decided.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PostFilterResult {
-    /// The node the pod is nominated to, when victims were chosen.
-    pub nominated_node: Option<NodeIdx>,
-    /// Pods to evict.
+    /// What happens to the pod's nominated node.
+    pub nomination: Nomination,
+    /// Pods to evict (with [`Nomination::Node`]), most important first.
     pub victims: Vec<crate::object::ObjectKey>,
-    /// The message appended to the FitError (`preemption: ...`).
+    /// The message appended to the FitError (`preemption: ...`, without the final period
+    /// the FitError adds).
     pub message: Option<String>,
+}
+
+/// What a PostFilter plugin may read: the cycle that failed and a way to re-run the
+/// profile's filters (preemption simulates removing pods and filters again).
+#[derive(Debug)]
+pub struct PostFilterContext<'a> {
+    /// The cluster.
+    pub cluster: &'a Cluster,
+    /// The profile the pod is scheduled with.
+    pub profile: &'a Profile,
+    /// The failed cycle's state.
+    pub state: &'a CycleState,
+    /// Why no node fit.
+    pub diagnosis: &'a Diagnosis,
+    /// Nodes whose rejection was `Unschedulable` (not `UnschedulableAndUnresolvable`):
+    /// removing pods may help only there. In no particular order.
+    pub resolvable: &'a [NodeIdx],
+    /// Pods nominated to nodes by earlier preemptions.
+    pub nominator: &'a Nominator,
+    /// The scheduler's seeded generator (preemption starts its search at a random node).
+    pub rng: &'a mut SplitMix64,
 }
 
 /// A scheduling plugin.
@@ -78,6 +118,10 @@ pub trait Plugin: std::fmt::Debug + Send + Sync {
 
     /// The extension points this plugin implements.
     fn points(&self) -> Points;
+
+    /// Sets up what the plugin keeps in the cluster across cycles (a cache the scheduler
+    /// feeds with events), once, when the scheduler is built.
+    fn init(&self, _cx: &mut Cluster) {}
 
     /// Computes per-pod state once. Return `Status::skip()` to skip this plugin's Filter.
     fn pre_filter(&self, _cx: &Cluster, _state: &mut CycleState, _pod: &PodInfo) -> Status {
@@ -95,13 +139,24 @@ pub trait Plugin: std::fmt::Debug + Send + Sync {
         Status::success()
     }
 
-    /// Runs when no node fits (preemption).
+    /// Learns the verdicts of this plugin's Filter in the cycle that just ran: `(node,
+    /// passed)` in the order Filter ran (only with [`Points::FILTER_FEEDBACK`]). Filter itself
+    /// cannot write (it reads `&Cluster`, and preemption re-runs it on copies whose verdicts
+    /// must not count); a plugin that tracks rejections over time records them here.
+    fn filter_feedback(
+        &self,
+        _cx: &mut Cluster,
+        _pod: &PodInfo,
+        _verdicts: &[(NodeIdx, bool)],
+        _now: crate::time::Time,
+    ) {
+    }
+
+    /// Runs when no node fits (preemption). `None`: nothing to say.
     fn post_filter(
         &self,
-        _cx: &Cluster,
-        _state: &CycleState,
+        _cx: &mut PostFilterContext<'_>,
         _pod: &PodInfo,
-        _diagnosis: &Diagnosis,
     ) -> Option<PostFilterResult> {
         None
     }
@@ -145,6 +200,12 @@ pub trait Plugin: std::fmt::Debug + Send + Sync {
         _pod: &PodInfo,
         _node: NodeIdx,
     ) {
+    }
+
+    /// The reservation lifecycle settings this plugin's args carry (the Reservation plugin
+    /// only); the scheduler applies the first profile's.
+    fn reservation_settings(&self) -> Option<crate::reservation::Settings> {
+        None
     }
 
     /// Adds what must be written onto the pod before binding (annotations).

@@ -8,7 +8,7 @@
 //!   Manager config ([`TopologyManagerConfig`]) and the conversion of a
 //!   `berth_api::nrt::NodeResourceTopology` into a [`NodeTopology`].
 //! - [`policy`]: the Filter ([`filter`]).
-//! - [`score`]: the Score strategies ([`score()`]).
+//! - [`mod@score`]: the Score strategies ([`score()`]).
 //! - [`reserve_cache`]: the reserve ("overreserve") cache ([`ReserveCache`]), and
 //!   [`filter_node`] / [`score_node`] that run filter/score through its per-node view.
 //! - [`fingerprint`]: the pod-set fingerprint, byte-exact with the agents.
@@ -33,8 +33,8 @@ pub use fingerprint::{Fingerprint, FingerprintError, FingerprintMethod};
 pub use policy::{filter, AnyResource, NodeAllocatable, NumaReject};
 pub use reserve_cache::{
     filter_node, score_node, CacheConfig, CacheMode, ForeignPodsDetect, NodeNumaView,
-    NumaCacheMetrics, PodIdent, PodKey, ReserveCache, ResyncMethod, ResyncOutcome, ResyncScope,
-    UnusableReason,
+    NumaCacheMetrics, PodIdent, PodKey, ReserveCache, ResyncCheck, ResyncMethod, ResyncOutcome,
+    ResyncScope, UnusableReason,
 };
 pub use score::{score, ScoringStrategy, ScoringStrategyType};
 pub use types::{

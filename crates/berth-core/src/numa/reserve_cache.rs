@@ -17,7 +17,8 @@
 //!   match the NRT replaces the cached one and the node is clean again; assumed pods that are
 //!   not in the matched pod set, or that were reserved after that NRT was received, stay
 //!   assumed (they cannot be in the agent's snapshot). On a mismatch (or no fingerprint) the
-//!   node stays dirty. Attribute changes alone are applied without a fingerprint check.
+//!   node stays dirty. Attribute changes alone are applied without a fingerprint check (the
+//!   assumed pods stay).
 //! - A node with foreign pods is **unusable** (filter rejects, score 0) until a matching
 //!   resync.
 //! - Cache disabled ([`CacheMode::Passthrough`]): every NRT update is applied as it comes, all
@@ -145,6 +146,17 @@ pub enum UnusableReason {
     ReservationInFlight,
 }
 
+/// The result of the last resync check of a dirty node that did not flush it (cleared when
+/// the node is flushed), so rejections can say why the node's data is still stale.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ResyncCheck {
+    /// The NRT's pod fingerprint does not match the pods the scheduler believes run there
+    /// (or is malformed, or of an incompatible version).
+    Mismatch,
+    /// The NRT carries no pod fingerprint, so the node can never be resynced.
+    NoFingerprint,
+}
+
 /// What the filter and score plugins see for a node.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum NodeNumaView<'a> {
@@ -229,6 +241,8 @@ pub struct ResyncOutcome {
     pub missing_fingerprint: usize,
     /// Nodes whose cached NRT was replaced, sorted.
     pub flushed: Vec<String>,
+    /// Nodes whose [`ResyncCheck`] changed in this pass (not counting flushed nodes).
+    pub checks_changed: usize,
 }
 
 #[derive(Debug, Clone)]
@@ -258,6 +272,7 @@ struct NodeEntry {
     dirty_overreserved: bool,
     dirty_foreign: bool,
     dirty_attr: bool,
+    check: Option<ResyncCheck>,
 }
 
 impl NodeEntry {
@@ -364,6 +379,7 @@ impl ReserveCache {
             entry.dirty_overreserved = false;
             entry.dirty_foreign = false;
             entry.dirty_attr = false;
+            entry.check = None;
             if entry.in_flight.is_empty() {
                 self.nodes.remove(node);
             }
@@ -560,6 +576,19 @@ impl ReserveCache {
         self.nodes.get(node).is_some_and(NodeEntry::is_dirty)
     }
 
+    /// The last resync check of `node` that did not flush it, while it stays unflushed.
+    pub fn resync_check(&self, node: &str) -> Option<ResyncCheck> {
+        self.nodes.get(node)?.check
+    }
+
+    /// Whether `node` has pods assumed or is dirty: its data may be pessimistic and a
+    /// rejection there may go away at the next resync.
+    pub fn is_overreserved(&self, node: &str) -> bool {
+        self.nodes
+            .get(node)
+            .is_some_and(|e| !e.assumed.is_empty() || e.is_dirty())
+    }
+
     /// Number of pods assumed on `node`.
     pub fn assumed_count(&self, node: &str) -> usize {
         self.nodes.get(node).map_or(0, |e| e.assumed.len())
@@ -626,7 +655,9 @@ impl ReserveCache {
                 self.metrics.fingerprint_missing += 1;
                 out.missing_fingerprint += 1;
                 // A pure attribute change can still be applied below.
-                if entry.dirty_attr {
+                let attr = entry.dirty_attr;
+                out.checks_changed += set_check(&mut self.nodes, &node, ResyncCheck::NoFingerprint);
+                if attr {
                     config_changed.push(node);
                 }
                 continue;
@@ -656,6 +687,7 @@ impl ReserveCache {
                 | Err(FingerprintError::IncompatibleVersion) => {
                     self.metrics.fingerprint_mismatches += 1;
                     out.mismatched += 1;
+                    out.checks_changed += set_check(&mut self.nodes, &node, ResyncCheck::Mismatch);
                     if entry_has_attr_change(&self.nodes, &node) {
                         config_changed.push(node);
                     }
@@ -686,7 +718,8 @@ impl ReserveCache {
     /// Replaces the cached NRT with the newest one. With `fingerprint_matched`, every dirty
     /// flag is cleared and assumed pods accounted in that NRT (present in `pods` and reserved
     /// before it was received) are dropped; otherwise (attribute change) only the attribute
-    /// flag is cleared and assumed pods reserved before the NRT was received are dropped.
+    /// flag is cleared and every assumed pod stays (nothing proves the NRT accounts them;
+    /// upstream drops them all).
     fn flush(&mut self, node: &str, pods: &[PodIdent], fingerprint_matched: bool) {
         let Some(entry) = self.nodes.get_mut(node) else {
             return;
@@ -707,8 +740,7 @@ impl ReserveCache {
             entry.dirty_overreserved = false;
             entry.dirty_foreign = false;
             entry.filtered_out_streak = 0;
-        } else {
-            entry.assumed.retain(|a| a.reserved_at_ms >= received);
+            entry.check = None;
         }
         entry.dirty_attr = false;
         entry.recompute();
@@ -722,6 +754,17 @@ impl ReserveCache {
             .iter()
             .find(|a| a.uid == uid)
             .map(|a| a.bound)
+    }
+}
+
+/// Records `check` for `node`; 1 if it changed.
+fn set_check(nodes: &mut HashMap<String, NodeEntry>, node: &str, check: ResyncCheck) -> usize {
+    match nodes.get_mut(node) {
+        Some(e) if e.check != Some(check) => {
+            e.check = Some(check);
+            1
+        }
+        _ => 0,
     }
 }
 
@@ -920,6 +963,9 @@ mod tests {
         assert_eq!(c.assumed_count(NODE), 1);
         assert_eq!(cpu(&c, 0), Some(1000));
         assert_eq!(c.metrics().fingerprint_mismatches, 1);
+        assert_eq!(c.resync_check(NODE), Some(ResyncCheck::Mismatch));
+        assert_eq!(out.checks_changed, 1);
+        assert!(c.is_overreserved(NODE));
         // Next period: the agent caught up → match → clean.
         c.update_nrt(NODE, topo(1, 4, &[("ns", "a")]), 3000);
         assert!(
@@ -929,6 +975,8 @@ mod tests {
         let out = c.resync(6000, |_, _| vec![ident("a")]);
         assert_eq!(out.matched, 1);
         assert!(!c.is_dirty(NODE));
+        assert_eq!(c.resync_check(NODE), None, "a flush clears the check");
+        assert!(!c.is_overreserved(NODE));
     }
 
     #[test]
@@ -942,6 +990,7 @@ mod tests {
         let out = c.resync(0, |_, _| vec![ident("a")]);
         assert_eq!((out.missing_fingerprint, out.matched), (1, 0));
         assert!(c.is_dirty(NODE));
+        assert_eq!(c.resync_check(NODE), Some(ResyncCheck::NoFingerprint));
         t.fingerprint = Some(NrtFingerprint {
             signature: "pfp0v002e477a4e3b2fc0ec6".into(),
             method: None,
@@ -1158,8 +1207,10 @@ mod tests {
         assert_eq!(out.flushed, vec![NODE.to_string()]);
         assert!(!c.is_dirty(NODE));
         assert_eq!(c.topology(NODE).map(|t| t.tm.policy), Some(TmPolicy::None));
-        // Pod a was reserved before that NRT was received: dropped.
-        assert_eq!(c.assumed_count(NODE), 0);
+        // Without a fingerprint match nothing proves the NRT accounts pod a: still assumed,
+        // now subtracted from the new NRT.
+        assert_eq!(c.assumed_count(NODE), 1);
+        assert_eq!(cpu(&c, 0), Some(2000));
         // With resyncScope OnlyResources attribute changes are not tracked.
         let mut c = ReserveCache::new(CacheConfig {
             resync_scope: ResyncScope::OnlyResources,

@@ -35,7 +35,8 @@ pub const ERR_REASON_ENFORCED: &str = "node(s) didn't match scheduler-enforced n
 pub const ERR_REASON_CONFLICT: &str = "pod affinity terms conflict";
 
 const METADATA_NAME: &str = "metadata.name";
-const REQUIRED_PATH: &str = "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution";
+const REQUIRED_PATH: &str =
+    "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution";
 const PREFERRED_PATH: &str =
     "spec.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution";
 
@@ -71,7 +72,9 @@ impl CompiledNodeSelector {
 
     /// Whether any term matches the node (an empty term matches nothing).
     pub fn matches(&self, node: &NodeInfo) -> bool {
-        self.terms.iter().any(|t| t.matches(&node.name, &node.labels))
+        self.terms
+            .iter()
+            .any(|t| t.matches(&node.name, &node.labels))
     }
 }
 
@@ -107,7 +110,8 @@ impl PreferredTerms {
 }
 
 fn is_empty_term(t: &NodeSelectorTerm) -> bool {
-    t.match_expressions.as_ref().is_none_or(Vec::is_empty) && t.match_fields.as_ref().is_none_or(Vec::is_empty)
+    t.match_expressions.as_ref().is_none_or(Vec::is_empty)
+        && t.match_fields.as_ref().is_none_or(Vec::is_empty)
 }
 
 /// The pod's `nodeSelector` and required node affinity, compiled
@@ -221,10 +225,8 @@ impl NodeAffinity {
         };
         if let Some(ns) = &added.required_during_scheduling_ignored_during_execution {
             let path = "addedAffinity.requiredDuringSchedulingIgnoredDuringExecution";
-            me.added_required = Some(
-                CompiledNodeSelector::new(ns, path)
-                    .map_err(|e| ConfigError::new(path, e.0))?,
-            );
+            me.added_required =
+                Some(CompiledNodeSelector::new(ns, path).map_err(|e| ConfigError::new(path, e.0))?);
         }
         if let Some(terms) = added
             .preferred_during_scheduling_ignored_during_execution
@@ -250,7 +252,8 @@ impl Plugin for NodeAffinity {
 
     fn pre_filter(&self, cx: &Cluster, state: &mut CycleState, pod: &PodInfo) -> Status {
         let required = required_terms(pod);
-        if required.is_none() && self.added_required.is_none() && pod.spec().node_selector.is_none() {
+        if required.is_none() && self.added_required.is_none() && pod.spec().node_selector.is_none()
+        {
             return Status::skip();
         }
         let compiled = match RequiredNodeAffinity::of(pod) {
@@ -278,7 +281,11 @@ impl Plugin for NodeAffinity {
                 return Status::unresolvable(ERR_REASON_ENFORCED);
             }
         }
-        let matched = match state.node_affinity.as_ref().and_then(|s| s.required.as_ref()) {
+        let matched = match state
+            .node_affinity
+            .as_ref()
+            .and_then(|s| s.required.as_ref())
+        {
             Some(req) => req.matches(node),
             // PreFilter disabled in the profile: compile here, as kube-scheduler falls back
             // to; a selector that does not compile matches nothing.
@@ -291,18 +298,29 @@ impl Plugin for NodeAffinity {
         }
     }
 
-    fn pre_score(&self, _cx: &Cluster, state: &mut CycleState, pod: &PodInfo, _nodes: &[NodeIdx]) -> Status {
+    fn pre_score(
+        &self,
+        _cx: &Cluster,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        _nodes: &[NodeIdx],
+    ) -> Status {
         let Some(terms) = preferred_terms(pod) else {
             if self.added_preferred.is_none() {
                 return Status::skip();
             }
-            state.node_affinity.get_or_insert_with(Default::default).preferred =
-                Some(PreferredTerms::default());
+            state
+                .node_affinity
+                .get_or_insert_with(Default::default)
+                .preferred = Some(PreferredTerms::default());
             return Status::success();
         };
         match PreferredTerms::new(terms, PREFERRED_PATH) {
             Ok(p) => {
-                state.node_affinity.get_or_insert_with(Default::default).preferred = Some(p);
+                state
+                    .node_affinity
+                    .get_or_insert_with(Default::default)
+                    .preferred = Some(p);
                 Status::success()
             }
             Err(e) => Status::error(format!("invalid node affinity: {}", e.0)),
@@ -311,11 +329,17 @@ impl Plugin for NodeAffinity {
 
     fn score(&self, _cx: &Cluster, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> i64 {
         let mut count = self.added_preferred.as_ref().map_or(0, |p| p.score(node));
-        match state.node_affinity.as_ref().and_then(|s| s.preferred.as_ref()) {
+        match state
+            .node_affinity
+            .as_ref()
+            .and_then(|s| s.preferred.as_ref())
+        {
             Some(p) => count += p.score(node),
             // PreScore disabled in the profile: compile here, as kube-scheduler falls back to.
             None => {
-                if let Some(p) = preferred_terms(pod).and_then(|t| PreferredTerms::new(t, PREFERRED_PATH).ok()) {
+                if let Some(p) =
+                    preferred_terms(pod).and_then(|t| PreferredTerms::new(t, PREFERRED_PATH).ok())
+                {
                     count += p.score(node);
                 }
             }
@@ -372,7 +396,11 @@ mod tests {
         want_filter: Option<&'static str>,
     }
 
-    fn case(name: &'static str, pod: crate::testing::PodBuilder, labels: &[(&'static str, &'static str)]) -> Case {
+    fn case(
+        name: &'static str,
+        pod: crate::testing::PodBuilder,
+        labels: &[(&'static str, &'static str)],
+    ) -> Case {
         Case {
             name,
             pod,
@@ -569,7 +597,12 @@ mod tests {
             }
             // Without PreFilter, Filter compiles the pod itself and agrees.
             let fallback = pl.filter(&cx, &CycleState::default(), &p, &n);
-            assert_eq!(fallback.is_success(), got.is_success(), "{} (no PreFilter)", c.name);
+            assert_eq!(
+                fallback.is_success(),
+                got.is_success(),
+                "{} (no PreFilter)",
+                c.name
+            );
         }
     }
 
@@ -582,7 +615,11 @@ mod tests {
             .collect();
         let pl = plugin(json!({}));
         let cases: [(&str, Value, Option<Vec<NodeIdx>>); 4] = [
-            ("one pinned name", json!([{"matchFields": [name_in("node1")]}]), Some(vec![idx[0]])),
+            (
+                "one pinned name",
+                json!([{"matchFields": [name_in("node1")]}]),
+                Some(vec![idx[0]]),
+            ),
             (
                 "names of several terms are unioned, unknown names dropped",
                 json!([{"matchFields": [name_in("node3")]}, {"matchFields": [name_in("node1")]}, {"matchFields": [name_in("gone")]}]),
@@ -653,10 +690,15 @@ mod tests {
 
     #[test]
     fn invalid_added_affinity_is_a_config_error() {
-        let err = NodeAffinity::new(Some(&json!({"addedAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-            "nodeSelectorTerms": [{"matchExpressions": [expr("a", "Bogus", &[])]}]}}})))
+        let err = NodeAffinity::new(Some(
+            &json!({"addedAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchExpressions": [expr("a", "Bogus", &[])]}]}}}),
+        ))
         .unwrap_err();
-        assert_eq!(err.field, "addedAffinity.requiredDuringSchedulingIgnoredDuringExecution");
+        assert_eq!(
+            err.field,
+            "addedAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+        );
         assert!(err.message.contains("Bogus"), "{err}");
         assert!(NodeAffinity::new(Some(&json!({"unknown": 1}))).is_err());
     }
@@ -664,7 +706,9 @@ mod tests {
     #[test]
     fn score_sums_matching_preferred_weights_and_normalizes() {
         let pref = |terms: Value| json!({"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": terms}});
-        let affinity1 = pref(json!([{"weight": 2, "preference": {"matchExpressions": [expr("foo", "In", &["bar"])]}}]));
+        let affinity1 = pref(
+            json!([{"weight": 2, "preference": {"matchExpressions": [expr("foo", "In", &["bar"])]}}]),
+        );
         let affinity2 = pref(json!([
             {"weight": 2, "preference": {"matchExpressions": [expr("foo", "In", &["bar"])]}},
             {"weight": 4, "preference": {"matchExpressions": [expr("key", "In", &["value"])]}},
@@ -678,8 +722,22 @@ mod tests {
         let label4: &[(&str, &str)] = &[("abc", "az11"), ("def", "az22")];
         let label5: &[(&str, &str)] = &[("foo", "bar"), ("key", "value"), ("az", "az1")];
         let added = |a: Value| json!({"addedAffinity": a["nodeAffinity"].clone()});
-        let cases: Vec<(&str, Option<Value>, Vec<&[(&str, &str)]>, Value, Vec<i64>, bool)> = vec![
-            ("no affinity: all zero", None, vec![label1, label2, label3], json!({}), vec![0, 0, 0], true),
+        let cases: Vec<(
+            &str,
+            Option<Value>,
+            Vec<&[(&str, &str)]>,
+            Value,
+            Vec<i64>,
+            bool,
+        )> = vec![
+            (
+                "no affinity: all zero",
+                None,
+                vec![label1, label2, label3],
+                json!({}),
+                vec![0, 0, 0],
+                true,
+            ),
             (
                 "no node matches the preferred terms",
                 Some(affinity1.clone()),
@@ -716,7 +774,9 @@ mod tests {
                 "added affinity and the pod's own",
                 Some(affinity1.clone()),
                 vec![label1, label2, label5],
-                added(pref(json!([{"weight": 3, "preference": {"matchExpressions": [expr("key", "In", &["value"])]}}]))),
+                added(pref(
+                    json!([{"weight": 3, "preference": {"matchExpressions": [expr("key", "In", &["value"])]}}]),
+                )),
                 vec![40, 60, MAX_NODE_SCORE],
                 false,
             ),
@@ -740,7 +800,8 @@ mod tests {
                     let s = pl.pre_score(&cx, &mut st, &p, &[]);
                     assert_eq!(s.is_skip(), skip, "{name}: {s:?}");
                 }
-                let mut scores: Vec<i64> = nodes.iter().map(|n| pl.score(&cx, &st, &p, n)).collect();
+                let mut scores: Vec<i64> =
+                    nodes.iter().map(|n| pl.score(&cx, &st, &p, n)).collect();
                 pl.normalize_scores(&st, &p, &mut scores);
                 assert_eq!(scores, want, "{name} (PreScore run: {with_pre_score})");
             }

@@ -81,18 +81,45 @@ mod tests {
 
     fn node_with(existing: &[&str]) -> NodeInfo {
         let mut n = node("n").build_info();
-        n.add_pod(Arc::new(with_ports("existing", existing).node_name("n").build_info()));
+        n.add_pod(Arc::new(
+            with_ports("existing", existing).node_name("n").build_info(),
+        ));
         n
     }
 
     #[test]
     fn filter_rejects_conflicting_host_ports() {
         let cases: [(&str, &[&str], &[&str], bool); 12] = [
-            ("other port", &["UDP/127.0.0.1/8080"], &["UDP/127.0.0.1/9090"], true),
-            ("same udp port", &["UDP/127.0.0.1/8080"], &["UDP/127.0.0.1/8080"], false),
-            ("same tcp port", &["TCP/127.0.0.1/8080"], &["TCP/127.0.0.1/8080"], false),
-            ("different host ip", &["TCP/127.0.0.1/8080"], &["TCP/127.0.0.2/8080"], true),
-            ("different protocol", &["UDP/127.0.0.1/8080"], &["TCP/127.0.0.1/8080"], true),
+            (
+                "other port",
+                &["UDP/127.0.0.1/8080"],
+                &["UDP/127.0.0.1/9090"],
+                true,
+            ),
+            (
+                "same udp port",
+                &["UDP/127.0.0.1/8080"],
+                &["UDP/127.0.0.1/8080"],
+                false,
+            ),
+            (
+                "same tcp port",
+                &["TCP/127.0.0.1/8080"],
+                &["TCP/127.0.0.1/8080"],
+                false,
+            ),
+            (
+                "different host ip",
+                &["TCP/127.0.0.1/8080"],
+                &["TCP/127.0.0.2/8080"],
+                true,
+            ),
+            (
+                "different protocol",
+                &["UDP/127.0.0.1/8080"],
+                &["TCP/127.0.0.1/8080"],
+                true,
+            ),
             (
                 "second udp port conflict",
                 &["UDP/127.0.0.1/8000", "UDP/127.0.0.1/8080"],
@@ -123,7 +150,12 @@ mod tests {
                 &["TCP/0.0.0.0/8001"],
                 false,
             ),
-            ("second different protocol", &["UDP/127.0.0.1/8001"], &["TCP/0.0.0.0/8001"], true),
+            (
+                "second different protocol",
+                &["UDP/127.0.0.1/8001"],
+                &["TCP/0.0.0.0/8001"],
+                true,
+            ),
             (
                 "UDP hostPort conflict due to 0.0.0.0 hostIP",
                 &["UDP/127.0.0.1/8001"],
@@ -135,7 +167,10 @@ mod tests {
         for (name, want, existing, fits) in cases {
             let p = with_ports("p", want).build_info();
             let mut st = CycleState::default();
-            assert!(NodePorts.pre_filter(&cx, &mut st, &p).is_success(), "{name}");
+            assert!(
+                NodePorts.pre_filter(&cx, &mut st, &p).is_success(),
+                "{name}"
+            );
             let got = NodePorts.filter(&cx, &st, &p, &node_with(existing));
             if fits {
                 assert!(got.is_success(), "{name}: {got:?}");
@@ -149,7 +184,9 @@ mod tests {
     fn pre_filter_skips_pods_without_host_ports() {
         let cx = Cluster::default();
         let mut st = CycleState::default();
-        assert!(NodePorts.pre_filter(&cx, &mut st, &pod("p").build_info()).is_skip());
+        assert!(NodePorts
+            .pre_filter(&cx, &mut st, &pod("p").build_info())
+            .is_skip());
     }
 
     #[test]

@@ -105,7 +105,9 @@ impl Plugin for NodeVolumeLimits {
         }
         if s.missing.is_none() {
             for (key, pvc) in &cx.pvcs {
-                let Some(driver) = claim_driver(pvc) else { continue };
+                let Some(driver) = claim_driver(pvc) else {
+                    continue;
+                };
                 if let Some(d) = s.drivers.iter().position(|x| **x == *driver) {
                     s.claims
                         .entry(key.namespace.clone())
@@ -189,7 +191,10 @@ mod tests {
         pod(name).spec("volumes", json!(vols))
     }
 
-    fn csi_node(name: &str, drivers: &[(&str, Option<i32>)]) -> Arc<berth_api::k8s_openapi::api::storage::v1::CSINode> {
+    fn csi_node(
+        name: &str,
+        drivers: &[(&str, Option<i32>)],
+    ) -> Arc<berth_api::k8s_openapi::api::storage::v1::CSINode> {
         let ds: Vec<Value> = drivers
             .iter()
             .map(|(d, n)| match n {
@@ -197,12 +202,18 @@ mod tests {
                 None => json!({"name": d, "nodeID": name}),
             })
             .collect();
-        Arc::new(serde_json::from_value(json!({"metadata": {"name": name}, "spec": {"drivers": ds}})).unwrap())
+        Arc::new(
+            serde_json::from_value(json!({"metadata": {"name": name}, "spec": {"drivers": ds}}))
+                .unwrap(),
+        )
     }
 
     /// A cluster with node `n1`, claims `a`..`e` of `ebs.csi` (`e` via the beta annotation),
     /// `g1` of `gce.csi`, `plain` without a driver, and the given pods placed on `n1`.
-    fn cluster(limits: Option<&[(&str, Option<i32>)]>, placed: &[PodBuilder]) -> (Cluster, NodeInfo) {
+    fn cluster(
+        limits: Option<&[(&str, Option<i32>)]>,
+        placed: &[PodBuilder],
+    ) -> (Cluster, NodeInfo) {
         let mut cx = Cluster::default();
         let idx = cx.apply_node(node("n1").build()).unwrap();
         for c in ["a", "b", "c", "d"] {
@@ -242,11 +253,46 @@ mod tests {
     fn filter_counts_distinct_csi_volumes_per_driver_against_the_csinode_limit() {
         let ebs2: &[(&str, Option<i32>)] = &[("ebs.csi", Some(2))];
         // (name, limits, placed pods, new pod claims, want pre-filter skip, want exceeded)
-        let cases: Vec<(&str, Option<&[(&str, Option<i32>)]>, Vec<PodBuilder>, Vec<&str>, bool, bool)> = vec![
-            ("no volumes: skipped", Some(ebs2), vec![], vec![], true, false),
-            ("claims without a driver: skipped", Some(ebs2), vec![], vec!["plain"], true, false),
-            ("under the limit", Some(ebs2), vec![with_claims("x", &["a"])], vec!["b"], false, false),
-            ("at the limit", Some(ebs2), vec![with_claims("x", &["a", "b"])], vec!["c"], false, true),
+        let cases: Vec<(
+            &str,
+            Option<&[(&str, Option<i32>)]>,
+            Vec<PodBuilder>,
+            Vec<&str>,
+            bool,
+            bool,
+        )> = vec![
+            (
+                "no volumes: skipped",
+                Some(ebs2),
+                vec![],
+                vec![],
+                true,
+                false,
+            ),
+            (
+                "claims without a driver: skipped",
+                Some(ebs2),
+                vec![],
+                vec!["plain"],
+                true,
+                false,
+            ),
+            (
+                "under the limit",
+                Some(ebs2),
+                vec![with_claims("x", &["a"])],
+                vec!["b"],
+                false,
+                false,
+            ),
+            (
+                "at the limit",
+                Some(ebs2),
+                vec![with_claims("x", &["a", "b"])],
+                vec!["c"],
+                false,
+                true,
+            ),
             (
                 "a claim already attached is not counted twice",
                 Some(ebs2),
@@ -263,8 +309,22 @@ mod tests {
                 false,
                 false,
             ),
-            ("the pod's own volumes alone exceed", Some(ebs2), vec![], vec!["a", "b", "c"], false, true),
-            ("the beta annotation names the driver too", Some(ebs2), vec![with_claims("x", &["a", "e"])], vec!["b"], false, true),
+            (
+                "the pod's own volumes alone exceed",
+                Some(ebs2),
+                vec![],
+                vec!["a", "b", "c"],
+                false,
+                true,
+            ),
+            (
+                "the beta annotation names the driver too",
+                Some(ebs2),
+                vec![with_claims("x", &["a", "e"])],
+                vec!["b"],
+                false,
+                true,
+            ),
             (
                 "other drivers do not count against the limit",
                 Some(ebs2),
@@ -281,7 +341,14 @@ mod tests {
                 false,
                 false,
             ),
-            ("no CSINode: no limit", None, vec![with_claims("x", &["a", "b"])], vec!["c"], false, false),
+            (
+                "no CSINode: no limit",
+                None,
+                vec![with_claims("x", &["a", "b"])],
+                vec!["c"],
+                false,
+                false,
+            ),
             (
                 "a driver without allocatable count: no limit",
                 Some(&[("ebs.csi", None)]),
@@ -290,7 +357,14 @@ mod tests {
                 false,
                 false,
             ),
-            ("a limit of zero rejects any volume", Some(&[("ebs.csi", Some(0))]), vec![], vec!["a"], false, true),
+            (
+                "a limit of zero rejects any volume",
+                Some(&[("ebs.csi", Some(0))]),
+                vec![],
+                vec!["a"],
+                false,
+                true,
+            ),
             (
                 "the limit of another driver does not apply",
                 Some(&[("gce.csi", Some(0))]),
@@ -311,7 +385,11 @@ mod tests {
             }
             let got = NodeVolumeLimits.filter(&cx, &st, &p, &n);
             if exceeded {
-                assert_eq!(got, Status::unschedulable(ERR_REASON_MAX_VOLUME_COUNT_EXCEEDED), "{name}");
+                assert_eq!(
+                    got,
+                    Status::unschedulable(ERR_REASON_MAX_VOLUME_COUNT_EXCEEDED),
+                    "{name}"
+                );
             } else {
                 assert!(got.is_success(), "{name}: {got:?}");
             }
@@ -337,7 +415,9 @@ mod tests {
         let (cx, n) = cluster(None, &[]);
         let p = with_claims("p", &["a"]).build_info();
         assert_eq!(
-            NodeVolumeLimits.filter(&cx, &CycleState::default(), &p, &n).code(),
+            NodeVolumeLimits
+                .filter(&cx, &CycleState::default(), &p, &n)
+                .code(),
             Code::Error
         );
     }

@@ -40,14 +40,19 @@ pub fn tolerates(toleration: &Toleration, taint: &Taint) -> bool {
         return false;
     }
     match toleration.operator.as_deref().unwrap_or("") {
-        "" | "Equal" => toleration.value.as_deref().unwrap_or("") == taint.value.as_deref().unwrap_or(""),
+        "" | "Equal" => {
+            toleration.value.as_deref().unwrap_or("") == taint.value.as_deref().unwrap_or("")
+        }
         "Exists" => true,
         _ => false,
     }
 }
 
 /// Whether any of `tolerations` tolerates `taint` (`v1helper.TolerationsTolerateTaint`).
-pub fn tolerated_by<'a>(tolerations: impl IntoIterator<Item = &'a Toleration>, taint: &Taint) -> bool {
+pub fn tolerated_by<'a>(
+    tolerations: impl IntoIterator<Item = &'a Toleration>,
+    taint: &Taint,
+) -> bool {
     tolerations.into_iter().any(|t| tolerates(t, taint))
 }
 
@@ -165,19 +170,25 @@ mod tests {
             },
             Case {
                 name: "an Equal toleration without operator tolerates the same key and value",
-                tolerations: vec![json!({"key": "dedicated", "value": "user1", "effect": "NoSchedule"})],
+                tolerations: vec![
+                    json!({"key": "dedicated", "value": "user1", "effect": "NoSchedule"}),
+                ],
                 taints: vec![("dedicated", "user1", "NoSchedule")],
                 want: None,
             },
             Case {
                 name: "an Equal toleration with another value does not tolerate",
-                tolerations: vec![json!({"key": "dedicated", "operator": "Equal", "value": "user2", "effect": "NoSchedule"})],
+                tolerations: vec![
+                    json!({"key": "dedicated", "operator": "Equal", "value": "user2", "effect": "NoSchedule"}),
+                ],
                 taints: vec![("dedicated", "user1", "NoSchedule")],
                 want: Some("node(s) had untolerated taint {dedicated: user1}"),
             },
             Case {
                 name: "Exists ignores the value",
-                tolerations: vec![json!({"key": "foo", "operator": "Exists", "effect": "NoSchedule"})],
+                tolerations: vec![
+                    json!({"key": "foo", "operator": "Exists", "effect": "NoSchedule"}),
+                ],
                 taints: vec![("foo", "bar", "NoSchedule")],
                 want: None,
             },
@@ -187,12 +198,17 @@ mod tests {
                     json!({"key": "dedicated", "operator": "Equal", "value": "user2", "effect": "NoSchedule"}),
                     json!({"key": "foo", "operator": "Exists", "effect": "NoSchedule"}),
                 ],
-                taints: vec![("dedicated", "user2", "NoSchedule"), ("foo", "bar", "NoSchedule")],
+                taints: vec![
+                    ("dedicated", "user2", "NoSchedule"),
+                    ("foo", "bar", "NoSchedule"),
+                ],
                 want: None,
             },
             Case {
                 name: "a non-empty effect that differs does not tolerate",
-                tolerations: vec![json!({"key": "foo", "operator": "Equal", "value": "bar", "effect": "PreferNoSchedule"})],
+                tolerations: vec![
+                    json!({"key": "foo", "operator": "Equal", "value": "bar", "effect": "PreferNoSchedule"}),
+                ],
                 taints: vec![("foo", "bar", "NoSchedule")],
                 want: Some("node(s) had untolerated taint {foo: bar}"),
             },
@@ -204,7 +220,9 @@ mod tests {
             },
             Case {
                 name: "PreferNoSchedule taints never reject",
-                tolerations: vec![json!({"key": "dedicated", "operator": "Equal", "value": "user2", "effect": "NoSchedule"})],
+                tolerations: vec![
+                    json!({"key": "dedicated", "operator": "Equal", "value": "user2", "effect": "NoSchedule"}),
+                ],
                 taints: vec![("dedicated", "user1", "PreferNoSchedule")],
                 want: None,
             },
@@ -223,7 +241,11 @@ mod tests {
             Case {
                 name: "the first untolerated taint in node order is named",
                 tolerations: vec![json!({"key": "a", "operator": "Exists"})],
-                taints: vec![("a", "1", "NoSchedule"), ("b", "2", "NoSchedule"), ("c", "3", "NoExecute")],
+                taints: vec![
+                    ("a", "1", "NoSchedule"),
+                    ("b", "2", "NoSchedule"),
+                    ("c", "3", "NoExecute"),
+                ],
                 want: Some("node(s) had untolerated taint {b: 2}"),
             },
             Case {
@@ -260,7 +282,9 @@ mod tests {
         let cases = [
             Case {
                 name: "a node whose taint is tolerated scores above one whose taint is not",
-                tolerations: vec![json!({"key": "foo", "operator": "Equal", "value": "bar", "effect": "PreferNoSchedule"})],
+                tolerations: vec![
+                    json!({"key": "foo", "operator": "Equal", "value": "bar", "effect": "PreferNoSchedule"}),
+                ],
                 nodes: vec![
                     vec![("foo", "bar", "PreferNoSchedule")],
                     vec![("foo", "blah", "PreferNoSchedule")],
@@ -276,17 +300,25 @@ mod tests {
                 nodes: vec![
                     vec![],
                     vec![("cpu-type", "arm64", "PreferNoSchedule")],
-                    vec![("cpu-type", "arm64", "PreferNoSchedule"), ("disk-type", "ssd", "PreferNoSchedule")],
+                    vec![
+                        ("cpu-type", "arm64", "PreferNoSchedule"),
+                        ("disk-type", "ssd", "PreferNoSchedule"),
+                    ],
                 ],
                 want: vec![MAX_NODE_SCORE, MAX_NODE_SCORE, MAX_NODE_SCORE],
             },
             Case {
                 name: "the more intolerable taints, the lower the score",
-                tolerations: vec![json!({"key": "foo", "operator": "Equal", "value": "bar", "effect": "PreferNoSchedule"})],
+                tolerations: vec![
+                    json!({"key": "foo", "operator": "Equal", "value": "bar", "effect": "PreferNoSchedule"}),
+                ],
                 nodes: vec![
                     vec![],
                     vec![("cpu-type", "arm64", "PreferNoSchedule")],
-                    vec![("cpu-type", "arm64", "PreferNoSchedule"), ("disk-type", "ssd", "PreferNoSchedule")],
+                    vec![
+                        ("cpu-type", "arm64", "PreferNoSchedule"),
+                        ("disk-type", "ssd", "PreferNoSchedule"),
+                    ],
                 ],
                 want: vec![MAX_NODE_SCORE, 50, 0],
             },
@@ -299,7 +331,10 @@ mod tests {
                 nodes: vec![
                     vec![],
                     vec![("cpu-type", "arm64", "NoSchedule")],
-                    vec![("cpu-type", "arm64", "PreferNoSchedule"), ("disk-type", "ssd", "PreferNoSchedule")],
+                    vec![
+                        ("cpu-type", "arm64", "PreferNoSchedule"),
+                        ("disk-type", "ssd", "PreferNoSchedule"),
+                    ],
                 ],
                 want: vec![MAX_NODE_SCORE, MAX_NODE_SCORE, 0],
             },
@@ -312,7 +347,10 @@ mod tests {
             Case {
                 name: "a toleration with no effect counts for PreferNoSchedule",
                 tolerations: vec![json!({"key": "foo", "operator": "Exists"})],
-                nodes: vec![vec![("foo", "x", "PreferNoSchedule")], vec![("bar", "x", "PreferNoSchedule")]],
+                nodes: vec![
+                    vec![("foo", "x", "PreferNoSchedule")],
+                    vec![("bar", "x", "PreferNoSchedule")],
+                ],
                 want: vec![MAX_NODE_SCORE, 0],
             },
         ];
@@ -320,12 +358,16 @@ mod tests {
         for c in cases {
             let p = with_tolerations(&c.tolerations);
             let mut st = CycleState::default();
-            assert!(TaintToleration.pre_score(&cx, &mut st, &p, &[]).is_success());
+            assert!(TaintToleration
+                .pre_score(&cx, &mut st, &p, &[])
+                .is_success());
             let mut scores: Vec<i64> = c
                 .nodes
                 .iter()
                 .enumerate()
-                .map(|(i, t)| TaintToleration.score(&cx, &st, &p, &with_taints(&format!("n{i}"), t)))
+                .map(|(i, t)| {
+                    TaintToleration.score(&cx, &st, &p, &with_taints(&format!("n{i}"), t))
+                })
                 .collect();
             TaintToleration.normalize_scores(&st, &p, &mut scores);
             assert_eq!(scores, c.want, "{}", c.name);

@@ -95,7 +95,9 @@ pub fn is_volume_conflict(volume: &Volume, existing: &Pod) -> bool {
     };
     spec.volumes.iter().flatten().any(|ev| {
         if let (Some(d), Some(e)) = (&volume.gce_persistent_disk, &ev.gce_persistent_disk) {
-            if d.pd_name == e.pd_name && !(d.read_only.unwrap_or(false) && e.read_only.unwrap_or(false)) {
+            if d.pd_name == e.pd_name
+                && !(d.read_only.unwrap_or(false) && e.read_only.unwrap_or(false))
+            {
                 return true;
             }
         }
@@ -151,7 +153,10 @@ impl Plugin for VolumeRestrictions {
         let check_disks = volumes.iter().any(needs_restrictions_check);
         let ns = &pod.key.namespace;
         let mut rwop: Vec<(ObjectKey, u32)> = Vec::new();
-        for claim in volumes.iter().filter_map(|v| v.persistent_volume_claim.as_ref()) {
+        for claim in volumes
+            .iter()
+            .filter_map(|v| v.persistent_volume_claim.as_ref())
+        {
             let key = ObjectKey::new(Kind::PersistentVolumeClaim, ns, &claim.claim_name);
             let Some(pvc) = cx.pvcs.get(&key) else {
                 return Status::unresolvable(pvc_not_found(&claim.claim_name));
@@ -227,26 +232,96 @@ mod tests {
         let gce = |pd: &str, ro: bool| json!({"name": "v", "gcePersistentDisk": {"pdName": pd, "readOnly": ro}});
         let aws = |id: &str| json!({"name": "v", "awsElasticBlockStore": {"volumeID": id}});
         let rbd = |mons: &[&str]| json!({"name": "v", "rbd": {"monitors": mons, "pool": "foo", "image": "bar", "fsType": "ext4"}});
-        let iscsi = |iqn: &str, ro: bool| {
-            json!({"name": "v", "iscsi": {"targetPortal": "127.0.0.1:3260", "iqn": iqn, "lun": 0, "fsType": "ext4", "readOnly": ro}})
-        };
+        let iscsi = |iqn: &str, ro: bool| json!({"name": "v", "iscsi": {"targetPortal": "127.0.0.1:3260", "iqn": iqn, "lun": 0, "fsType": "ext4", "readOnly": ro}});
         let iqn1 = "iqn.2016-12.server:storage.target01";
         let iqn2 = "iqn.2017-12.server:storage.target01";
         // (name, pod volume, existing pod volume, want pre-filter skip, want conflict)
         let cases: Vec<(&str, Option<Value>, Option<Value>, bool, bool)> = vec![
             ("nothing", None, None, true, false),
-            ("one state: only the node has a disk", None, Some(gce("foo", false)), true, false),
-            ("gce same disk", Some(gce("foo", false)), Some(gce("foo", false)), false, true),
-            ("gce different disk", Some(gce("bar", false)), Some(gce("foo", false)), false, false),
-            ("gce same disk, both read-only", Some(gce("foo", true)), Some(gce("foo", true)), false, false),
-            ("gce same disk, one read-only", Some(gce("foo", true)), Some(gce("foo", false)), false, true),
-            ("aws same volume", Some(aws("foo")), Some(aws("foo")), false, true),
-            ("aws different volume", Some(aws("bar")), Some(aws("foo")), false, false),
-            ("rbd shared monitor, same pool and image", Some(rbd(&["a", "b"])), Some(rbd(&["b", "z"])), false, true),
-            ("rbd different monitors", Some(rbd(&["c", "d"])), Some(rbd(&["a", "b"])), false, false),
-            ("iscsi same iqn", Some(iscsi(iqn1, false)), Some(iscsi(iqn1, false)), false, true),
-            ("iscsi different iqn", Some(iscsi(iqn2, false)), Some(iscsi(iqn1, false)), false, false),
-            ("iscsi same iqn, both read-only", Some(iscsi(iqn1, true)), Some(iscsi(iqn1, true)), false, false),
+            (
+                "one state: only the node has a disk",
+                None,
+                Some(gce("foo", false)),
+                true,
+                false,
+            ),
+            (
+                "gce same disk",
+                Some(gce("foo", false)),
+                Some(gce("foo", false)),
+                false,
+                true,
+            ),
+            (
+                "gce different disk",
+                Some(gce("bar", false)),
+                Some(gce("foo", false)),
+                false,
+                false,
+            ),
+            (
+                "gce same disk, both read-only",
+                Some(gce("foo", true)),
+                Some(gce("foo", true)),
+                false,
+                false,
+            ),
+            (
+                "gce same disk, one read-only",
+                Some(gce("foo", true)),
+                Some(gce("foo", false)),
+                false,
+                true,
+            ),
+            (
+                "aws same volume",
+                Some(aws("foo")),
+                Some(aws("foo")),
+                false,
+                true,
+            ),
+            (
+                "aws different volume",
+                Some(aws("bar")),
+                Some(aws("foo")),
+                false,
+                false,
+            ),
+            (
+                "rbd shared monitor, same pool and image",
+                Some(rbd(&["a", "b"])),
+                Some(rbd(&["b", "z"])),
+                false,
+                true,
+            ),
+            (
+                "rbd different monitors",
+                Some(rbd(&["c", "d"])),
+                Some(rbd(&["a", "b"])),
+                false,
+                false,
+            ),
+            (
+                "iscsi same iqn",
+                Some(iscsi(iqn1, false)),
+                Some(iscsi(iqn1, false)),
+                false,
+                true,
+            ),
+            (
+                "iscsi different iqn",
+                Some(iscsi(iqn2, false)),
+                Some(iscsi(iqn1, false)),
+                false,
+                false,
+            ),
+            (
+                "iscsi same iqn, both read-only",
+                Some(iscsi(iqn1, true)),
+                Some(iscsi(iqn1, true)),
+                false,
+                false,
+            ),
             (
                 "a volume without restrictions",
                 Some(json!({"name": "v", "emptyDir": {}})),
@@ -262,7 +337,8 @@ mod tests {
                 None => pod("p"),
             }
             .build_info();
-            let existing: Vec<PodBuilder> = theirs.into_iter().map(|v| with_volume("e", v)).collect();
+            let existing: Vec<PodBuilder> =
+                theirs.into_iter().map(|v| with_volume("e", v)).collect();
             let (pre, filter) = run(&cx, &p, &node_with(&existing));
             assert_eq!(pre.is_skip(), skip, "{name}: {pre:?}");
             if !skip {
@@ -314,7 +390,10 @@ mod tests {
         let rwop2 = pvc("claim-with-rwop-2", READ_WRITE_ONCE_POD);
         let rwx = pvc("claim-with-rwx", "ReadWriteMany");
         let one = with_claims("pod-with-one-pvc", &["claim-with-rwop-1"]);
-        let two = with_claims("pod-with-two-pvcs", &["claim-with-rwop-1", "claim-with-rwop-2"]);
+        let two = with_claims(
+            "pod-with-two-pvcs",
+            &["claim-with-rwop-1", "claim-with-rwop-2"],
+        );
         let rwx_user = with_claims("pod-with-rwx", &["claim-with-rwx"]);
 
         // Failed to get the claim.
@@ -331,7 +410,10 @@ mod tests {
         assert!(pre.is_skip(), "{pre:?}");
 
         // One conflict.
-        let cx = cluster(&[rwop1.clone(), rwx.clone()], &[one.clone(), rwx_user.clone()]);
+        let cx = cluster(
+            &[rwop1.clone(), rwx.clone()],
+            &[one.clone(), rwx_user.clone()],
+        );
         let me = with_claims("pod-with-one-conflict", &["claim-with-rwop-1"]).build_info();
         let (pre, filter) = run(&cx, &me, &node_with(&[]));
         assert!(pre.is_success());
@@ -341,10 +423,22 @@ mod tests {
 
         // Two conflicts; the conflict holds on every node, not just the user's.
         let cx = cluster(&[rwop1, rwop2, rwx], &[two, rwx_user]);
-        let me = with_claims("pod-with-two-conflicts", &["claim-with-rwop-1", "claim-with-rwop-2"]).build_info();
+        let me = with_claims(
+            "pod-with-two-conflicts",
+            &["claim-with-rwop-1", "claim-with-rwop-2"],
+        )
+        .build_info();
         let mut st = CycleState::default();
-        assert!(VolumeRestrictions.pre_filter(&cx, &mut st, &me).is_success());
-        assert_eq!(st.volume_restrictions.as_ref().unwrap().conflicting_refs(&st), 2);
+        assert!(VolumeRestrictions
+            .pre_filter(&cx, &mut st, &me)
+            .is_success());
+        assert_eq!(
+            st.volume_restrictions
+                .as_ref()
+                .unwrap()
+                .conflicting_refs(&st),
+            2
+        );
         let elsewhere = node("node-2").build_info();
         assert_eq!(
             VolumeRestrictions.filter(&cx, &st, &me, &elsewhere),
@@ -354,12 +448,20 @@ mod tests {
 
     #[test]
     fn removing_the_claims_user_clears_the_conflict() {
-        let cx = cluster(&[pvc("c", READ_WRITE_ONCE_POD)], &[with_claims("user", &["c"])]);
+        let cx = cluster(
+            &[pvc("c", READ_WRITE_ONCE_POD)],
+            &[with_claims("user", &["c"])],
+        );
         let me = with_claims("me", &["c"]).build_info();
         let mut st = CycleState::default();
-        assert!(VolumeRestrictions.pre_filter(&cx, &mut st, &me).is_success());
+        assert!(VolumeRestrictions
+            .pre_filter(&cx, &mut st, &me)
+            .is_success());
         let user = with_claims("user", &["c"]).build_info();
-        st.volume_restrictions.as_mut().unwrap().update_with_pod(&user, -1);
+        st.volume_restrictions
+            .as_mut()
+            .unwrap()
+            .update_with_pod(&user, -1);
         assert!(VolumeRestrictions
             .filter(&cx, &st, &me, &node("node-1").build_info())
             .is_success());
@@ -367,8 +469,17 @@ mod tests {
 
     #[test]
     fn filter_without_pre_filter_is_an_error() {
-        let p = with_volume("p", json!({"name": "v", "awsElasticBlockStore": {"volumeID": "x"}})).build_info();
-        let s = VolumeRestrictions.filter(&Cluster::default(), &CycleState::default(), &p, &node("n").build_info());
+        let p = with_volume(
+            "p",
+            json!({"name": "v", "awsElasticBlockStore": {"volumeID": "x"}}),
+        )
+        .build_info();
+        let s = VolumeRestrictions.filter(
+            &Cluster::default(),
+            &CycleState::default(),
+            &p,
+            &node("n").build_info(),
+        );
         assert_eq!(s.code(), Code::Error);
     }
 }

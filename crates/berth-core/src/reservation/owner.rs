@@ -33,7 +33,7 @@ struct ControllerMatch {
 }
 
 /// One compiled owner entry.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 struct CompiledOwner {
     object: Option<ObjectMatch>,
     controller: Option<ControllerMatch>,
@@ -43,7 +43,7 @@ struct CompiledOwner {
 }
 
 /// A reservation's compiled `spec.owners`.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct OwnerMatcher {
     owners: Vec<CompiledOwner>,
 }
@@ -108,6 +108,14 @@ impl OwnerMatcher {
     /// Whether `pod` is an owner. No owners match nothing.
     pub fn matches(&self, pod: &PodInfo) -> bool {
         self.owners.iter().any(|o| o.matches(pod))
+    }
+
+    /// Whether `pod` is matched by an owner that has a label selector (Koordinator's
+    /// pre-allocation candidates are found through label selectors only).
+    pub fn matches_by_selector(&self, pod: &PodInfo) -> bool {
+        self.owners
+            .iter()
+            .any(|o| o.selector.is_some() && o.matches(pod))
     }
 
     /// Index keys: each owner entry under its most selective component, so a pod is found

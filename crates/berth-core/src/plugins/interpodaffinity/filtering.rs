@@ -158,7 +158,10 @@ mod tests {
         Code::UnschedulableAndUnresolvable,
         ERR_REASON_AFFINITY_RULES_NOT_MATCH,
     ));
-    const ANTI: Want = Some((Code::Unschedulable, ERR_REASON_ANTI_AFFINITY_RULES_NOT_MATCH));
+    const ANTI: Want = Some((
+        Code::Unschedulable,
+        ERR_REASON_ANTI_AFFINITY_RULES_NOT_MATCH,
+    ));
     const EXISTING: Want = Some((
         Code::Unschedulable,
         ERR_REASON_EXISTING_ANTI_AFFINITY_RULES_NOT_MATCH,
@@ -460,7 +463,9 @@ mod tests {
         let cx = cluster(&nodes(), &[securityscan("e", "node1")]);
         let pl = InterPodAffinity::new(None).unwrap();
         let mut state = CycleState::default();
-        assert!(pl.pre_filter(&cx, &mut state, &pod("p").build_info()).is_skip());
+        assert!(pl
+            .pre_filter(&cx, &mut state, &pod("p").build_info())
+            .is_skip());
         assert!(state.inter_pod_affinity.is_none());
     }
 
@@ -470,7 +475,10 @@ mod tests {
         let pl = InterPodAffinity::new(None).unwrap();
         let mut state = CycleState::default();
         let p = pod("p")
-            .spec("affinity", affinity(vec![term("service", "Matches", &["x"], "region")]))
+            .spec(
+                "affinity",
+                affinity(vec![term("service", "Matches", &["x"], "region")]),
+            )
             .build_info();
         let st = pl.pre_filter(&cx, &mut state, &p);
         assert_eq!(st.code(), Code::UnschedulableAndUnresolvable);

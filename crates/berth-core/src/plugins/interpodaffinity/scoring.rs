@@ -14,8 +14,8 @@ use crate::model::pod::PodInfo;
 
 use super::args::InterPodAffinityArgs;
 use super::terms::{
-    has_pod_affinity, preferred_affinity, preferred_anti_affinity, required_affinity,
-    term_matches, validate,
+    has_pod_affinity, preferred_affinity, preferred_anti_affinity, required_affinity, term_matches,
+    validate,
 };
 use super::topology::TopologyCounts;
 

@@ -210,7 +210,11 @@ mod tests {
         };
         let check = |l: &Labels| selector_matches(&sel, |k| l.get(k).map(String::as_str));
         assert!(check(&labels(&[("app", "web"), ("env", "p")])));
-        assert!(!check(&labels(&[("app", "web"), ("env", "p"), ("tier", "db")])));
+        assert!(!check(&labels(&[
+            ("app", "web"),
+            ("env", "p"),
+            ("tier", "db")
+        ])));
         assert!(!check(&labels(&[("app", "web")])));
         let bad: LabelSelector = serde_json::from_value(
             json!({"matchExpressions": [{"key": "a", "operator": "Maybe"}]}),

@@ -39,8 +39,10 @@ pub(crate) fn cluster_of(nodes: &[Arc<Node>], pods: &[PodBuilder]) -> Cluster {
 /// A node with exactly `labels` (no `kubernetes.io/hostname` unless given).
 pub(crate) fn bare_node(name: &str, labels: &[(&str, &str)]) -> Arc<Node> {
     let mut v = crate::testing::node(name).json().clone();
-    let map: serde_json::Map<String, serde_json::Value> =
-        labels.iter().map(|(k, v)| (k.to_string(), json!(v))).collect();
+    let map: serde_json::Map<String, serde_json::Value> = labels
+        .iter()
+        .map(|(k, v)| (k.to_string(), json!(v)))
+        .collect();
     v["metadata"]["labels"] = serde_json::Value::Object(map);
     Arc::new(serde_json::from_value(v).expect("test node deserializes"))
 }

@@ -104,7 +104,9 @@ impl FitArgs {
     /// means LeastAllocated over cpu and memory, no resources means cpu and memory, and a
     /// weight of 0 means 1.
     pub fn defaulted(mut self) -> Self {
-        let s = self.scoring_strategy.get_or_insert_with(ScoringStrategy::default);
+        let s = self
+            .scoring_strategy
+            .get_or_insert_with(ScoringStrategy::default);
         default_resource_list(&mut s.resources);
         self
     }
@@ -114,7 +116,10 @@ impl FitArgs {
     pub fn validate(&self) -> Result<(), ConfigError> {
         for (i, r) in self.ignored_resources.iter().enumerate() {
             if r.is_empty() {
-                return Err(ConfigError::new(format!("ignoredResources[{i}]"), "name part must be non-empty"));
+                return Err(ConfigError::new(
+                    format!("ignoredResources[{i}]"),
+                    "name part must be non-empty",
+                ));
             }
         }
         for (i, g) in self.ignored_resource_groups.iter().enumerate() {
@@ -125,7 +130,10 @@ impl FitArgs {
                 ));
             }
             if g.is_empty() {
-                return Err(ConfigError::new(format!("ignoredResourceGroups[{i}]"), "name part must be non-empty"));
+                return Err(ConfigError::new(
+                    format!("ignoredResourceGroups[{i}]"),
+                    "name part must be non-empty",
+                ));
             }
         }
         let Some(s) = &self.scoring_strategy else {
@@ -152,13 +160,19 @@ impl FitArgs {
 /// `validateFunctionShape`: sorted first, then ranges.
 fn validate_shape(shape: &[UtilizationShapePoint], field: &str) -> Result<(), ConfigError> {
     if shape.is_empty() {
-        return Err(ConfigError::new(field, "Required value: at least one point must be specified"));
+        return Err(ConfigError::new(
+            field,
+            "Required value: at least one point must be specified",
+        ));
     }
     for i in 1..shape.len() {
         if shape[i - 1].utilization >= shape[i].utilization {
             return Err(ConfigError::new(
                 format!("{field}[{i}].utilization"),
-                format!("Invalid value: {}: values must be sorted in increasing order", shape[i].utilization),
+                format!(
+                    "Invalid value: {}: values must be sorted in increasing order",
+                    shape[i].utilization
+                ),
             ));
         }
     }
@@ -166,7 +180,10 @@ fn validate_shape(shape: &[UtilizationShapePoint], field: &str) -> Result<(), Co
         if !(0..=100).contains(&p.utilization) {
             return Err(ConfigError::new(
                 format!("{field}[{i}].utilization"),
-                format!("Invalid value: {}: not in valid range [0, 100]", p.utilization),
+                format!(
+                    "Invalid value: {}: not in valid range [0, 100]",
+                    p.utilization
+                ),
             ));
         }
         if !(0..=10).contains(&p.score) {
@@ -195,7 +212,10 @@ fn default_resource_list(res: &mut Vec<ResourceSpec>) {
 pub(crate) fn validate_resources(res: &[ResourceSpec], field: &str) -> Result<(), ConfigError> {
     for (i, r) in res.iter().enumerate() {
         if r.name.is_empty() {
-            return Err(ConfigError::new(format!("{field}[{i}].name"), "must not be empty"));
+            return Err(ConfigError::new(
+                format!("{field}[{i}].name"),
+                "must not be empty",
+            ));
         }
         if r.weight <= 0 || r.weight > 100 {
             return Err(ConfigError::new(
@@ -240,7 +260,10 @@ impl BalancedAllocationArgs {
     pub fn validate(&self) -> Result<(), ConfigError> {
         for (i, r) in self.resources.iter().enumerate() {
             if r.name.is_empty() {
-                return Err(ConfigError::new(format!("resources[{i}].name"), "must not be empty"));
+                return Err(ConfigError::new(
+                    format!("resources[{i}].name"),
+                    "must not be empty",
+                ));
             }
             if self.resources[..i].iter().any(|o| o.name == r.name) {
                 return Err(ConfigError::new(

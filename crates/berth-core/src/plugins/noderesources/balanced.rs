@@ -1,15 +1,24 @@
 //! NodeResourcesBalancedAllocation: prefer nodes where the pod leaves resource usage
 //! fractions close to each other.
+//!
+//! As kube-scheduler (`useRequested: true`), it uses the real requests of the pod and of the
+//! node's pods (no 100m/200Mi defaults), caps each fraction at 1 and scores
+//! `(1 - std) * 100`, where the standard deviation of two fractions is `|f1 - f2| / 2`.
+//! Pods that request none of the configured resources are skipped at PreScore, so a flood of
+//! best-effort pods does not pile onto one node (kubernetes#129138).
+//! Capacity held by reservations counts as used, and an owner gets back what its matched
+//! reservations hold, as in NodeResourcesFit.
 
 use crate::cache::Cluster;
 use crate::framework::config::ConfigError;
-use crate::framework::{CycleState, Plugin, Points, MAX_NODE_SCORE};
-use crate::model::node::NodeInfo;
+use crate::framework::{CycleState, Plugin, Points, Status, MAX_NODE_SCORE};
+use crate::model::node::{NodeIdx, NodeInfo};
 use crate::model::pod::PodInfo;
 use crate::plugins::args::decode;
-use crate::resources::ResourceId;
+use crate::resources::{ResourceId, ResourceNames};
 
-use super::args::{validate_resources, BalancedAllocationArgs};
+use super::args::BalancedAllocationArgs;
+use super::scoring::is_scalar;
 
 /// The NodeResourcesBalancedAllocation plugin.
 #[derive(Debug)]
@@ -20,10 +29,46 @@ pub struct BalancedAllocation {
 impl BalancedAllocation {
     /// Builds the plugin from `NodeResourcesBalancedAllocationArgs`.
     pub fn new(args: Option<&serde_json::Value>) -> Result<Self, ConfigError> {
-        let args: BalancedAllocationArgs = decode(args)?;
-        validate_resources(&args.resources, "resources")?;
+        let args = decode::<BalancedAllocationArgs>(args)?.defaulted();
+        args.validate()?;
         Ok(Self {
             resources: args.resources.into_iter().map(|r| r.name).collect(),
+        })
+    }
+
+    fn ids<'a>(
+        &'a self,
+        names: &'a ResourceNames,
+    ) -> impl Iterator<Item = ResourceId> + Clone + 'a {
+        self.resources.iter().filter_map(|n| names.get(n))
+    }
+
+    /// The usage fraction of each configured resource the node has (and, for scalar
+    /// resources, the pod requests), capped at 1.
+    fn fractions<'a>(
+        &'a self,
+        cx: &'a Cluster,
+        state: &'a CycleState,
+        pod: &'a PodInfo,
+        node: &'a NodeInfo,
+    ) -> impl Iterator<Item = f64> + Clone + 'a {
+        let restored = state
+            .reservation
+            .as_ref()
+            .and_then(|r| r.restored(pod, node.idx));
+        self.ids(&cx.names).filter_map(move |id| {
+            let want = pod.requests[id];
+            let alloc = node.allocatable[id];
+            if alloc == 0 || (want == 0 && is_scalar(id)) {
+                return None;
+            }
+            let mut used = node.requested[id]
+                .saturating_add(node.reserved[id])
+                .saturating_add(want);
+            if let Some(back) = restored {
+                used = used.saturating_sub(back[id]).max(0);
+            }
+            Some((used as f64 / alloc as f64).min(1.0))
         })
     }
 }
@@ -39,57 +84,210 @@ impl Plugin for BalancedAllocation {
 
     fn pre_score(
         &self,
-        _cx: &Cluster,
-        _s: &mut CycleState,
+        cx: &Cluster,
+        _state: &mut CycleState,
         pod: &PodInfo,
-        _n: &[crate::model::node::NodeIdx],
-    ) -> crate::framework::Status {
-        // A pod requesting nothing leaves the balance as it is: kube-scheduler skips it.
-        if pod.requests.is_zero() {
-            crate::framework::Status::skip()
+        _nodes: &[NodeIdx],
+    ) -> Status {
+        if self.ids(&cx.names).all(|id| pod.requests[id] == 0) {
+            Status::skip()
         } else {
-            crate::framework::Status::success()
+            Status::success()
         }
     }
 
     fn score(&self, cx: &Cluster, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> i64 {
-        // std-dev of requested/allocatable fractions; score = (1 - std) * 100.
-        let mut fractions = [0f64; 8];
-        let mut n = 0usize;
-        let restored = state
-            .reservation
-            .as_ref()
-            .and_then(|r| r.restored(pod, node.idx));
-        for name in &self.resources {
-            let Some(id) = cx.names.get(name) else {
-                continue;
-            };
-            let alloc = node.allocatable[id];
-            if alloc == 0 || n == fractions.len() {
-                continue;
+        // Two passes over the fractions instead of collecting them: no allocation per node.
+        let fractions = self.fractions(cx, state, pod, node);
+        let (n, sum) = fractions
+            .clone()
+            .fold((0usize, 0.0f64), |(n, s), f| (n + 1, s + f));
+        let std = match n {
+            0 | 1 => 0.0,
+            2 => {
+                let mut it = fractions;
+                let (a, b) = (it.next().unwrap_or(0.0), it.next().unwrap_or(0.0));
+                ((a - b) / 2.0).abs()
             }
-            let (used, want) = if id == ResourceId::CPU || id == ResourceId::MEMORY {
-                (node.non_zero_requested[id], pod.non_zero[id])
-            } else {
-                (node.requested[id], pod.requests[id])
-            };
-            let mut used = used + node.reserved[id] + want;
-            if let Some(back) = restored {
-                used = (used - back[id]).max(0);
+            _ => {
+                let mean = sum / n as f64;
+                (fractions.map(|f| (f - mean) * (f - mean)).sum::<f64>() / n as f64).sqrt()
             }
-            fractions[n] = (used as f64 / alloc as f64).min(1.0);
-            n += 1;
-        }
-        if n == 0 {
-            return 0;
-        }
-        let f = &fractions[..n];
-        let std = if n == 2 {
-            ((f[0] - f[1]) / 2.0).abs()
-        } else {
-            let mean = f.iter().sum::<f64>() / n as f64;
-            (f.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>() / n as f64).sqrt()
         };
         ((1.0 - std) * MAX_NODE_SCORE as f64) as i64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::testing::{node, pod, NodeBuilder, PodBuilder};
+    use serde_json::{json, Value};
+
+    fn sized(name: &str, cpu: &str, mem: &str) -> NodeBuilder {
+        node(name).alloc("cpu", cpu).alloc("memory", mem)
+    }
+
+    fn cpu_mem(cpu: &str, mem: &str) -> PodBuilder {
+        pod("p").req("cpu", cpu).req("memory", mem)
+    }
+
+    fn scores(
+        args: Value,
+        p: PodBuilder,
+        nodes: &[(NodeBuilder, Vec<PodBuilder>)],
+    ) -> (bool, Vec<i64>) {
+        let mut cx = Cluster::default();
+        let infos: Vec<NodeInfo> = nodes
+            .iter()
+            .map(|(b, existing)| {
+                let mut n = b.build_info_with(&mut cx.names);
+                for (i, e) in existing.iter().enumerate() {
+                    let e = e
+                        .clone()
+                        .meta("name", json!(format!("e{i}")))
+                        .node_name("n");
+                    n.add_pod(Arc::new(e.build_info_with(&mut cx.names)));
+                }
+                n
+            })
+            .collect();
+        let p = p.build_info_with(&mut cx.names);
+        let pl = BalancedAllocation::new(Some(&args)).unwrap();
+        let mut st = CycleState::default();
+        let skip = pl.pre_score(&cx, &mut st, &p, &[]).is_skip();
+        (
+            skip,
+            infos.iter().map(|n| pl.score(&cx, &st, &p, n)).collect(),
+        )
+    }
+
+    #[test]
+    fn score_is_one_minus_the_std_of_usage_fractions() {
+        let gpu = json!({"resources": [{"name": "cpu"}, {"name": "memory"}, {"name": "example.com/gpu"}]});
+        let cases: Vec<(
+            &str,
+            Value,
+            PodBuilder,
+            Vec<(NodeBuilder, Vec<PodBuilder>)>,
+            Vec<i64>,
+        )> = vec![
+            (
+                "differently sized nodes: |0.75 - 0.5| / 2 and 0",
+                json!({}),
+                cpu_mem("3", "5000Mi"),
+                vec![
+                    (sized("a", "4", "10000Mi"), vec![]),
+                    (sized("b", "6", "10000Mi"), vec![]),
+                ],
+                vec![87, 100],
+            ),
+            (
+                "existing pods' real requests count: 0.7 and 0.35",
+                json!({}),
+                cpu_mem("1", "2000Mi"),
+                vec![(
+                    sized("a", "10", "20000Mi"),
+                    vec![pod("x").req("cpu", "3"), cpu_mem("3", "5000Mi")],
+                )],
+                vec![82],
+            ),
+            (
+                "pods without requests add nothing (no 100m/200Mi defaults)",
+                json!({}),
+                cpu_mem("1", "2500Mi"),
+                vec![(sized("a", "4", "10000Mi"), vec![pod("x"), pod("y")])],
+                vec![100],
+            ),
+            (
+                "fractions are capped at 1",
+                json!({}),
+                cpu_mem("8", "5000Mi"),
+                vec![(sized("a", "4", "10000Mi"), vec![])],
+                vec![75],
+            ),
+            (
+                "three resources use the full standard deviation",
+                gpu.clone(),
+                cpu_mem("3", "5000Mi").req("example.com/gpu", "1"),
+                vec![(
+                    sized("a", "4", "10000Mi").alloc("example.com/gpu", "4"),
+                    vec![],
+                )],
+                vec![79],
+            ),
+            (
+                "an extended resource the pod does not request is left out",
+                gpu,
+                cpu_mem("3", "5000Mi"),
+                vec![(
+                    sized("a", "4", "10000Mi").alloc("example.com/gpu", "4"),
+                    vec![],
+                )],
+                vec![87],
+            ),
+            (
+                "one resource with capacity: std 0",
+                json!({}),
+                cpu_mem("3", "5000Mi"),
+                vec![(node("a").alloc("cpu", "4"), vec![])],
+                vec![100],
+            ),
+            (
+                "no resource with capacity: std 0",
+                json!({}),
+                cpu_mem("3", "5000Mi"),
+                vec![(node("a"), vec![])],
+                vec![100],
+            ),
+        ];
+        for (name, args, p, nodes, want) in cases {
+            let (skip, got) = scores(args, p, &nodes);
+            assert!(!skip, "{name}");
+            assert_eq!(got, want, "{name}");
+        }
+    }
+
+    #[test]
+    fn best_effort_pods_skip_scoring() {
+        let nodes = vec![(sized("a", "4", "10000Mi"), vec![])];
+        assert!(scores(json!({}), pod("p"), &nodes).0);
+        // Requests outside the configured resources do not count either.
+        assert!(scores(json!({}), pod("p").req("example.com/gpu", "1"), &nodes).0);
+        assert!(!scores(json!({}), pod("p").req("memory", "1Gi"), &nodes).0);
+    }
+
+    #[test]
+    fn reserved_capacity_counts_as_used() {
+        let mut cx = Cluster::default();
+        let mut n = sized("a", "4", "10000Mi").build_info_with(&mut cx.names);
+        n.reserved[ResourceId::CPU] = 1000;
+        let p = cpu_mem("1", "5000Mi").build_info_with(&mut cx.names);
+        let pl = BalancedAllocation::new(None).unwrap();
+        // cpu (1000 + 1000) / 4000 = 0.5, memory 0.5.
+        assert_eq!(pl.score(&cx, &CycleState::default(), &p, &n), 100);
+    }
+
+    #[test]
+    fn args_need_distinct_resources_of_weight_one() {
+        let e =
+            BalancedAllocation::new(Some(&json!({"resources": [{"name": "cpu", "weight": 2}]})))
+                .unwrap_err();
+        assert_eq!(
+            (e.field.as_str(), e.message.as_str()),
+            ("resources[0].weight", "Invalid value: 2: must be 1")
+        );
+        let e = BalancedAllocation::new(Some(
+            &json!({"resources": [{"name": "cpu"}, {"name": "cpu"}]}),
+        ))
+        .unwrap_err();
+        assert_eq!(
+            (e.field.as_str(), e.message.as_str()),
+            ("resources[1].name", "Duplicate value: \"cpu\"")
+        );
+        let pl = BalancedAllocation::new(Some(&json!({"resources": []}))).unwrap();
+        assert_eq!(pl.resources, ["cpu", "memory"]);
     }
 }

@@ -231,7 +231,10 @@ mod tests {
     fn node_with(cx: &mut Cluster, b: NodeBuilder, existing: &[PodBuilder]) -> NodeInfo {
         let mut n = b.build_info_with(&mut cx.names);
         for (i, p) in existing.iter().enumerate() {
-            let p = p.clone().meta("name", json!(format!("existing{i}"))).node_name("n");
+            let p = p
+                .clone()
+                .meta("name", json!(format!("existing{i}")))
+                .node_name("n");
             n.add_pod(Arc::new(p.build_info_with(&mut cx.names)));
         }
         n
@@ -471,27 +474,43 @@ mod tests {
     #[test]
     fn too_many_pods_is_reported_first_and_stays_resolvable() {
         let mut cx = Cluster::default();
-        let b = node("n").alloc("cpu", "10m").alloc("memory", "20").alloc("pods", "1");
+        let b = node("n")
+            .alloc("cpu", "10m")
+            .alloc("memory", "20")
+            .alloc("pods", "1");
         let n = node_with(&mut cx, b, &[containers(&[(10, 20, none())])]);
         let pl = fit(json!({}));
         let st = CycleState::default();
         let empty = pod("p").build_info_with(&mut cx.names);
-        assert_eq!(pl.filter(&cx, &st, &empty, &n), Status::unschedulable(TOO_MANY_PODS));
+        assert_eq!(
+            pl.filter(&cx, &st, &empty, &n),
+            Status::unschedulable(TOO_MANY_PODS)
+        );
         let p = containers(&[(1, 1, none())]).build_info_with(&mut cx.names);
         let got = pl.filter(&cx, &st, &p, &n);
         assert_eq!(got.code(), Code::Unschedulable);
-        assert_eq!(got.reasons(), ["Too many pods", "Insufficient cpu", "Insufficient memory"]);
+        assert_eq!(
+            got.reasons(),
+            ["Too many pods", "Insufficient cpu", "Insufficient memory"]
+        );
         // Unresolvable wins as soon as one request exceeds what the node has at all.
         let big = containers(&[(11, 1, none())]).build_info_with(&mut cx.names);
         let got = pl.filter(&cx, &st, &big, &n);
         assert_eq!(got.code(), Code::UnschedulableAndUnresolvable);
-        assert_eq!(got.reasons(), ["Too many pods", "Insufficient cpu", "Insufficient memory"]);
+        assert_eq!(
+            got.reasons(),
+            ["Too many pods", "Insufficient cpu", "Insufficient memory"]
+        );
     }
 
     #[test]
     fn capacity_held_by_reservations_is_not_free() {
         let mut cx = Cluster::default();
-        let mut n = node_with(&mut cx, node("n").alloc("cpu", "4").alloc("memory", "4Gi"), &[]);
+        let mut n = node_with(
+            &mut cx,
+            node("n").alloc("cpu", "4").alloc("memory", "4Gi"),
+            &[],
+        );
         n.reserved[ResourceId::CPU] = 3000;
         let pl = fit(json!({}));
         let p = pod("p").req("cpu", "2").build_info_with(&mut cx.names);
@@ -505,12 +524,22 @@ mod tests {
 
     #[test]
     fn insufficient_reasons_for_common_resources_do_not_allocate() {
-        assert!(matches!(insufficient_reason("cpu"), Cow::Borrowed("Insufficient cpu")));
+        assert!(matches!(
+            insufficient_reason("cpu"),
+            Cow::Borrowed("Insufficient cpu")
+        ));
         assert!(matches!(insufficient_reason("memory"), Cow::Borrowed(_)));
-        assert_eq!(insufficient_reason("nvidia.com/gpu"), "Insufficient nvidia.com/gpu");
+        assert_eq!(
+            insufficient_reason("nvidia.com/gpu"),
+            "Insufficient nvidia.com/gpu"
+        );
     }
 
-    fn score_nodes(args: Value, pod: PodBuilder, nodes: &[(NodeBuilder, Vec<PodBuilder>)]) -> Vec<i64> {
+    fn score_nodes(
+        args: Value,
+        pod: PodBuilder,
+        nodes: &[(NodeBuilder, Vec<PodBuilder>)],
+    ) -> Vec<i64> {
         let mut cx = Cluster::default();
         let infos: Vec<NodeInfo> = nodes
             .iter()
@@ -557,12 +586,21 @@ mod tests {
     fn least_allocated_scores_free_fraction_weighted() {
         let least = |res: Value| strategy("LeastAllocated", res, json!({}));
         let gpu_res = json!([{"name": "cpu", "weight": 1}, {"name": "memory", "weight": 1}, {"name": "example.com/gpu", "weight": 3}]);
-        let cases: Vec<(&str, Value, PodBuilder, Vec<(NodeBuilder, Vec<PodBuilder>)>, Vec<i64>)> = vec![
+        let cases: Vec<(
+            &str,
+            Value,
+            PodBuilder,
+            Vec<(NodeBuilder, Vec<PodBuilder>)>,
+            Vec<i64>,
+        )> = vec![
             (
                 "differently sized nodes: (25 + 50) / 2 and (50 + 50) / 2",
                 json!({}),
                 two_containers(),
-                vec![(sized("a", "4", "10000Mi"), vec![]), (sized("b", "6", "10000Mi"), vec![])],
+                vec![
+                    (sized("a", "4", "10000Mi"), vec![]),
+                    (sized("b", "6", "10000Mi"), vec![]),
+                ],
                 vec![37, 50],
             ),
             (
@@ -597,19 +635,27 @@ mod tests {
                 "a requested extended resource is scored with its weight",
                 least(gpu_res.clone()),
                 two_containers().req("example.com/gpu", "1"),
-                vec![(sized("a", "4", "10000Mi").alloc("example.com/gpu", "4"), vec![])],
+                vec![(
+                    sized("a", "4", "10000Mi").alloc("example.com/gpu", "4"),
+                    vec![],
+                )],
                 vec![60],
             ),
             (
                 "an extended resource the pod does not request is left out",
                 least(gpu_res),
                 two_containers(),
-                vec![(sized("a", "4", "10000Mi").alloc("example.com/gpu", "4"), vec![])],
+                vec![(
+                    sized("a", "4", "10000Mi").alloc("example.com/gpu", "4"),
+                    vec![],
+                )],
                 vec![37],
             ),
             (
                 "a resource the node does not have is left out",
-                least(json!([{"name": "cpu", "weight": 1}, {"name": "ephemeral-storage", "weight": 5}])),
+                least(
+                    json!([{"name": "cpu", "weight": 1}, {"name": "ephemeral-storage", "weight": 5}]),
+                ),
                 pod("p").req("cpu", "1").req("ephemeral-storage", "1Gi"),
                 vec![(sized("a", "4", "10000Mi"), vec![])],
                 vec![75],
@@ -630,12 +676,21 @@ mod tests {
     #[test]
     fn most_allocated_scores_used_fraction_capped_at_capacity() {
         let most = |res: Value| strategy("MostAllocated", res, json!({}));
-        let cases: Vec<(&str, Value, PodBuilder, Vec<(NodeBuilder, Vec<PodBuilder>)>, Vec<i64>)> = vec![
+        let cases: Vec<(
+            &str,
+            Value,
+            PodBuilder,
+            Vec<(NodeBuilder, Vec<PodBuilder>)>,
+            Vec<i64>,
+        )> = vec![
             (
                 "differently sized nodes: (75 + 50) / 2 and (50 + 50) / 2",
                 most(cpu_mem_weights(1, 1)),
                 two_containers(),
-                vec![(sized("a", "4", "10000Mi"), vec![]), (sized("b", "6", "10000Mi"), vec![])],
+                vec![
+                    (sized("a", "4", "10000Mi"), vec![]),
+                    (sized("b", "6", "10000Mi"), vec![]),
+                ],
                 vec![62, 50],
             ),
             (
@@ -668,16 +723,29 @@ mod tests {
     #[test]
     fn requested_to_capacity_ratio_follows_the_shape_and_rounds() {
         let ratio = |shape: Value, res: Value| {
-            strategy("RequestedToCapacityRatio", res, json!({"requestedToCapacityRatio": {"shape": shape}}))
+            strategy(
+                "RequestedToCapacityRatio",
+                res,
+                json!({"requestedToCapacityRatio": {"shape": shape}}),
+            )
         };
         let bin_pack = json!([{"utilization": 0, "score": 0}, {"utilization": 100, "score": 10}]);
         let spread = json!([{"utilization": 0, "score": 10}, {"utilization": 100, "score": 0}]);
-        let cases: Vec<(&str, Value, PodBuilder, Vec<(NodeBuilder, Vec<PodBuilder>)>, Vec<i64>)> = vec![
+        let cases: Vec<(
+            &str,
+            Value,
+            PodBuilder,
+            Vec<(NodeBuilder, Vec<PodBuilder>)>,
+            Vec<i64>,
+        )> = vec![
             (
                 "bin packing: round((75 + 50) / 2)",
                 ratio(bin_pack.clone(), cpu_mem_weights(1, 1)),
                 two_containers(),
-                vec![(sized("a", "4", "10000Mi"), vec![]), (sized("b", "6", "10000Mi"), vec![])],
+                vec![
+                    (sized("a", "4", "10000Mi"), vec![]),
+                    (sized("b", "6", "10000Mi"), vec![]),
+                ],
                 vec![63, 50],
             ),
             (
@@ -708,7 +776,10 @@ mod tests {
                     json!([{"name": "cpu", "weight": 1}, {"name": "memory", "weight": 1}, {"name": "example.com/gpu", "weight": 2}]),
                 ),
                 two_containers().req("example.com/gpu", "1"),
-                vec![(sized("a", "4", "10000Mi").alloc("example.com/gpu", "4"), vec![])],
+                vec![(
+                    sized("a", "4", "10000Mi").alloc("example.com/gpu", "4"),
+                    vec![],
+                )],
                 vec![44],
             ),
         ];
@@ -724,7 +795,10 @@ mod tests {
         n.reserved[ResourceId::CPU] = 1000;
         let p = cpu_mem("2", "5000Mi").build_info_with(&mut cx.names);
         // cpu (4000 - 3000) / 4000 = 25, memory 50.
-        assert_eq!(fit(json!({})).score(&cx, &CycleState::default(), &p, &n), 37);
+        assert_eq!(
+            fit(json!({})).score(&cx, &CycleState::default(), &p, &n),
+            37
+        );
     }
 
     #[test]
@@ -776,10 +850,17 @@ mod tests {
         ];
         for (args, field, message) in bad {
             let e = Fit::new(Some(&args)).unwrap_err();
-            assert_eq!((e.field.as_str(), e.message.as_str()), (field, message), "{args}");
+            assert_eq!(
+                (e.field.as_str(), e.message.as_str()),
+                (field, message),
+                "{args}"
+            );
         }
         assert!(Fit::new(Some(&json!({"scoringStrategy": {"type": "Bogus"}}))).is_err());
-        let s = fit(json!({"scoringStrategy": {"type": "MostAllocated", "resources": [{"name": "cpu"}]}})).strategy();
+        let s = fit(
+            json!({"scoringStrategy": {"type": "MostAllocated", "resources": [{"name": "cpu"}]}}),
+        )
+        .strategy();
         assert_eq!(s.resources[0].weight, 1);
         assert_eq!(fit(json!({})).strategy().resources.len(), 2);
     }

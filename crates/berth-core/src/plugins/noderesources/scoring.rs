@@ -139,7 +139,8 @@ pub(crate) fn piecewise(shape: &[UtilizationShapePoint], p: i64) -> i64 {
                 return shape[0].score;
             }
             let (a, b) = (shape[i - 1], shape[i]);
-            return a.score + (b.score - a.score) * (p - a.utilization) / (b.utilization - a.utilization);
+            return a.score
+                + (b.score - a.score) * (p - a.utilization) / (b.utilization - a.utilization);
         }
     }
     shape.last().map_or(0, |s| s.score)
@@ -157,7 +158,17 @@ mod tests {
     fn broken_linear_function_matches_kubes_helper() {
         // helper_test.go's shape: (10, 1), (30, 5), (70, 2).
         let shape = [pt(10, 1), pt(30, 5), pt(70, 2)];
-        let cases = [(0, 1), (10, 1), (15, 2), (20, 3), (25, 4), (30, 5), (50, 4), (70, 2), (80, 2)];
+        let cases = [
+            (0, 1),
+            (10, 1),
+            (15, 2),
+            (20, 3),
+            (25, 4),
+            (30, 5),
+            (50, 4),
+            (70, 2),
+            (80, 2),
+        ];
         for (p, want) in cases {
             assert_eq!(piecewise(&shape, p), want, "p={p}");
         }

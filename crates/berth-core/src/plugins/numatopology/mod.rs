@@ -1,28 +1,287 @@
-//! NodeResourceTopologyMatch (to be implemented).
+//! NodeResourceTopologyMatch: NUMA-aware Filter and Score on `NodeResourceTopology` data,
+//! through the reserve cache (scheduler-plugins' plugin of that name, with its
+//! "overreserve" cache; see `numa` for the domain rules).
+//!
+//! - PreFilter builds the pod's per-container request once; BestEffort pods without devices
+//!   skip Filter (they always pass), as does every pod while no node has an NRT.
+//! - Filter reads the node's cached view: no NRT passes, unusable data (foreign pods, an
+//!   in-flight reservation) rejects, else the policy check. A rejection names the resource
+//!   that could not be aligned and, when the node's data is pessimistic (pods reserved since
+//!   its NRT) or cannot be resynced, says so as a second reason.
+//! - Filter cannot write (`&Cluster`; preemption re-runs it on copies), so the streaks that
+//!   make a node dirty are recorded after the loop, from the verdicts the scheduler hands
+//!   to [`Plugin::filter_feedback`].
+//! - Score uses the configured strategy; Reserve/Unreserve account the pod in the cache.
 
+mod cluster_state;
+mod request;
+
+use std::borrow::Cow;
+
+use crate::cache::Cluster;
 use crate::framework::config::ConfigError;
-use crate::framework::{Plugin, Points};
+use crate::framework::{CycleState, Plugin, Points, Status};
+use crate::model::node::{NodeIdx, NodeInfo};
+use crate::model::pod::{PodInfo, QosClass as PodQos};
+use crate::numa::{
+    filter_node, score_node, NodeAllocatable, NodeNumaView, NodeResourceTopologyMatchArgs,
+    NumaPluginConfig, NumaReject, PodNumaRequest, QosClass, ResyncCheck, UnusableReason,
+};
+use crate::resources::ResourceNames;
+use crate::time::Time;
+
+pub use cluster_state::{pod_applied, pod_deleted, resync, NumaCluster, NumaMetrics};
+pub use request::pod_numa_request;
+
+/// Second reason on a rejected node whose data holds pods reserved since its NRT: the
+/// rejection may be pessimistic and go away at the next resync.
+pub const REASON_RESYNC_PENDING: &str = "node(s) topology data is being resynced";
+/// Second reason when the last resync found the NRT's pod fingerprint different from the
+/// pods the scheduler believes run on the node.
+pub const REASON_FINGERPRINT_MISMATCH: &str =
+    "node(s) topology data is stale: NRT pod fingerprint does not match the pods on the node";
+/// Second reason when the NRT carries no pod fingerprint (the node can never resync).
+pub const REASON_NO_FINGERPRINT: &str =
+    "node(s) topology data is stale: NRT has no pod fingerprint to resync with";
+/// A node made unusable by pods another scheduler bound there.
+pub const REASON_FOREIGN_PODS: &str =
+    "node(s) topology data is being resynced: pods bound by another scheduler";
+/// A node made unusable by a reservation in flight (`discardReservedNodes`).
+pub const REASON_RESERVATION_IN_FLIGHT: &str =
+    "node(s) topology data is being resynced: a NUMA reservation is in flight";
 
 /// Per-cycle state.
-#[derive(Debug, Clone, Default)]
-pub struct State {}
+#[derive(Debug, Clone)]
+pub struct State {
+    request: PodNumaRequest,
+    /// Nodes Score looked up (for the API-read figures).
+    score_lookups: u64,
+}
 
 /// The NodeResourceTopologyMatch plugin.
 #[derive(Debug)]
-pub struct NodeResourceTopologyMatch;
+pub struct NodeResourceTopologyMatch {
+    config: NumaPluginConfig,
+}
 
 impl NodeResourceTopologyMatch {
-    /// Builds the plugin from its args.
-    pub fn new(_args: Option<&serde_json::Value>) -> Result<Self, ConfigError> {
-        Ok(Self)
+    /// Builds the plugin from its args (`NodeResourceTopologyMatchArgs`, upstream names).
+    /// The first invalid field is named in the error.
+    pub fn new(args: Option<&serde_json::Value>) -> Result<Self, ConfigError> {
+        let args: NodeResourceTopologyMatchArgs = super::args::decode(args)?;
+        let config = args.validate().map_err(|e| {
+            let field = e
+                .errors
+                .first()
+                .map(|f| f.field.clone())
+                .unwrap_or_default();
+            ConfigError::new(field, e.to_string())
+        })?;
+        Ok(Self { config })
     }
+
+    /// The validated configuration.
+    pub fn config(&self) -> &NumaPluginConfig {
+        &self.config
+    }
+}
+
+/// The node's allocatable as the filter asks about it (does the node report a resource?).
+struct Allocatable<'a> {
+    names: &'a ResourceNames,
+    node: &'a NodeInfo,
+}
+
+impl NodeAllocatable for Allocatable<'_> {
+    fn has(&self, resource: &str) -> bool {
+        self.names
+            .get(resource)
+            .is_some_and(|id| self.node.allocatable[id] > 0)
+    }
+}
+
+/// The reason for an alignment failure: fixed strings for the common cases so the
+/// per-node path does not format.
+fn align_reason(r: &NumaReject) -> Cow<'static, str> {
+    match r {
+        NumaReject::Container { index: 0, resource } if resource == "cpu" => {
+            Cow::Borrowed("cannot align container (index 0, resource cpu)")
+        }
+        NumaReject::Container { index: 0, resource } if resource == "memory" => {
+            Cow::Borrowed("cannot align container (index 0, resource memory)")
+        }
+        NumaReject::Pod { resource } if resource == "cpu" => {
+            Cow::Borrowed("cannot align pod (resource cpu)")
+        }
+        NumaReject::Pod { resource } if resource == "memory" => {
+            Cow::Borrowed("cannot align pod (resource memory)")
+        }
+        other => Cow::Owned(other.to_string()),
+    }
+}
+
+fn reject(cx: &Cluster, node: &str, r: &NumaReject) -> Status {
+    if r.is_internal_error() {
+        return Status::error(r.to_string());
+    }
+    let status = Status::unschedulable(align_reason(r));
+    let cache = cx.numa.cache();
+    match cache.resync_check(node) {
+        Some(ResyncCheck::Mismatch) => status.with_reason(REASON_FINGERPRINT_MISMATCH),
+        Some(ResyncCheck::NoFingerprint) => status.with_reason(REASON_NO_FINGERPRINT),
+        None if cache.is_overreserved(node) => status.with_reason(REASON_RESYNC_PENDING),
+        None => status,
+    }
+}
+
+fn request(state: &CycleState) -> Option<&PodNumaRequest> {
+    state.numa.as_ref().map(|s| &s.request)
 }
 
 impl Plugin for NodeResourceTopologyMatch {
     fn name(&self) -> &'static str {
         crate::plugins::names::NODE_RESOURCE_TOPOLOGY_MATCH
     }
+
     fn points(&self) -> Points {
-        Points::default()
+        Points::PRE_FILTER
+            | Points::FILTER
+            | Points::FILTER_FEEDBACK
+            | Points::PRE_SCORE
+            | Points::SCORE
+            | Points::RESERVE
+    }
+
+    fn init(&self, cx: &mut Cluster) {
+        if !cx.numa.is_active() {
+            cx.numa = NumaCluster::new(&self.config);
+        }
+    }
+
+    fn pre_filter(&self, cx: &Cluster, state: &mut CycleState, pod: &PodInfo) -> Status {
+        if !cx.numa.has_topology() {
+            return Status::skip();
+        }
+        let request = match pod_numa_request(pod) {
+            Ok(r) => r,
+            Err(e) => return Status::error(format!("reading the pod's requests: {e}")),
+        };
+        let best_effort = request.qos() == QosClass::BestEffort && !request.includes_non_native();
+        state.numa = Some(Box::new(State {
+            request,
+            score_lookups: 0,
+        }));
+        if best_effort {
+            return Status::skip();
+        }
+        Status::success()
+    }
+
+    fn filter(&self, cx: &Cluster, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Status {
+        let Some(request) = request(state) else {
+            return Status::error("NodeResourceTopologyMatch: no PreFilter state");
+        };
+        let view = cx.numa.view(&node.name);
+        let alloc = Allocatable {
+            names: &cx.names,
+            node,
+        };
+        match filter_node(view, request, &alloc) {
+            Ok(()) => Status::success(),
+            Err(NumaReject::InvalidTopologyData) => Status::unschedulable(match view {
+                NodeNumaView::Unusable(UnusableReason::ReservationInFlight) => {
+                    REASON_RESERVATION_IN_FLIGHT
+                }
+                _ => REASON_FOREIGN_PODS,
+            }),
+            Err(r) => reject(cx, &node.name, &r),
+        }
+    }
+
+    fn filter_feedback(
+        &self,
+        cx: &mut Cluster,
+        _pod: &PodInfo,
+        verdicts: &[(NodeIdx, bool)],
+        now: Time,
+    ) {
+        for &(idx, passed) in verdicts {
+            let Some(name) = cx.node(idx).map(|n| n.name.clone()) else {
+                continue;
+            };
+            cx.numa.record_filter(&name, passed, now);
+        }
+    }
+
+    fn pre_score(
+        &self,
+        cx: &Cluster,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        nodes: &[NodeIdx],
+    ) -> Status {
+        // Non-Guaranteed pods score 100 everywhere and no NRT means 0 everywhere: neither
+        // changes the ranking.
+        if pod.qos != PodQos::Guaranteed || !cx.numa.has_topology() {
+            return Status::skip();
+        }
+        match state.numa.as_mut() {
+            Some(s) => s.score_lookups = nodes.len() as u64,
+            None => match pod_numa_request(pod) {
+                Ok(request) => {
+                    state.numa = Some(Box::new(State {
+                        request,
+                        score_lookups: nodes.len() as u64,
+                    }))
+                }
+                Err(e) => return Status::error(format!("reading the pod's requests: {e}")),
+            },
+        }
+        Status::success()
+    }
+
+    fn score(&self, cx: &Cluster, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> i64 {
+        match request(state) {
+            Some(r) => score_node(&self.config.scoring, cx.numa.view(&node.name), r),
+            None => 0,
+        }
+    }
+
+    fn reserve(
+        &self,
+        cx: &mut Cluster,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        node: NodeIdx,
+    ) -> Status {
+        // A reservation's stand-in never runs on the node: the agent will not count it and
+        // its owners are accounted when they bind.
+        if pod.is_reserve_pod() || !cx.numa.has_topology() {
+            return Status::success();
+        }
+        let Some(name) = cx.node(node).map(|n| n.name.clone()) else {
+            return Status::success();
+        };
+        if let Some(s) = state.numa.as_ref() {
+            cx.numa.record_score_lookups(s.score_lookups);
+            cx.numa.reserve(&name, pod, &s.request);
+            return Status::success();
+        }
+        match pod_numa_request(pod) {
+            Ok(r) => {
+                cx.numa.reserve(&name, pod, &r);
+                Status::success()
+            }
+            Err(e) => Status::error(format!("reading the pod's requests: {e}")),
+        }
+    }
+
+    fn unreserve(&self, cx: &mut Cluster, _state: &mut CycleState, pod: &PodInfo, node: NodeIdx) {
+        if let Some(name) = cx.node(node).map(|n| n.name.clone()) {
+            cx.numa.unreserve(&name, &pod.uid);
+        }
     }
 }
+
+#[cfg(test)]
+mod tests;

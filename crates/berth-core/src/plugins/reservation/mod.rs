@@ -1,27 +1,68 @@
-//! Reservation: Koordinator's reservation plugin (being implemented; the public API of
-//! [`State`] and [`hidden`] is stable and meant for the other plugins).
+//! Reservation: Koordinator's reservation plugin, as glue over [`crate::reservation`].
+//!
+//! - PreFilter finds, through the owner index, the reservations the pod may use and groups
+//!   them by node; a pod with reservation affinity is restricted to those nodes.
+//! - Filter applies the allocate policies on nodes holding such reservations, and for a
+//!   reserve pod its node pin, policy coexistence and pre-allocation rules.
+//! - PreScore/Score nominate one reservation per node and make owners strongly prefer nodes
+//!   holding one.
+//! - Reserve/Unreserve allocate the pod into the nominated reservation (or place a
+//!   reservation), PreBind writes `scheduling.koordinator.sh/reservation-allocated`.
+//!
+//! The per-cycle [`State`] also tells other plugins what the pod gets back on a node
+//! ([`State::restored`], [`State::restored_ports`], [`State::restored_claim_users`]) and which
+//! reservation stand-ins it must not see ([`State::hides`], [`hidden`]).
 
-use std::collections::HashMap;
+pub mod args;
 
+use std::borrow::Cow;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use berth_api::annotations::{
+    is_true, AnnotationCodec, ReservationAllocated, LABEL_RESERVATION_IGNORED,
+};
+use berth_api::reservation::{ReservationAllocatePolicy, ReservationPhase};
 use smallvec::SmallVec;
 
+use crate::cache::Cluster;
 use crate::framework::config::ConfigError;
-use crate::framework::{CycleState, Plugin, Points};
-use crate::model::node::NodeIdx;
-use crate::model::pod::{HostPort, PodInfo};
+use crate::framework::plugin::{PostFilterContext, PostFilterResult};
+use crate::framework::{CycleState, Plugin, Points, Status};
+use crate::model::node::{NodeIdx, NodeInfo};
+use crate::model::pod::{HostPort, PodInfo, PodKind};
 use crate::object::ObjectKey;
+use crate::reservation::affinity::{self, Mismatch, PodReservationPrefs};
+use crate::reservation::{allocate, lifecycle, RIdx, Settings};
 use crate::resources::Resources;
 
-/// Default score weight: high enough that an owner lands on its reservation's node when it
-/// fits there, whatever the other scores say.
-pub const DEFAULT_WEIGHT: i64 = 20;
+/// Default score weight. A node holding a reservation the pod can use scores at least 50
+/// (100 for the smallest `reservation-order`), and 50 × 40 outweighs every other default
+/// score plugin together (13 × 100), so an owner lands on its reservation's node when it
+/// fits there.
+pub const DEFAULT_WEIGHT: i64 = 40;
 
 /// What the pod being scheduled may take back on one node.
 #[derive(Debug, Clone, Default)]
 pub struct NodeState {
+    matched: SmallVec<[RIdx; 2]>,
     restore: Resources,
     ports: SmallVec<[HostPort; 2]>,
-    hidden: SmallVec<[std::sync::Arc<str>; 2]>,
+    hidden: SmallVec<[Arc<str>; 2]>,
+    nominated: Option<RIdx>,
+    score: i64,
+}
+
+/// Koordinator's diagnosis counters, for the PostFilter message.
+#[derive(Debug, Clone, Default)]
+struct Diag {
+    owner_matched: u32,
+    name_matched: u32,
+    name_unmatched: u32,
+    affinity_unmatched: u32,
+    unschedulable: u32,
+    not_exact: u32,
+    taints: BTreeMap<String, u32>,
 }
 
 /// Per-cycle state: the reservations the pod may use, by node.
@@ -29,13 +70,20 @@ pub struct NodeState {
 pub struct State {
     reserve_pod: bool,
     ignored: bool,
+    has_affinity: bool,
+    named: Option<String>,
+    pod_mask: u32,
     nodes: HashMap<NodeIdx, NodeState>,
     claims: HashMap<ObjectKey, u32>,
+    diag: Diag,
+    assumed: Option<(Arc<str>, Arc<str>)>,
 }
 
 impl State {
     /// What the pod's matched reservations hold on `node` and give back to it (added to the
-    /// node's free capacity by NodeResourcesFit).
+    /// node's free capacity by NodeResourcesFit). For an owner: the largest remainder of one
+    /// matched reservation per resource (the Reservation Filter checks the exact rule, one
+    /// reservation at a time); for a reservation-ignored pod: everything reserved there.
     pub fn restored(&self, _pod: &PodInfo, node: NodeIdx) -> Option<&Resources> {
         self.nodes.get(&node).map(|n| &n.restore)
     }
@@ -53,7 +101,7 @@ impl State {
     /// are not checked against existing reservations). InterPodAffinity, PodTopologySpread
     /// and VolumeRestrictions skip such pods.
     pub fn hides(&self, existing: &PodInfo, node: NodeIdx) -> bool {
-        let crate::model::pod::PodKind::ReservePod { reservation } = &existing.kind else {
+        let PodKind::ReservePod { reservation } = &existing.kind else {
             return false;
         };
         if self.reserve_pod || self.ignored {
@@ -70,6 +118,11 @@ impl State {
     pub fn restored_claim_users(&self, claim: &ObjectKey) -> u32 {
         self.claims.get(claim).copied().unwrap_or(0)
     }
+
+    /// The reservation the pod was allocated from in Reserve (name, UID).
+    pub fn assumed(&self) -> Option<(&str, &str)> {
+        self.assumed.as_ref().map(|(n, u)| (&**n, &**u))
+    }
 }
 
 /// [`State::hides`] for a cycle (false when the Reservation plugin did not run).
@@ -82,12 +135,251 @@ pub fn hidden(state: &CycleState, existing: &PodInfo, node: NodeIdx) -> bool {
 
 /// The Reservation plugin.
 #[derive(Debug)]
-pub struct Reservation;
+pub struct Reservation {
+    args: args::ReservationArgs,
+}
 
 impl Reservation {
-    /// Builds the plugin from its args.
-    pub fn new(_args: Option<&serde_json::Value>) -> Result<Self, ConfigError> {
-        Ok(Self)
+    /// Builds the plugin from its args (`ReservationArgs`).
+    pub fn new(args: Option<&serde_json::Value>) -> Result<Self, ConfigError> {
+        Ok(Self {
+            args: args::ReservationArgs::new(args)?,
+        })
+    }
+}
+
+fn reservation_name(pod: &PodInfo) -> Option<&str> {
+    match &pod.kind {
+        PodKind::ReservePod { reservation } => Some(reservation),
+        PodKind::Pod => None,
+    }
+}
+
+fn state_of(state: &CycleState) -> Result<&State, Status> {
+    state
+        .reservation
+        .as_deref()
+        .ok_or_else(|| Status::error("Reservation: PreFilter did not run"))
+}
+
+/// Whether two allocate policies may share a node (the default one mixes with no other).
+fn policies_conflict(a: ReservationAllocatePolicy, b: ReservationAllocatePolicy) -> bool {
+    (a == ReservationAllocatePolicy::Default || b == ReservationAllocatePolicy::Default) && a != b
+}
+
+impl Reservation {
+    fn pre_filter_pod(&self, cx: &Cluster, pod: &PodInfo, st: &mut State) -> Status {
+        let prefs = match PodReservationPrefs::from_pod(pod) {
+            Ok(p) => p,
+            Err(msg) => return Status::unresolvable(msg),
+        };
+        st.has_affinity = prefs.affinity.is_some();
+        st.named = prefs.affinity.as_ref().and_then(|a| a.name.clone());
+        st.pod_mask = allocate::mask(&pod.requests);
+        let store = &cx.reservations;
+        if is_true(Some(&pod.labels), LABEL_RESERVATION_IGNORED) {
+            // Koordinator restores every reservation on every node for such a pod.
+            st.ignored = true;
+            for node in store.busy_nodes() {
+                let Some(n) = cx.node(node) else { continue };
+                st.nodes.insert(
+                    node,
+                    NodeState {
+                        restore: n.reserved,
+                        ports: n.reserved_ports.iter().cloned().collect(),
+                        ..Default::default()
+                    },
+                );
+                for &i in store.on_node(node) {
+                    if let Some(r) = store.get(i) {
+                        for c in &r.claims {
+                            *st.claims.entry(c.clone()).or_insert(0) += 1;
+                        }
+                    }
+                }
+            }
+            return Status::skip();
+        }
+        // Candidates: by name when the affinity names one, else through the owner index.
+        let mut candidates: Vec<RIdx> = match &st.named {
+            Some(n) => store.idx(n).into_iter().collect(),
+            None => {
+                let mut v = Vec::new();
+                store.owner_candidates_into(pod, &mut v);
+                v
+            }
+        };
+        candidates.retain(|i| store.get(*i).is_some_and(|r| r.matchable()));
+        for idx in candidates {
+            let Some(r) = store.get(idx) else { continue };
+            if !r.owners.matches(pod) {
+                continue;
+            }
+            let Some(node) = r.node else { continue };
+            let Some(n) = cx.node(node) else { continue };
+            st.diag.owner_matched += 1;
+            match affinity::check(&prefs, pod, r, &n.labels, &cx.names) {
+                Ok(()) => {
+                    if st.named.is_some() {
+                        st.diag.name_matched += 1;
+                    }
+                }
+                Err(m) => {
+                    match m {
+                        Mismatch::Name => st.diag.name_unmatched += 1,
+                        Mismatch::Unschedulable => st.diag.unschedulable += 1,
+                        Mismatch::Taint(t) => *st.diag.taints.entry(t).or_insert(0) += 1,
+                        Mismatch::Affinity => st.diag.affinity_unmatched += 1,
+                        Mismatch::NotExact => st.diag.not_exact += 1,
+                    }
+                    continue;
+                }
+            }
+            let ns = st.nodes.entry(node).or_default();
+            ns.matched.push(idx);
+            ns.restore = ns.restore.max(&r.usable());
+            ns.ports.extend(r.contrib_ports.iter().cloned());
+            ns.hidden.push(r.name.clone());
+            for c in &r.claims {
+                *st.claims.entry(c.clone()).or_insert(0) += 1;
+            }
+        }
+        for ns in st.nodes.values_mut() {
+            ns.matched.sort_by(|a, b| {
+                let (ra, rb) = (store.get(*a), store.get(*b));
+                let ka = ra.map(|r| (r.created, r.name.clone()));
+                let kb = rb.map(|r| (r.created, r.name.clone()));
+                ka.cmp(&kb)
+            });
+        }
+        if st.has_affinity && st.nodes.is_empty() {
+            return Status::unresolvable(crate::reservation::ERR_REASON_AFFINITY);
+        }
+        if st.nodes.is_empty() {
+            return Status::skip();
+        }
+        Status::success()
+    }
+
+    fn filter_reserve_pod(&self, cx: &Cluster, pod: &PodInfo, node: &NodeInfo) -> Status {
+        let Some(name) = reservation_name(pod) else {
+            return Status::success();
+        };
+        let store = &cx.reservations;
+        let Some(r) = store.by_name(name) else {
+            return Status::error("reservation not found");
+        };
+        if r.pinned_node.as_deref().is_some_and(|p| *p != *node.name) {
+            return Status::unresolvable(crate::reservation::ERR_REASON_NODE_NOT_MATCH);
+        }
+        for &i in store.on_node(node.idx) {
+            let Some(other) = store.get(i) else { continue };
+            if other.phase == ReservationPhase::Available && policies_conflict(r.policy, other.policy)
+            {
+                return Status::unresolvable(crate::reservation::ERR_REASON_POLICY_CONFLICT);
+            }
+        }
+        if r.pre_allocation {
+            if r.policy != ReservationAllocatePolicy::Restricted {
+                return Status::unresolvable(
+                    crate::reservation::ERR_REASON_PRE_ALLOCATION_UNSUPPORTED,
+                );
+            }
+            if r.cluster_mode && !store.settings.enable_cluster_mode {
+                return Status::unresolvable(crate::reservation::ERR_REASON_CLUSTER_MODE_DISABLED);
+            }
+            if r.pre_allocation_required
+                && lifecycle::pre_allocation_candidates(cx, r, node.idx).is_empty()
+            {
+                return Status::unresolvable(
+                    crate::reservation::ERR_REASON_PRE_ALLOCATION_REQUIRED,
+                );
+            }
+        }
+        Status::success()
+    }
+
+    /// Koordinator's `filterWithReservations`: some matched reservation must hold the pod
+    /// under its policy. `only` restricts the check to one reservation (nomination).
+    fn fits_with(
+        &self,
+        cx: &Cluster,
+        st: &State,
+        pod: &PodInfo,
+        node: &NodeInfo,
+        ns: &NodeState,
+    ) -> Status {
+        let store = &cx.reservations;
+        let free = allocate::node_free(node);
+        let mut node_short = 0u32;
+        let mut reasons: Vec<Cow<'static, str>> = Vec::new();
+        let mut considered = 0;
+        for &idx in &ns.matched {
+            let Some(r) = store.get(idx) else { continue };
+            if !allocate::considered(st.pod_mask, r, st.has_affinity) {
+                continue;
+            }
+            considered += 1;
+            let fit = allocate::fit(&pod.requests, &free, r);
+            if fit.fits() {
+                return Status::success();
+            }
+            node_short |= fit.node_short;
+            let detailed = st.named.as_deref() == Some(&*r.name);
+            for id in allocate::bits(fit.reservation_short) {
+                reasons.push(allocate::reservation_reason(
+                    &cx.names,
+                    id,
+                    detailed.then_some((pod.requests[id], r)),
+                ));
+            }
+        }
+        if considered == 0 && !st.has_affinity {
+            // Nothing here the pod could use: the node's free capacity decides
+            // (NodeResourcesFit).
+            return Status::success();
+        }
+        let mut all: Vec<Cow<'static, str>> = allocate::bits(node_short)
+            .map(|id| allocate::node_reason(&cx.names, id))
+            .collect();
+        all.sort();
+        all.extend(reasons);
+        if all.is_empty() {
+            all.push(Cow::Borrowed(
+                crate::reservation::ERR_REASON_NO_RESERVATIONS_MEET,
+            ));
+        }
+        let mut it = all.into_iter();
+        let mut status = Status::unschedulable(it.next().unwrap_or_default());
+        for r in it {
+            status = status.with_reason(r);
+        }
+        status
+    }
+
+    /// Picks the reservation the pod takes on `node`.
+    fn nominate(&self, cx: &Cluster, st: &State, pod: &PodInfo, ns: &NodeState, node: &NodeInfo) -> Option<(RIdx, i64)> {
+        let store = &cx.reservations;
+        let free = allocate::node_free(node);
+        let mut best: Option<((bool, i64, i64, i64, Arc<str>), RIdx, i64)> = None;
+        for &idx in &ns.matched {
+            let Some(r) = store.get(idx) else { continue };
+            if r.allocate_once && !r.owner_pods.is_empty() {
+                continue;
+            }
+            if !allocate::considered(st.pod_mask, r, st.has_affinity) {
+                continue;
+            }
+            if !allocate::fit(&pod.requests, &free, r).fits() {
+                continue;
+            }
+            let score = allocate::score(&pod.requests, r);
+            let key = allocate::nomination_key(r, score);
+            if best.as_ref().is_none_or(|(k, _, _)| key < *k) {
+                best = Some((key, idx, score));
+            }
+        }
+        best.map(|(_, idx, score)| (idx, score))
     }
 }
 
@@ -95,7 +387,217 @@ impl Plugin for Reservation {
     fn name(&self) -> &'static str {
         crate::plugins::names::RESERVATION
     }
+
     fn points(&self) -> Points {
-        Points::default()
+        Points::PRE_FILTER
+            | Points::FILTER
+            | Points::POST_FILTER
+            | Points::PRE_SCORE
+            | Points::SCORE
+            | Points::RESERVE
+            | Points::PRE_BIND
+    }
+
+    fn reservation_settings(&self) -> Option<Settings> {
+        Some(self.args.settings())
+    }
+
+    fn pre_filter(&self, cx: &Cluster, state: &mut CycleState, pod: &PodInfo) -> Status {
+        let mut st = State::default();
+        let status = if pod.is_reserve_pod() {
+            st.reserve_pod = true;
+            Status::success()
+        } else {
+            self.pre_filter_pod(cx, pod, &mut st)
+        };
+        if st.has_affinity && status.is_success() {
+            let nodes: Vec<NodeIdx> = st.nodes.keys().copied().collect();
+            state.restrict_nodes(crate::plugins::names::RESERVATION, nodes);
+        }
+        state.reservation = Some(Box::new(st));
+        status
+    }
+
+    fn filter(&self, cx: &Cluster, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
+        let st = match state_of(state) {
+            Ok(s) => s,
+            Err(e) => return e,
+        };
+        if st.reserve_pod {
+            return self.filter_reserve_pod(cx, pod, node);
+        }
+        if st.ignored {
+            return Status::success();
+        }
+        match st.nodes.get(&node.idx) {
+            None if st.has_affinity => {
+                Status::unresolvable(crate::reservation::ERR_REASON_AFFINITY)
+            }
+            None => Status::success(),
+            Some(ns) => self.fits_with(cx, st, pod, node, ns),
+        }
+    }
+
+    fn post_filter(
+        &self,
+        cx: &mut PostFilterContext<'_>,
+        _pod: &PodInfo,
+    ) -> Option<PostFilterResult> {
+        let st = cx.state.reservation.as_deref()?;
+        if st.reserve_pod || st.ignored {
+            return None;
+        }
+        let d = &st.diag;
+        if d.owner_matched == 0 && !st.has_affinity {
+            return None;
+        }
+        let mut reasons = Vec::new();
+        let mut push = |n: u32, text: &str| {
+            if n > 0 {
+                reasons.push(format!("{n} {text}"));
+            }
+        };
+        push(
+            d.name_matched,
+            "Reservation(s) exactly matches the requested reservation name",
+        );
+        push(
+            d.name_unmatched,
+            "Reservation(s) didn't match the requested reservation name",
+        );
+        push(d.affinity_unmatched, "Reservation(s) didn't match affinity rules");
+        push(d.unschedulable, "Reservation(s) is unschedulable");
+        push(d.not_exact, "Reservation(s) is not exact matched");
+        for (taint, n) in &d.taints {
+            reasons.push(format!("{n} Reservation(s) had untolerated taint {taint}"));
+        }
+        reasons.push(format!(
+            "{} Reservation(s) matched owner total",
+            d.owner_matched
+        ));
+        Some(PostFilterResult {
+            message: Some(reasons.join(", ")),
+            ..Default::default()
+        })
+    }
+
+    fn pre_score(
+        &self,
+        cx: &Cluster,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        nodes: &[NodeIdx],
+    ) -> Status {
+        let Some(st) = state.reservation.as_deref_mut() else {
+            return Status::skip();
+        };
+        if st.reserve_pod || st.ignored || st.nodes.is_empty() {
+            return Status::skip();
+        }
+        let mut any = false;
+        let mut preferred: Option<(i64, NodeIdx)> = None;
+        for &n in nodes {
+            let Some(info) = cx.node(n) else { continue };
+            let Some(ns) = st.nodes.get(&n) else { continue };
+            let nominated = self.nominate(cx, st, pod, ns, info);
+            let order = nominated.and_then(|(i, _)| cx.reservations.get(i)).and_then(|r| r.order);
+            if let Some(o) = order {
+                if preferred.is_none_or(|(p, pn)| (o, n) < (p, pn)) {
+                    preferred = Some((o, n));
+                }
+            }
+            if let Some(ns) = st.nodes.get_mut(&n) {
+                ns.nominated = nominated.map(|(i, _)| i);
+                ns.score = nominated.map_or(0, |(_, s)| 50 + s.clamp(0, 100) / 2);
+                any |= nominated.is_some();
+            }
+        }
+        if let Some((_, n)) = preferred {
+            if let Some(ns) = st.nodes.get_mut(&n) {
+                ns.score = crate::framework::plugin::MAX_NODE_SCORE;
+            }
+        }
+        if any {
+            Status::success()
+        } else {
+            Status::skip()
+        }
+    }
+
+    fn score(&self, _cx: &Cluster, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> i64 {
+        state
+            .reservation
+            .as_deref()
+            .and_then(|st| st.nodes.get(&node.idx))
+            .map_or(0, |ns| ns.score)
+    }
+
+    fn reserve(
+        &self,
+        cx: &mut Cluster,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        node: NodeIdx,
+    ) -> Status {
+        if let Some(name) = reservation_name(pod) {
+            return match lifecycle::place(cx, name, node) {
+                Ok(()) => Status::success(),
+                Err(e) => Status::error(e),
+            };
+        }
+        let Some(st) = state.reservation.as_deref_mut() else {
+            return Status::success();
+        };
+        if st.ignored {
+            return Status::success();
+        }
+        let nominated = match st.nodes.get(&node) {
+            None => None,
+            Some(ns) => match ns.nominated {
+                Some(i) => Some(i),
+                None => cx
+                    .node(node)
+                    .and_then(|info| self.nominate(cx, st, pod, ns, info))
+                    .map(|(i, _)| i),
+            },
+        };
+        let Some(idx) = nominated.filter(|i| cx.reservations.get(*i).is_some_and(|r| r.matchable())) else {
+            if st.has_affinity {
+                return Status::unschedulable(crate::reservation::ERR_REASON_AFFINITY);
+            }
+            return Status::success();
+        };
+        lifecycle::assume_owner(cx, idx, pod);
+        st.assumed = cx
+            .reservations
+            .get(idx)
+            .map(|r| (r.name.clone(), r.uid.clone()));
+        Status::success()
+    }
+
+    fn unreserve(&self, cx: &mut Cluster, state: &mut CycleState, pod: &PodInfo, _node: NodeIdx) {
+        if let Some(name) = reservation_name(pod) {
+            lifecycle::unplace(cx, name);
+            return;
+        }
+        if let Some(st) = state.reservation.as_deref_mut() {
+            if st.assumed.take().is_some() {
+                lifecycle::forget_owner(cx, &pod.key);
+            }
+        }
+    }
+
+    fn pre_bind(
+        &self,
+        _cx: &Cluster,
+        state: &CycleState,
+        _pod: &PodInfo,
+        _node: &NodeInfo,
+        annotations: &mut BTreeMap<String, String>,
+    ) -> Status {
+        if let Some((name, uid)) = state.reservation.as_deref().and_then(State::assumed) {
+            ReservationAllocated::new(name, uid).insert_into(annotations);
+        }
+        Status::success()
     }
 }

@@ -1,0 +1,433 @@
+//! DefaultPreemption: when no node fits, evict lower-priority pods from one node so the pod
+//! fits there next time (kube-scheduler's `DefaultPreemption` PostFilter and its
+//! `preemption.Evaluator`).
+//!
+//! The steps, as upstream:
+//! 1. **Eligibility.** `preemptionPolicy: Never` pods do not preempt; a pod already
+//!    nominated to a node where lower-priority pods are terminating because of preemption
+//!    waits for them instead of preempting again.
+//! 2. **Potential nodes.** Only nodes whose Filter rejection was `Unschedulable` (not
+//!    `UnschedulableAndUnresolvable`): removing pods cannot fix a taint or a node selector.
+//! 3. **Dry run** on each potential node, from a random offset, until enough candidates
+//!    are found ([`DefaultPreemptionArgs`]): remove every lower-priority pod, check the pod
+//!    fits, then add the removed pods back most important first, budget-violating ones
+//!    first, keeping each one that still lets the pod fit (reprieve). Whatever could not be
+//!    reprieved is the node's victim set.
+//! 4. **Pick** one candidate (fewest PDB violations, lowest top victim priority, ...).
+//!
+//! The plugin decides; the scheduler acts on the [`PostFilterResult`]: it deletes the
+//! victims, records `Preempted` events and nominates the pod to the node.
+//!
+//! "Fits" re-runs the profile's PreFilter and Filter plugins against a copy of the cluster
+//! with the pods removed, so plugins whose PreFilter reads other pods (InterPodAffinity,
+//! PodTopologySpread, volume restrictions) see the removal without kube-scheduler's
+//! incremental `AddPod`/`RemovePod` extensions. The copy is made once per preemption
+//! attempt, and only when some node has lower-priority pods at all.
+
+mod args;
+mod pdb;
+mod select;
+
+use std::sync::Arc;
+
+use crate::cache::{Cluster, PodState};
+use crate::framework::config::ConfigError;
+use crate::framework::nominator::{
+    nominated_node_name, run_filter_plugins_with_nominated_pods, Nominator,
+};
+use crate::framework::plugin::{Nomination, PostFilterContext, PostFilterResult};
+use crate::framework::{Code, CycleState, Diagnosis, Plugin, Points, Profile, Status};
+use crate::model::node::NodeIdx;
+use crate::model::pod::PodInfo;
+use crate::plugins::args::decode;
+
+pub use args::DefaultPreemptionArgs;
+use select::{more_important_first, Candidate};
+
+/// Status of a potential node without lower-priority pods.
+pub const NO_VICTIMS: &str = "No preemption victims found for incoming pod";
+/// Reason given for every node preemption did not try.
+pub const NOT_HELPFUL: &str = "Preemption is not helpful for scheduling";
+/// The pod's `preemptionPolicy` is `Never`.
+pub const NOT_ELIGIBLE_POLICY: &str = "not eligible due to preemptionPolicy=Never";
+/// The pod waits for victims of its earlier preemption to terminate.
+pub const NOT_ELIGIBLE_TERMINATING: &str =
+    "not eligible due to a terminating pod on the nominated node";
+
+/// Per-cycle state (none: preemption runs once, at PostFilter).
+#[derive(Debug, Clone, Default)]
+pub struct State {}
+
+/// The DefaultPreemption plugin.
+#[derive(Debug)]
+pub struct DefaultPreemption {
+    args: DefaultPreemptionArgs,
+}
+
+impl DefaultPreemption {
+    /// Builds the plugin from `DefaultPreemptionArgs`, validated.
+    pub fn new(args: Option<&serde_json::Value>) -> Result<Self, ConfigError> {
+        let args: DefaultPreemptionArgs = decode(args)?;
+        args.validate()?;
+        Ok(Self { args })
+    }
+
+    /// The args in use.
+    pub fn args(&self) -> DefaultPreemptionArgs {
+        self.args
+    }
+}
+
+impl Plugin for DefaultPreemption {
+    fn name(&self) -> &'static str {
+        super::names::DEFAULT_PREEMPTION
+    }
+
+    fn points(&self) -> Points {
+        Points::POST_FILTER
+    }
+
+    fn post_filter(
+        &self,
+        cx: &mut PostFilterContext<'_>,
+        pod: &PodInfo,
+    ) -> Option<PostFilterResult> {
+        // Koordinator stops default preemption for reservations' reserve pods.
+        if pod.is_reserve_pod() {
+            return None;
+        }
+        Some(self.preempt(cx, pod))
+    }
+}
+
+/// A result that only carries a message.
+fn message(nomination: Nomination, text: String) -> PostFilterResult {
+    PostFilterResult {
+        nomination,
+        victims: Vec::new(),
+        message: Some(format!("preemption: {text}")),
+    }
+}
+
+impl DefaultPreemption {
+    /// kube-scheduler's `Evaluator.Preempt`.
+    fn preempt(&self, cx: &mut PostFilterContext<'_>, pod: &PodInfo) -> PostFilterResult {
+        if let Err(reason) = eligible(cx, pod) {
+            return message(Nomination::Keep, reason.to_string());
+        }
+        let cluster = cx.cluster;
+        let num_all = cluster.node_count();
+        let mut resolvable = cx.resolvable.to_vec();
+        resolvable.sort_unstable();
+        let potential: Vec<NodeIdx> = cluster
+            .node_order()
+            .iter()
+            .copied()
+            .filter(|i| resolvable.binary_search(i).is_ok())
+            .collect();
+        if potential.is_empty() {
+            return message(Nomination::Clear, fit_error(num_all, &[]));
+        }
+        let budgets = pdb::budgets(cluster);
+        let offset = cx.rng.below(potential.len() as u64) as usize;
+        let fit = Fit {
+            profile: cx.profile,
+            nominator: cx.nominator,
+            pod,
+        };
+        let (candidates, statuses) = self.dry_run(cluster, fit, &budgets, &potential, offset);
+        if candidates.is_empty() {
+            if let Some(err) = statuses.iter().find(|s| s.code() == Code::Error) {
+                return message(Nomination::Keep, err.message());
+            }
+            return message(Nomination::Clear, fit_error(num_all, &statuses));
+        }
+        let Some(best) = select::pick_one(&candidates) else {
+            return message(
+                Nomination::Keep,
+                "no candidate node for preemption".to_string(),
+            );
+        };
+        let c = &candidates[best];
+        PostFilterResult {
+            nomination: Nomination::Node(c.node),
+            victims: c.victims.iter().map(|p| p.key.clone()).collect(),
+            message: None,
+        }
+    }
+}
+
+impl DefaultPreemption {
+    /// kube-scheduler's `DryRunPreemption`, one node after the other from `offset`: stops
+    /// once it has enough candidates and at least one that violates no budget. Returns the
+    /// candidates (non-violating first, each group in search order) and the statuses of
+    /// the nodes that are not candidates.
+    fn dry_run(
+        &self,
+        cluster: &Cluster,
+        fit: Fit<'_>,
+        budgets: &[pdb::Budget],
+        potential: &[NodeIdx],
+        offset: usize,
+    ) -> (Vec<Candidate>, Vec<Status>) {
+        let want = self.args.num_candidates(potential.len());
+        let mut dry = DryRun {
+            cluster,
+            fit,
+            budgets,
+            sim: None,
+        };
+        let (mut fine, mut violating) = (Vec::new(), Vec::new());
+        let mut statuses = Vec::new();
+        for i in 0..potential.len() {
+            let idx = potential[(offset + i) % potential.len()];
+            match dry.select_victims_on_node(idx) {
+                Ok(c) if c.pdb_violations == 0 => fine.push(c),
+                // Like upstream's bounded candidate lists, extra violating candidates are
+                // dropped while the search goes on for a non-violating one.
+                Ok(c) if violating.len() < want => violating.push(c),
+                Ok(_) => {}
+                Err(st) => statuses.push(st),
+            }
+            if !fine.is_empty() && fine.len() + violating.len() >= want {
+                break;
+            }
+        }
+        fine.append(&mut violating);
+        (fine, statuses)
+    }
+}
+
+/// kube-scheduler's `PodEligibleToPreemptOthers`.
+fn eligible(cx: &PostFilterContext<'_>, pod: &PodInfo) -> Result<(), &'static str> {
+    if preemption_policy(cx.cluster, pod) == Some("Never") {
+        return Err(NOT_ELIGIBLE_POLICY);
+    }
+    let nominated = cx
+        .nominator
+        .node_of(&pod.key)
+        .map(|n| &**n)
+        .or_else(|| nominated_node_name(pod));
+    let Some(idx) = nominated.and_then(|n| cx.cluster.node_idx(n)) else {
+        return Ok(());
+    };
+    // A nominated node that cannot host the pod whatever is evicted: preempt elsewhere.
+    if !cx.resolvable.contains(&idx) {
+        return Ok(());
+    }
+    let waiting = cx.cluster.node(idx).is_some_and(|node| {
+        node.pods
+            .iter()
+            .any(|p| p.priority < pod.priority && terminating_by_preemption(p))
+    });
+    if waiting {
+        return Err(NOT_ELIGIBLE_TERMINATING);
+    }
+    Ok(())
+}
+
+/// The pod's `preemptionPolicy`, from its spec or, as admission would have set it, from its
+/// PriorityClass.
+fn preemption_policy<'a>(cluster: &'a Cluster, pod: &'a PodInfo) -> Option<&'a str> {
+    let spec = pod.spec();
+    spec.preemption_policy.as_deref().or_else(|| {
+        let class = spec.priority_class_name.as_deref()?;
+        cluster
+            .priority_classes
+            .get(class)?
+            .preemption_policy
+            .as_deref()
+    })
+}
+
+/// kube-scheduler's `podTerminatingByPreemption`: being deleted, with the
+/// `DisruptionTarget` condition preemption sets.
+fn terminating_by_preemption(p: &PodInfo) -> bool {
+    if !p.terminating {
+        return false;
+    }
+    p.pod
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.type_ == "DisruptionTarget"))
+        .is_some_and(|c| c.status == "True" && c.reason.as_deref() == Some("PreemptionByScheduler"))
+}
+
+/// The FitError preemption reports when it found no candidate: the dry run's per-node
+/// statuses, and [`NOT_HELPFUL`] for every other node. Without the final period, which the
+/// outer FitError adds.
+fn fit_error(num_all: usize, statuses: &[Status]) -> String {
+    let mut d = Diagnosis::default();
+    for st in statuses {
+        d.add(st);
+    }
+    d.add_absent(
+        NOT_HELPFUL.to_string(),
+        num_all.saturating_sub(statuses.len()) as u32,
+    );
+    let text = d.render(num_all);
+    text.strip_suffix('.').unwrap_or(&text).to_string()
+}
+
+/// One preemption attempt's dry run over candidate nodes.
+struct DryRun<'a> {
+    cluster: &'a Cluster,
+    fit: Fit<'a>,
+    budgets: &'a [pdb::Budget],
+    /// The copy of the cluster pods are removed from, made on first need. Every node is
+    /// restored exactly after its dry run, so one copy serves all nodes.
+    sim: Option<Cluster>,
+}
+
+/// What "the pod fits" is checked with.
+#[derive(Clone, Copy)]
+struct Fit<'a> {
+    profile: &'a Profile,
+    nominator: &'a Nominator,
+    pod: &'a PodInfo,
+}
+
+impl DryRun<'_> {
+    /// kube-scheduler's `SelectVictimsOnNode`: the fewest pods to evict from `idx` so the
+    /// pod fits, or why there are none.
+    fn select_victims_on_node(&mut self, idx: NodeIdx) -> Result<Candidate, Status> {
+        let Some(node) = self.cluster.node(idx) else {
+            return Err(Status::error("node vanished during preemption"));
+        };
+        let priority = self.fit.pod.priority;
+        let potential: Vec<Arc<PodInfo>> = node
+            .pods
+            .iter()
+            .filter(|p| p.priority < priority)
+            .cloned()
+            .collect();
+        if potential.is_empty() {
+            return Err(Status::unresolvable(NO_VICTIMS));
+        }
+        let name = node.name.clone();
+        let cluster = self.cluster;
+        let sim = self.sim.get_or_insert_with(|| cluster.clone());
+        let Some(saved) = sim.node(idx).cloned() else {
+            return Err(Status::error("node vanished during preemption"));
+        };
+        let mut removed: Vec<(Arc<PodInfo>, bool)> = Vec::with_capacity(potential.len());
+        for p in potential {
+            let assumed = sim
+                .pod(&p.key)
+                .is_some_and(|e| e.state == PodState::Assumed);
+            sim.remove_pod(&p.key);
+            removed.push((p, assumed));
+        }
+        let outcome = reprieve(self.fit, sim, idx, self.budgets, &mut removed);
+        // Put back what is still removed, then restore the node bit for bit (pod order).
+        for (p, assumed) in &removed {
+            put_back(sim, p, idx, *assumed);
+        }
+        if let Some(n) = sim.node_mut(idx) {
+            *n = saved;
+        }
+        let (victims, pdb_violations) = outcome?;
+        if victims.is_empty() {
+            return Err(Status::error(format!(
+                "expected at least one victim pod on node {name:?}"
+            )));
+        }
+        Ok(Candidate {
+            node: idx,
+            victims,
+            pdb_violations,
+        })
+    }
+}
+
+/// With every potential victim (`removed`) taken off node `idx` of `sim`: checks the pod
+/// fits, then puts victims back most important first, budget-violating ones first, keeping
+/// each that still lets the pod fit. Returns the victims (most important first) and how
+/// many violate a budget; `removed` is left holding the pods still off the node.
+fn reprieve(
+    fit: Fit<'_>,
+    sim: &mut Cluster,
+    idx: NodeIdx,
+    budgets: &[pdb::Budget],
+    removed: &mut Vec<(Arc<PodInfo>, bool)>,
+) -> Result<(Vec<Arc<PodInfo>>, i64), Status> {
+    let st = fit.check(sim, idx);
+    if !st.is_success() {
+        return Err(st);
+    }
+    removed.sort_by(|a, b| more_important_first(&a.0, &b.0));
+    let order: Vec<Arc<PodInfo>> = removed.iter().map(|(p, _)| p.clone()).collect();
+    let (violating, fine) = pdb::split_by_violation(&order, budgets);
+    let mut victims = Vec::new();
+    let mut violations = 0;
+    for (list, counts) in [(&violating, true), (&fine, false)] {
+        for p in list {
+            let Some(pos) = removed.iter().position(|(r, _)| r.key == p.key) else {
+                continue;
+            };
+            let (info, assumed) = removed.remove(pos);
+            put_back(sim, &info, idx, assumed);
+            let st = fit.check(sim, idx);
+            if st.is_success() {
+                continue;
+            }
+            sim.remove_pod(&info.key);
+            removed.push((info, assumed));
+            if st.code() == Code::Error {
+                return Err(st);
+            }
+            victims.push(p.clone());
+            if counts {
+                violations += 1;
+            }
+        }
+    }
+    if !violating.is_empty() && !fine.is_empty() {
+        victims.sort_by(|a, b| more_important_first(a, b));
+    }
+    Ok((victims, violations))
+}
+
+impl Fit<'_> {
+    /// Whether the pod fits node `idx` of `sim`: the profile's PreFilter (on `sim`, from
+    /// scratch) and Filter with nominated pods.
+    fn check(&self, sim: &Cluster, idx: NodeIdx) -> Status {
+        let profile = self.profile;
+        let mut state = CycleState::default();
+        for &i in &profile.pre_filter {
+            let p = &profile.plugins[i];
+            let st = p.pre_filter(sim, &mut state, self.pod);
+            if st.is_skip() {
+                state.skip_filter |= 1 << i;
+                continue;
+            }
+            if !st.is_success() {
+                return st.with_plugin(p.name());
+            }
+        }
+        if let Some(subset) = &state.node_subset {
+            if !subset.contains(&idx) {
+                return Status::unresolvable(format!(
+                    "node(s) didn't satisfy plugin(s) [{}]",
+                    state.subset_plugins.join(" ")
+                ));
+            }
+        }
+        let Some(node) = sim.node(idx) else {
+            return Status::error("node vanished during preemption");
+        };
+        run_filter_plugins_with_nominated_pods(profile, sim, &state, self.pod, node, self.nominator)
+    }
+}
+
+/// Re-places a pod removed from the copy as it was (bound, or assumed on `idx`).
+fn put_back(sim: &mut Cluster, p: &Arc<PodInfo>, idx: NodeIdx, assumed: bool) {
+    sim.apply_pod(p.clone());
+    if assumed {
+        sim.assume(&p.key, idx);
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,1051 @@
+//! Cases ported from kube-scheduler's `default_preemption_test.go` (TestPostFilter,
+//! TestDryRunPreemption, TestPodEligibleToPreemptOthers), plus scheduler-level runs.
+
+use super::*;
+use crate::effect::Effect;
+use crate::event::Event;
+use crate::framework::config::ProfileConfig;
+use crate::framework::nominator::run_filter_plugins;
+use crate::object::{Object, ObjectKey};
+use crate::rng::SplitMix64;
+use crate::scheduler::{Config, Scheduler};
+use crate::testing::{node, pod, NodeBuilder, PodBuilder};
+use crate::time::Time;
+use serde_json::{json, Value};
+
+const NEG: i32 = -100;
+const LOW: i32 = 0;
+const MID: i32 = 100;
+const HIGH: i32 = 1000;
+const VERY_HIGH: i32 = 10000;
+
+/// A profile with NodeResourcesFit, `extra` plugins and DefaultPreemption (with `args`).
+fn profile(extra: &[&str], args: Option<Value>) -> Profile {
+    let mut enabled = vec![json!({"name": "NodeResourcesFit"})];
+    enabled.extend(extra.iter().map(|n| json!({"name": n})));
+    enabled.push(json!({"name": "DefaultPreemption"}));
+    let mut cfg =
+        json!({"plugins": {"multiPoint": {"disabled": [{"name": "*"}], "enabled": enabled}}});
+    if let Some(a) = args {
+        cfg["pluginConfig"] = json!([{"name": "DefaultPreemption", "args": a}]);
+    }
+    let pc: ProfileConfig = serde_json::from_value(cfg).unwrap();
+    Profile::from_config(&pc).unwrap()
+}
+
+/// Upstream's resource sizes: cpu in milli, memory in bytes.
+fn res(b: PodBuilder, size: u32) -> PodBuilder {
+    b.req("cpu", &format!("{size}m"))
+        .req("memory", &size.to_string())
+}
+
+/// Upstream's `veryLargeRes` node (500m, 500).
+fn big_node(name: &str) -> NodeBuilder {
+    node(name).alloc("cpu", "500m").alloc("memory", "500")
+}
+
+/// `status.startTime` at `secs`.
+fn started(b: PodBuilder, secs: i64) -> PodBuilder {
+    b.status("startTime", json!(crate::time::rfc3339(secs * 1000)))
+}
+
+struct Fixture {
+    cx: Cluster,
+    profile: Profile,
+    nominator: Nominator,
+}
+
+impl Fixture {
+    fn new(profile: Profile, nodes: &[NodeBuilder], pods: &[PodBuilder]) -> Self {
+        let mut cx = Cluster::default();
+        for n in nodes {
+            cx.apply_node(n.build()).unwrap();
+        }
+        for p in pods {
+            let info = p.build_info_with(&mut cx.names);
+            cx.apply_pod(Arc::new(info));
+        }
+        Self {
+            cx,
+            profile,
+            nominator: Nominator::default(),
+        }
+    }
+
+    /// Adds a budget with the given status.
+    fn pdb(mut self, name: &str, labels: Value, allowed: i32, disrupted: &[&str]) -> Self {
+        let d: serde_json::Map<String, Value> = disrupted
+            .iter()
+            .map(|n| (n.to_string(), json!("2024-01-01T00:00:00Z")))
+            .collect();
+        let pdb: Arc<berth_api::k8s_openapi::api::policy::v1::PodDisruptionBudget> = Arc::new(
+            serde_json::from_value(json!({
+                "metadata": {"name": name, "namespace": "default"},
+                "spec": {"selector": {"matchLabels": labels}},
+                "status": {"currentHealthy": 0, "desiredHealthy": 0, "expectedPods": 0,
+                           "disruptionsAllowed": allowed, "disruptedPods": d}
+            }))
+            .unwrap(),
+        );
+        let key = Object::PodDisruptionBudget(pdb.clone()).key();
+        self.cx.pdbs.insert(key, pdb);
+        self
+    }
+
+    fn info(&mut self, b: &PodBuilder) -> PodInfo {
+        b.build_info_with(&mut self.cx.names)
+    }
+
+    fn idx(&self, name: &str) -> NodeIdx {
+        self.cx.node_idx(name).unwrap()
+    }
+
+    /// PreFilter and Filter over every node as the scheduler runs them, then PostFilter.
+    /// `resolvable` overrides which nodes count as `Unschedulable` (upstream's
+    /// `filteredNodesStatuses`).
+    fn post_filter(&self, pod: &PodInfo, resolvable: Option<&[&str]>) -> PostFilterResult {
+        let mut state = CycleState::default();
+        for &i in &self.profile.pre_filter {
+            let st = self.profile.plugins[i].pre_filter(&self.cx, &mut state, pod);
+            if st.is_skip() {
+                state.skip_filter |= 1 << i;
+            }
+        }
+        let resolvable: Vec<NodeIdx> = match resolvable {
+            Some(names) => names.iter().map(|n| self.idx(n)).collect(),
+            None => self
+                .cx
+                .nodes()
+                .filter(|n| {
+                    let st = run_filter_plugins(&self.profile, &self.cx, &state, pod, n);
+                    st.code() == Code::Unschedulable
+                })
+                .map(|n| n.idx)
+                .collect(),
+        };
+        let diagnosis = Diagnosis::default();
+        let mut rng = SplitMix64::new(0);
+        let mut ctx = PostFilterContext {
+            cluster: &self.cx,
+            profile: &self.profile,
+            state: &state,
+            diagnosis: &diagnosis,
+            resolvable: &resolvable,
+            nominator: &self.nominator,
+            rng: &mut rng,
+        };
+        let plugin = self
+            .profile
+            .plugin(crate::plugins::names::DEFAULT_PREEMPTION)
+            .unwrap();
+        plugin
+            .post_filter(&mut ctx, pod)
+            .expect("DefaultPreemption always answers pods")
+    }
+
+    /// The dry run over the given nodes from `offset`, with `args`.
+    fn dry_run(&self, pod: &PodInfo, args: Value, nodes: &[&str], offset: usize) -> Vec<Candidate> {
+        let plugin = DefaultPreemption::new(Some(&args)).unwrap();
+        let fit = Fit {
+            profile: &self.profile,
+            nominator: &self.nominator,
+            pod,
+        };
+        let budgets = pdb::budgets(&self.cx);
+        let potential: Vec<NodeIdx> = nodes.iter().map(|n| self.idx(n)).collect();
+        plugin
+            .dry_run(&self.cx, fit, &budgets, &potential, offset)
+            .0
+    }
+
+    fn node_of(&self, r: &PostFilterResult) -> Option<String> {
+        match r.nomination {
+            Nomination::Node(i) => Some(self.cx.node(i).unwrap().name.to_string()),
+            _ => None,
+        }
+    }
+}
+
+fn victims(c: &Candidate) -> Vec<&str> {
+    let mut v: Vec<&str> = c.victims.iter().map(|p| &*p.key.name).collect();
+    v.sort_unstable();
+    v
+}
+
+fn upstream_message(r: &PostFilterResult) -> String {
+    // berth keeps the final period for the outer FitError to add.
+    format!("{}.", r.message.as_deref().unwrap_or(""))
+}
+
+#[test]
+fn post_filter_follows_upstream_cases() {
+    struct Case {
+        name: &'static str,
+        nodes: Vec<NodeBuilder>,
+        pods: Vec<PodBuilder>,
+        pdbs: Vec<(&'static str, Value, i32)>,
+        preemptor: PodBuilder,
+        resolvable: Option<Vec<&'static str>>,
+        want_node: Option<&'static str>,
+        want_nomination: Nomination,
+        want_message: Option<&'static str>,
+    }
+    let one_pod = |n: &str| node(n).alloc("pods", "1");
+    let small_node = |n: &str| {
+        node(n)
+            .alloc("cpu", "200m")
+            .alloc("memory", "400")
+            .alloc("pods", "32")
+    };
+    let cases = vec![
+        Case {
+            name: "pod with higher priority can be made schedulable",
+            nodes: vec![one_pod("node1")],
+            pods: vec![pod("p1").node_name("node1")],
+            pdbs: vec![],
+            preemptor: pod("p").priority(HIGH),
+            resolvable: None,
+            want_node: Some("node1"),
+            want_nomination: Nomination::Keep,
+            want_message: None,
+        },
+        Case {
+            name: "pod with tied priority is still unschedulable",
+            nodes: vec![one_pod("node1")],
+            pods: vec![pod("p1").node_name("node1")],
+            pdbs: vec![],
+            preemptor: pod("p"),
+            resolvable: None,
+            want_node: None,
+            want_nomination: Nomination::Clear,
+            want_message: Some("preemption: 0/1 nodes are available: 1 No preemption victims found for incoming pod."),
+        },
+        Case {
+            name: "preemption should respect filteredNodesStatuses",
+            nodes: vec![one_pod("node1")],
+            pods: vec![pod("p1").node_name("node1")],
+            pdbs: vec![],
+            preemptor: pod("p").priority(HIGH),
+            resolvable: Some(vec![]),
+            want_node: None,
+            want_nomination: Nomination::Clear,
+            want_message: Some("preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling."),
+        },
+        Case {
+            name: "pod can be made schedulable on one node",
+            nodes: vec![one_pod("node1"), one_pod("node2")],
+            pods: vec![
+                pod("p1").priority(HIGH).node_name("node1"),
+                pod("p2").priority(LOW).node_name("node2"),
+            ],
+            pdbs: vec![],
+            preemptor: pod("p").priority(MID),
+            resolvable: None,
+            want_node: Some("node2"),
+            want_nomination: Nomination::Keep,
+            want_message: None,
+        },
+        Case {
+            name: "pod can be made schedulable on minHighestPriority node",
+            nodes: vec![one_pod("node1"), one_pod("node2")],
+            pods: vec![
+                pod("p1").label("pdb", "non-violating").priority(HIGH).node_name("node1"),
+                pod("p2").label("pdb", "violating").priority(LOW).node_name("node1"),
+                pod("p3").label("pdb", "violating").priority(MID).node_name("node2"),
+            ],
+            pdbs: vec![
+                ("violating-pdb", json!({"pdb": "violating"}), 0),
+                ("non-violating-pdb", json!({"pdb": "non-violating"}), i32::MAX),
+            ],
+            preemptor: pod("p").priority(VERY_HIGH),
+            resolvable: None,
+            want_node: Some("node2"),
+            want_nomination: Nomination::Keep,
+            want_message: None,
+        },
+        Case {
+            name: "no candidate nodes found, no enough resource after removing low priority pods",
+            nodes: vec![small_node("node1"), small_node("node2")],
+            pods: vec![pod("p1").node_name("node1"), pod("p2").node_name("node2")],
+            pdbs: vec![],
+            preemptor: res(pod("p").priority(HIGH), 300),
+            resolvable: Some(vec!["node1", "node2"]),
+            want_node: None,
+            want_nomination: Nomination::Clear,
+            want_message: Some("preemption: 0/2 nodes are available: 2 Insufficient cpu."),
+        },
+        Case {
+            name: "no candidate nodes found with mixed reasons, no lower priority pod and no enough CPU resource",
+            nodes: vec![one_pod("node1"), small_node("node2"), one_pod("node3")],
+            pods: vec![
+                pod("p1").priority(HIGH).node_name("node1"),
+                pod("p2").node_name("node2"),
+                pod("p3").priority(HIGH).node_name("node3"),
+            ],
+            pdbs: vec![],
+            preemptor: res(pod("p").priority(HIGH), 300),
+            resolvable: Some(vec!["node1", "node2", "node3"]),
+            want_node: None,
+            want_nomination: Nomination::Clear,
+            want_message: Some("preemption: 0/3 nodes are available: 1 Insufficient cpu, 2 No preemption victims found for incoming pod."),
+        },
+        Case {
+            name: "no candidate nodes found with mixed reason, 2 UnschedulableAndUnresolvable nodes and 2 nodes don't have enough CPU resource",
+            nodes: vec![small_node("node1"), small_node("node2"), small_node("node3"), small_node("node4")],
+            pods: vec![pod("p1").node_name("node1"), pod("p2").node_name("node2")],
+            pdbs: vec![],
+            preemptor: res(pod("p").priority(HIGH), 300),
+            resolvable: Some(vec!["node1", "node2"]),
+            want_node: None,
+            want_nomination: Nomination::Clear,
+            want_message: Some("preemption: 0/4 nodes are available: 2 Insufficient cpu, 2 Preemption is not helpful for scheduling."),
+        },
+    ];
+    for c in cases {
+        let mut f = Fixture::new(profile(&[], None), &c.nodes, &c.pods);
+        for (name, labels, allowed) in c.pdbs {
+            f = f.pdb(name, labels, allowed, &[]);
+        }
+        let p = f.info(&c.preemptor);
+        let r = f.post_filter(&p, c.resolvable.as_deref());
+        assert_eq!(f.node_of(&r).as_deref(), c.want_node, "{}", c.name);
+        if c.want_node.is_none() {
+            assert_eq!(r.nomination, c.want_nomination, "{}", c.name);
+            assert!(r.victims.is_empty(), "{}", c.name);
+        } else {
+            assert!(!r.victims.is_empty(), "{}", c.name);
+        }
+        match c.want_message {
+            Some(m) => assert_eq!(upstream_message(&r), m, "{}", c.name),
+            None => assert_eq!(r.message, None, "{}", c.name),
+        }
+    }
+}
+
+#[test]
+fn dry_run_selects_the_fewest_victims_upstream_cases() {
+    struct Case {
+        name: &'static str,
+        nodes: Vec<&'static str>,
+        pods: Vec<PodBuilder>,
+        pdbs: Vec<(Value, i32, Vec<&'static str>)>,
+        preemptor: PodBuilder,
+        /// (node, victims sorted by name, PDB violations)
+        want: Vec<(&'static str, Vec<&'static str>, i64)>,
+    }
+    let cases = vec![
+        Case {
+            name: "a pod that fits on both nodes when lower priority pods are preempted",
+            nodes: vec!["node1", "node2"],
+            pods: vec![
+                res(pod("p1").node_name("node1").priority(MID), 300),
+                res(pod("p2").node_name("node2").priority(MID), 300),
+            ],
+            pdbs: vec![],
+            preemptor: res(pod("p").priority(HIGH), 300),
+            want: vec![("node1", vec!["p1"], 0), ("node2", vec!["p2"], 0)],
+        },
+        Case {
+            name: "a pod that would fit on the nodes, but other pods running are higher priority, no preemption would happen",
+            nodes: vec!["node1", "node2"],
+            pods: vec![
+                res(pod("p1").node_name("node1").priority(MID), 300),
+                res(pod("p2").node_name("node2").priority(MID), 300),
+            ],
+            pdbs: vec![],
+            preemptor: res(pod("p").priority(LOW), 300),
+            want: vec![],
+        },
+        Case {
+            name: "medium priority pod is preempted, but lower priority one stays as it is small",
+            nodes: vec!["node1", "node2"],
+            pods: vec![
+                res(pod("p1.1").node_name("node1").priority(LOW), 100),
+                res(pod("p1.2").node_name("node1").priority(MID), 300),
+                res(pod("p2").node_name("node2").priority(MID), 300),
+            ],
+            pdbs: vec![],
+            preemptor: res(pod("p").priority(HIGH), 300),
+            want: vec![("node1", vec!["p1.2"], 0), ("node2", vec!["p2"], 0)],
+        },
+        Case {
+            name: "mixed priority pods are preempted",
+            nodes: vec!["node1", "node2"],
+            pods: vec![
+                res(pod("p1.1").node_name("node1").priority(MID), 100),
+                res(pod("p1.2").node_name("node1").priority(LOW), 100),
+                res(pod("p1.3").node_name("node1").priority(MID), 200),
+                res(pod("p1.4").node_name("node1").priority(HIGH), 100),
+                res(pod("p2").node_name("node2").priority(HIGH), 300),
+            ],
+            pdbs: vec![],
+            preemptor: res(pod("p").priority(HIGH), 300),
+            want: vec![("node1", vec!["p1.2", "p1.3"], 0)],
+        },
+        Case {
+            name: "mixed priority pods are preempted, pick later StartTime one when priorities are equal",
+            nodes: vec!["node1", "node2"],
+            pods: vec![
+                started(res(pod("p1.1").node_name("node1").priority(LOW), 100), 5),
+                started(res(pod("p1.2").node_name("node1").priority(LOW), 100), 4),
+                started(res(pod("p1.3").node_name("node1").priority(MID), 200), 3),
+                started(res(pod("p1.4").node_name("node1").priority(HIGH), 100), 2),
+                started(res(pod("p2").node_name("node2").priority(HIGH), 300), 1),
+            ],
+            pdbs: vec![],
+            preemptor: res(pod("p").priority(HIGH), 300),
+            want: vec![("node1", vec!["p1.1", "p1.3"], 0)],
+        },
+        Case {
+            name: "preemption with violation of same pdb",
+            nodes: vec!["node1"],
+            pods: vec![
+                res(pod("p1.1").node_name("node1").label("app", "foo").priority(MID), 200),
+                res(pod("p1.2").node_name("node1").label("app", "foo").priority(MID), 200),
+            ],
+            pdbs: vec![(json!({"app": "foo"}), 1, vec![])],
+            preemptor: res(pod("p").priority(HIGH), 500),
+            want: vec![("node1", vec!["p1.1", "p1.2"], 1)],
+        },
+        Case {
+            name: "preemption with violation of the pdb with pod whose eviction was processed, the victim doesn't belong to DisruptedPods",
+            nodes: vec!["node1"],
+            pods: vec![
+                res(pod("p1.1").node_name("node1").label("app", "foo").priority(MID), 200),
+                res(pod("p1.2").node_name("node1").label("app", "foo").priority(MID), 200),
+            ],
+            pdbs: vec![(json!({"app": "foo"}), 1, vec!["p2"])],
+            preemptor: res(pod("p").priority(HIGH), 500),
+            want: vec![("node1", vec!["p1.1", "p1.2"], 1)],
+        },
+        Case {
+            name: "preemption with violation of the pdb with pod whose eviction was processed, the victim belongs to DisruptedPods",
+            nodes: vec!["node1"],
+            pods: vec![
+                res(pod("p1.1").node_name("node1").label("app", "foo").priority(MID), 200),
+                res(pod("p1.2").node_name("node1").label("app", "foo").priority(MID), 200),
+            ],
+            pdbs: vec![(json!({"app": "foo"}), 1, vec!["p1.2"])],
+            preemptor: res(pod("p").priority(HIGH), 500),
+            want: vec![("node1", vec!["p1.1", "p1.2"], 0)],
+        },
+        Case {
+            name: "preemption with violation of the pdb with pod whose eviction was processed, the victim which belongs to DisruptedPods is treated as 'nonViolating'",
+            nodes: vec!["node1"],
+            pods: vec![
+                res(pod("p1.1").node_name("node1").label("app", "foo").priority(MID), 100),
+                res(pod("p1.2").node_name("node1").label("app", "foo").priority(MID), 100),
+                res(pod("p1.3").node_name("node1").label("app", "foo").priority(MID), 100),
+            ],
+            pdbs: vec![(json!({"app": "foo"}), 1, vec!["p1.3"])],
+            preemptor: res(pod("p").priority(HIGH), 500),
+            want: vec![("node1", vec!["p1.1", "p1.2", "p1.3"], 1)],
+        },
+    ];
+    for c in cases {
+        let nodes: Vec<NodeBuilder> = c.nodes.iter().map(|n| big_node(n)).collect();
+        let mut f = Fixture::new(profile(&[], None), &nodes, &c.pods);
+        for (i, (labels, allowed, disrupted)) in c.pdbs.into_iter().enumerate() {
+            f = f.pdb(&format!("pdb{i}"), labels, allowed, &disrupted);
+        }
+        let p = f.info(&c.preemptor);
+        let got = f.dry_run(&p, json!({}), &c.nodes, 0);
+        let got: Vec<(String, Vec<&str>, i64)> = got
+            .iter()
+            .map(|cand| {
+                (
+                    f.cx.node(cand.node).unwrap().name.to_string(),
+                    victims(cand),
+                    cand.pdb_violations,
+                )
+            })
+            .collect();
+        let want: Vec<(String, Vec<&str>, i64)> = c
+            .want
+            .into_iter()
+            .map(|(n, v, k)| (n.to_string(), v, k))
+            .collect();
+        assert_eq!(got, want, "{}", c.name);
+    }
+}
+
+#[test]
+fn dry_run_stops_at_the_configured_number_of_candidates() {
+    let names = ["node1", "node2", "node3", "node4", "node5"];
+    let nodes: Vec<NodeBuilder> = names.iter().map(|n| big_node(n)).collect();
+    let pods: Vec<PodBuilder> = names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| res(pod(&format!("p{}", i + 1)).node_name(n).priority(MID), 300))
+        .collect();
+    let mut f = Fixture::new(profile(&[], None), &nodes, &pods);
+    let p = f.info(&res(pod("p").priority(HIGH), 300));
+    let args = json!({"minCandidateNodesPercentage": 40, "minCandidateNodesAbsolute": 1});
+    // Offset 4: node5, then node1, and two are enough.
+    let got: Vec<String> = f
+        .dry_run(&p, args, &names, 4)
+        .iter()
+        .map(|c| f.cx.node(c.node).unwrap().name.to_string())
+        .collect();
+    assert_eq!(got, ["node5", "node1"]);
+    let all = f.dry_run(&p, json!({}), &names, 0);
+    assert_eq!(all.len(), 5);
+}
+
+#[test]
+fn a_violating_candidate_does_not_end_the_search_for_a_non_violating_one() {
+    let nodes = [big_node("node1"), big_node("node2")];
+    let pods = [
+        res(
+            pod("a")
+                .node_name("node1")
+                .label("app", "foo")
+                .priority(MID),
+            300,
+        ),
+        res(pod("b").node_name("node2").priority(MID), 300),
+    ];
+    let mut f =
+        Fixture::new(profile(&[], None), &nodes, &pods).pdb("p", json!({"app": "foo"}), 0, &[]);
+    let p = f.info(&res(pod("p").priority(HIGH), 300));
+    let args = json!({"minCandidateNodesPercentage": 0, "minCandidateNodesAbsolute": 1});
+    let got = f.dry_run(&p, args, &["node1", "node2"], 0);
+    let got: Vec<(String, i64)> = got
+        .iter()
+        .map(|c| {
+            (
+                f.cx.node(c.node).unwrap().name.to_string(),
+                c.pdb_violations,
+            )
+        })
+        .collect();
+    // The non-violating candidate comes first though it was found second.
+    assert_eq!(got, [("node2".to_string(), 0), ("node1".to_string(), 1)]);
+    let r = f.post_filter(&p, None);
+    assert_eq!(f.node_of(&r).as_deref(), Some("node2"));
+}
+
+#[test]
+fn reprieve_keeps_the_most_important_pods_that_still_leave_room() {
+    // 500m node, full: low 200m (older), low 200m (younger), neg 100m. The pod needs
+    // 200m: one 200m pod must go; the younger one, as the older is more important.
+    let pods = [
+        started(res(pod("old").node_name("node1").priority(LOW), 200), 1),
+        started(res(pod("young").node_name("node1").priority(LOW), 200), 9),
+        res(pod("neg").node_name("node1").priority(NEG), 100),
+    ];
+    let mut f = Fixture::new(profile(&[], None), &[big_node("node1")], &pods);
+    let p = f.info(&res(pod("p").priority(HIGH), 200));
+    let got = f.dry_run(&p, json!({}), &["node1"], 0);
+    assert_eq!(got.len(), 1);
+    // Reprieve order old, young, neg: old fits back (200 used), young does not (400), neg
+    // does (300).
+    assert_eq!(victims(&got[0]), ["young"]);
+    // The copy was restored: the real cluster never changed, and a second run agrees.
+    assert_eq!(f.cx.node_by_name("node1").unwrap().pods.len(), 3);
+    let again = f.dry_run(&p, json!({}), &["node1"], 0);
+    assert_eq!(victims(&again[0]), ["young"]);
+}
+
+#[test]
+fn victims_that_violate_budgets_are_reprieved_first() {
+    // Two 200m pods of equal priority; only one must go. The one a budget protects is put
+    // back first and stays; the other is the victim.
+    let pods = [
+        res(pod("a").node_name("node1").priority(LOW), 200),
+        res(
+            pod("b").node_name("node1").label("app", "db").priority(LOW),
+            200,
+        ),
+    ];
+    let mut f = Fixture::new(profile(&[], None), &[big_node("node1")], &pods).pdb(
+        "db",
+        json!({"app": "db"}),
+        0,
+        &[],
+    );
+    let p = f.info(&res(pod("p").priority(HIGH), 300));
+    let got = f.dry_run(&p, json!({}), &["node1"], 0);
+    assert_eq!(victims(&got[0]), ["a"]);
+    assert_eq!(got[0].pdb_violations, 0);
+}
+
+#[test]
+fn preemption_sees_topology_spread_change_when_pods_are_removed() {
+    // Upstream: "preemption to resolve pod topology spread filter failure".
+    let zone = |n: &str, z: &str| big_node(n).label("zone", z).label("hostname", n);
+    let nodes = [
+        zone("node-a", "zone1"),
+        zone("node-b", "zone1"),
+        zone("node-x", "zone2"),
+    ];
+    let pods = [
+        pod("pod-a1")
+            .node_name("node-a")
+            .label("foo", "")
+            .priority(MID),
+        pod("pod-a2")
+            .node_name("node-a")
+            .label("foo", "")
+            .priority(LOW),
+        pod("pod-b1")
+            .node_name("node-b")
+            .label("foo", "")
+            .priority(LOW),
+        pod("pod-x1")
+            .node_name("node-x")
+            .label("foo", "")
+            .priority(HIGH),
+        pod("pod-x2")
+            .node_name("node-x")
+            .label("foo", "")
+            .priority(HIGH),
+    ];
+    let constraint = |key: &str| {
+        json!({"maxSkew": 1, "topologyKey": key, "whenUnsatisfiable": "DoNotSchedule",
+               "labelSelector": {"matchExpressions": [{"key": "foo", "operator": "Exists"}]}})
+    };
+    let preemptor = pod("p").label("foo", "").priority(HIGH).spec(
+        "topologySpreadConstraints",
+        json!([constraint("zone"), constraint("hostname")]),
+    );
+    let mut f = Fixture::new(profile(&["PodTopologySpread"], None), &nodes, &pods);
+    let p = f.info(&preemptor);
+    let got = f.dry_run(&p, json!({}), &["node-a", "node-b", "node-x"], 0);
+    let got: Vec<(String, Vec<&str>)> = got
+        .iter()
+        .map(|c| (f.cx.node(c.node).unwrap().name.to_string(), victims(c)))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("node-a".to_string(), vec!["pod-a2"]),
+            ("node-b".to_string(), vec!["pod-b1"])
+        ]
+    );
+}
+
+#[test]
+fn preemption_removes_a_victim_whose_anti_affinity_rejects_the_pod() {
+    // Upstream: "pod with anti-affinity is preempted".
+    let anti = json!({"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchExpressions": [{"key": "foo", "operator": "Exists"}]},
+         "topologyKey": "hostname"}]}});
+    let nodes = [
+        big_node("node1").label("hostname", "node1"),
+        big_node("node2").label("hostname", "node2"),
+    ];
+    let pods = [
+        res(
+            pod("p1.1")
+                .node_name("node1")
+                .label("foo", "")
+                .priority(LOW),
+            100,
+        )
+        .spec("affinity", anti),
+        res(pod("p1.2").node_name("node1").priority(MID), 100),
+        res(pod("p1.3").node_name("node1").priority(HIGH), 100),
+        res(pod("p2").node_name("node2").priority(HIGH), 100),
+    ];
+    let mut f = Fixture::new(profile(&["InterPodAffinity"], None), &nodes, &pods);
+    let p = f.info(&res(pod("p").label("foo", "").priority(HIGH), 100));
+    let got = f.dry_run(&p, json!({}), &["node1", "node2"], 0);
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(f.cx.node(got[0].node).unwrap().name.as_ref(), "node1");
+    assert_eq!(victims(&got[0]), ["p1.1"]);
+}
+
+/// `pod` being deleted; `by_preemption` adds the DisruptionTarget condition preemption sets.
+fn terminating(b: PodBuilder, by_preemption: bool) -> PodBuilder {
+    let b = b.meta("deletionTimestamp", json!("2024-01-01T00:00:00Z"));
+    if !by_preemption {
+        return b;
+    }
+    b.status(
+        "conditions",
+        json!([{"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler"}]),
+    )
+}
+
+#[test]
+fn eligibility_follows_upstream_cases() {
+    struct Case {
+        name: &'static str,
+        pods: Vec<PodBuilder>,
+        preemptor: PodBuilder,
+        nominated: bool,
+        /// Whether node1's Filter status was Unschedulable (else Unresolvable).
+        node1_resolvable: bool,
+        want: Result<(), &'static str>,
+    }
+    let cases = vec![
+        Case {
+            name: "Pod with nominated node",
+            pods: vec![terminating(
+                pod("p_with_nominated_node")
+                    .node_name("node1")
+                    .priority(LOW),
+                true,
+            )],
+            preemptor: pod("p").priority(HIGH),
+            nominated: true,
+            node1_resolvable: true,
+            want: Err(NOT_ELIGIBLE_TERMINATING),
+        },
+        Case {
+            name: "Pod without nominated node",
+            pods: vec![terminating(
+                pod("p_without_nominated_node")
+                    .node_name("node1")
+                    .priority(LOW),
+                true,
+            )],
+            preemptor: pod("p").priority(HIGH),
+            nominated: false,
+            node1_resolvable: true,
+            want: Ok(()),
+        },
+        Case {
+            name: "Pod with 'PreemptNever' preemption policy",
+            pods: vec![],
+            preemptor: pod("p")
+                .priority(HIGH)
+                .spec("preemptionPolicy", json!("Never")),
+            nominated: false,
+            node1_resolvable: true,
+            want: Err(NOT_ELIGIBLE_POLICY),
+        },
+        Case {
+            name: "victim Pods terminating but not due to preemption",
+            pods: vec![terminating(
+                pod("p_terminating").node_name("node1").priority(LOW),
+                false,
+            )],
+            preemptor: pod("p").priority(HIGH),
+            nominated: true,
+            node1_resolvable: true,
+            want: Ok(()),
+        },
+        Case {
+            name: "non-victim Pods terminating",
+            pods: vec![terminating(
+                pod("p_higher").node_name("node1").priority(VERY_HIGH),
+                true,
+            )],
+            preemptor: pod("p").priority(HIGH),
+            nominated: true,
+            node1_resolvable: true,
+            want: Ok(()),
+        },
+        Case {
+            name: "nominated node status is UnschedulableAndUnresolvable",
+            pods: vec![terminating(
+                pod("p_with_nominated_node")
+                    .node_name("node1")
+                    .priority(LOW),
+                true,
+            )],
+            preemptor: pod("p").priority(HIGH),
+            nominated: true,
+            node1_resolvable: false,
+            want: Ok(()),
+        },
+    ];
+    for c in cases {
+        let mut f = Fixture::new(profile(&[], None), &[big_node("node1")], &c.pods);
+        let p = Arc::new(f.info(&c.preemptor));
+        if c.nominated {
+            f.nominator.add(p.clone(), "node1".into());
+        }
+        let resolvable = if c.node1_resolvable {
+            vec![f.idx("node1")]
+        } else {
+            vec![]
+        };
+        let (state, diagnosis) = (CycleState::default(), Diagnosis::default());
+        let mut rng = SplitMix64::new(0);
+        let ctx = PostFilterContext {
+            cluster: &f.cx,
+            profile: &f.profile,
+            state: &state,
+            diagnosis: &diagnosis,
+            resolvable: &resolvable,
+            nominator: &f.nominator,
+            rng: &mut rng,
+        };
+        assert_eq!(eligible(&ctx, &p), c.want, "{}", c.name);
+    }
+}
+
+#[test]
+fn a_priority_class_with_preemption_policy_never_stops_preemption() {
+    let mut f = Fixture::new(
+        profile(&[], None),
+        &[node("node1").alloc("pods", "1")],
+        &[pod("p1").node_name("node1")],
+    );
+    let pc: berth_api::k8s_openapi::api::scheduling::v1::PriorityClass = serde_json::from_value(
+        json!({"metadata": {"name": "polite"}, "value": 1000, "preemptionPolicy": "Never"}),
+    )
+    .unwrap();
+    f.cx.priority_classes.insert("polite".into(), Arc::new(pc));
+    let p = f.info(
+        &pod("p")
+            .priority(1000)
+            .spec("priorityClassName", json!("polite")),
+    );
+    let r = f.post_filter(&p, None);
+    assert_eq!(r.nomination, Nomination::Keep);
+    assert!(r.victims.is_empty());
+    assert_eq!(
+        upstream_message(&r),
+        "preemption: not eligible due to preemptionPolicy=Never."
+    );
+}
+
+#[test]
+fn args_are_validated_when_the_plugin_is_built() {
+    let err =
+        DefaultPreemption::new(Some(&json!({"minCandidateNodesPercentage": 200}))).unwrap_err();
+    assert_eq!(err.field, "minCandidateNodesPercentage");
+    let p = DefaultPreemption::new(None).unwrap();
+    assert_eq!(p.args(), DefaultPreemptionArgs::default());
+}
+
+// Scheduler-level runs.
+
+fn apply(s: &mut Scheduler, now: Time, b: &PodBuilder) {
+    s.handle(now, Event::Applied(Object::Pod(b.build())));
+}
+
+/// Plays the API server for binds and nominations; deletions are left to the test.
+fn run(s: &mut Scheduler, now: Time) -> Vec<Effect> {
+    s.run_until_idle(now);
+    let effects: Vec<Effect> = std::iter::from_fn(|| s.poll_effect()).collect();
+    for e in &effects {
+        let (key, set): (&ObjectKey, &dyn Fn(&mut Value)) = match e {
+            Effect::Bind { pod, node, .. } => (pod, &move |v: &mut Value| {
+                v["spec"]["nodeName"] = json!(node)
+            }),
+            Effect::NominatePod { pod, node } => (pod, &move |v: &mut Value| {
+                v["status"]["nominatedNodeName"] = json!(node)
+            }),
+            _ => continue,
+        };
+        let Some(info) = s.cluster.pod(key).map(|e| e.info.clone()) else {
+            continue;
+        };
+        let mut v = serde_json::to_value(&*info.pod).unwrap();
+        set(&mut v);
+        s.handle(
+            now,
+            Event::Applied(Object::Pod(Arc::new(serde_json::from_value(v).unwrap()))),
+        );
+    }
+    effects
+}
+
+fn bound(s: &Scheduler, name: &str) -> Option<String> {
+    let e = s.cluster.pod(&ObjectKey::pod("default", name))?;
+    (e.state == crate::cache::PodState::Bound)
+        .then(|| e.info.node_name.as_deref().unwrap_or("").to_string())
+}
+
+fn deleted(effects: &[Effect]) -> Vec<String> {
+    effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Delete(k) => Some(k.name.to_string()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_high_priority_pod_preempts_a_low_one_and_binds_once_it_is_gone() {
+    let mut s = Scheduler::new(vec![Profile::default_profile()], Config::default());
+    s.handle(
+        0,
+        Event::Applied(Object::Node(node("n1").alloc("cpu", "2").build())),
+    );
+    apply(
+        &mut s,
+        0,
+        &pod("low").req("cpu", "2").priority(LOW).node_name("n1"),
+    );
+    apply(&mut s, 0, &pod("high").req("cpu", "2").priority(HIGH));
+    let effects = run(&mut s, 0);
+    assert_eq!(deleted(&effects), ["low"]);
+    let preempted = effects.iter().find_map(|e| match e {
+        Effect::Record(r) if r.reason == "Preempted" => Some((
+            r.involved.name.to_string(),
+            r.uid.clone(),
+            r.message.clone(),
+        )),
+        _ => None,
+    });
+    assert_eq!(
+        preempted,
+        Some((
+            "low".into(),
+            "uid-low".into(),
+            "Preempted by pod uid-high on node n1".into()
+        ))
+    );
+    // The FitError carries no preemption message when preemption succeeded.
+    let condition = effects.iter().find_map(|e| match e {
+        Effect::PodCondition { pod, message, .. } if &*pod.name == "high" => Some(message.clone()),
+        _ => None,
+    });
+    assert_eq!(
+        condition.as_deref(),
+        Some("0/1 nodes are available: 1 Insufficient cpu.")
+    );
+    let nominate = effects
+        .iter()
+        .position(|e| matches!(e, Effect::NominatePod { node: Some(n), .. } if n == "n1"));
+    let cond = effects
+        .iter()
+        .position(|e| matches!(e, Effect::PodCondition { .. }));
+    assert!(
+        nominate > cond,
+        "nominatedNodeName follows the condition: {effects:?}"
+    );
+    assert_eq!(
+        s.nominator()
+            .node_of(&ObjectKey::pod("default", "high"))
+            .map(|n| &**n),
+        Some("n1")
+    );
+    assert_eq!(bound(&s, "high"), None);
+    // The victim goes; the preemptor is retried and binds.
+    s.handle(0, Event::Deleted(ObjectKey::pod("default", "low")));
+    run(&mut s, 0);
+    assert_eq!(bound(&s, "high").as_deref(), Some("n1"));
+    assert!(s.nominator().is_empty());
+}
+
+#[test]
+fn a_lower_priority_pod_cannot_take_the_room_freed_for_a_nominated_pod() {
+    let mut s = Scheduler::new(vec![Profile::default_profile()], Config::default());
+    s.handle(
+        0,
+        Event::Applied(Object::Node(node("n1").alloc("cpu", "2").build())),
+    );
+    apply(
+        &mut s,
+        0,
+        &pod("low").req("cpu", "2").priority(LOW).node_name("n1"),
+    );
+    apply(&mut s, 0, &pod("high").req("cpu", "2").priority(HIGH));
+    run(&mut s, 0);
+    // A mid-priority pod arrives and the victim leaves at once: the mid pod is tried first
+    // (the preemptor is still backing off) but the room is the preemptor's.
+    apply(&mut s, 0, &pod("mid").req("cpu", "1").priority(MID));
+    s.handle(0, Event::Deleted(ObjectKey::pod("default", "low")));
+    let effects = run(&mut s, 0);
+    assert_eq!(bound(&s, "mid"), None, "{effects:?}");
+    assert_eq!(bound(&s, "high").as_deref(), Some("n1"));
+}
+
+#[test]
+fn a_pod_that_cannot_preempt_says_why_and_evicts_nothing() {
+    let mut s = Scheduler::new(vec![Profile::default_profile()], Config::default());
+    s.handle(
+        0,
+        Event::Applied(Object::Node(node("n1").alloc("cpu", "2").build())),
+    );
+    apply(
+        &mut s,
+        0,
+        &pod("low").req("cpu", "2").priority(LOW).node_name("n1"),
+    );
+    apply(
+        &mut s,
+        0,
+        &pod("polite")
+            .req("cpu", "2")
+            .priority(HIGH)
+            .spec("preemptionPolicy", json!("Never")),
+    );
+    apply(&mut s, 0, &pod("peer").req("cpu", "2").priority(LOW));
+    let effects = run(&mut s, 0);
+    assert!(deleted(&effects).is_empty());
+    let message = |name: &str| {
+        effects.iter().find_map(|e| match e {
+            Effect::PodCondition { pod, message, .. } if &*pod.name == name => {
+                Some(message.clone())
+            }
+            _ => None,
+        })
+    };
+    assert_eq!(
+        message("polite").as_deref(),
+        Some("0/1 nodes are available: 1 Insufficient cpu. preemption: not eligible due to preemptionPolicy=Never.")
+    );
+    assert_eq!(
+        message("peer").as_deref(),
+        Some("0/1 nodes are available: 1 Insufficient cpu. preemption: 0/1 nodes are available: 1 No preemption victims found for incoming pod.")
+    );
+    assert!(!effects
+        .iter()
+        .any(|e| matches!(e, Effect::NominatePod { .. })));
+}
+
+#[test]
+fn a_preemptor_waits_for_its_terminating_victims_instead_of_preempting_again() {
+    let mut s = Scheduler::new(vec![Profile::default_profile()], Config::default());
+    for n in ["n1", "n2"] {
+        s.handle(
+            0,
+            Event::Applied(Object::Node(node(n).alloc("cpu", "2").build())),
+        );
+    }
+    apply(
+        &mut s,
+        0,
+        &pod("a").req("cpu", "2").priority(LOW).node_name("n1"),
+    );
+    apply(
+        &mut s,
+        0,
+        &pod("b").req("cpu", "2").priority(LOW).node_name("n2"),
+    );
+    apply(&mut s, 0, &pod("high").req("cpu", "2").priority(HIGH));
+    let effects = run(&mut s, 0);
+    let first = deleted(&effects);
+    assert_eq!(first.len(), 1);
+    let victim = first[0].clone();
+    let node = s
+        .nominator()
+        .node_of(&ObjectKey::pod("default", "high"))
+        .unwrap()
+        .to_string();
+    // The victim starts terminating (graceful deletion) instead of vanishing.
+    let info = s
+        .cluster
+        .pod(&ObjectKey::pod("default", &victim))
+        .unwrap()
+        .info
+        .clone();
+    let mut v = serde_json::to_value(&*info.pod).unwrap();
+    v["metadata"]["deletionTimestamp"] = json!("2024-01-01T00:00:00Z");
+    v["status"]["conditions"] =
+        json!([{"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler"}]);
+    s.handle(
+        1,
+        Event::Applied(Object::Pod(Arc::new(serde_json::from_value(v).unwrap()))),
+    );
+    let effects = run(&mut s, 20_000);
+    assert!(
+        deleted(&effects).is_empty(),
+        "no second preemption: {effects:?}"
+    );
+    assert_eq!(
+        s.nominator()
+            .node_of(&ObjectKey::pod("default", "high"))
+            .map(|n| n.to_string()),
+        Some(node)
+    );
+}

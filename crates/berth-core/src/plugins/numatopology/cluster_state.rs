@@ -1,0 +1,361 @@
+//! [`NumaCluster`]: the NUMA state the scheduler keeps across cycles (the reserve cache and
+//! its resync timer), held in [`Cluster::numa`], and the hooks the scheduler calls when
+//! NRT objects and pods change.
+//!
+//! The cache lives in the cluster rather than in the plugin because Reserve/Unreserve are
+//! the plugin's only mutable access and they get `&mut Cluster`; keeping it beside the pods
+//! also lets the resync read the pods the scheduler believes run on a node. One cache
+//! serves every profile: the first profile that enables the plugin configures it (upstream
+//! builds one per profile; berth profiles share one view of the cluster).
+
+use berth_api::nrt::NodeResourceTopology;
+
+use crate::cache::{Cluster, PodEntry, PodState};
+use crate::model::pod::PodInfo;
+use crate::numa::args::InformerMode;
+use crate::numa::{
+    CacheMode, NodeNumaView, NodeTopology, NumaCacheMetrics, NumaConvertError, NumaPluginConfig,
+    PodIdent, PodKey, PodNumaRequest, ReserveCache, ResyncOutcome,
+};
+use crate::time::Time;
+
+use super::request::pod_numa_request;
+
+/// NUMA figures for metrics and benchmarks (the reference exports none).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NumaMetrics {
+    /// The cache's own counters (dirty nodes by reason, resync attempts, matches,
+    /// mismatches, flushes, generation).
+    pub cache: NumaCacheMetrics,
+    /// Which cache runs.
+    pub mode: CacheMode,
+    /// NRT objects received (created or replaced).
+    pub nrt_updates: u64,
+    /// Filter evaluations that looked a node's topology up.
+    pub filter_lookups: u64,
+    /// Score evaluations that looked a node's topology up (pods placed only).
+    pub score_lookups: u64,
+    /// Nodes dirty now.
+    pub dirty_nodes: u64,
+}
+
+impl NumaMetrics {
+    /// NRT objects the reference plugin would read from the API server for the same work:
+    /// without the overreserve cache it issues a live `GET` per Filter and Score lookup;
+    /// with it, one per resync attempt on a dirty node. berth itself reads the watched
+    /// objects from memory, so this is the API traffic the design saves or costs.
+    pub fn api_reads(&self) -> u64 {
+        match self.mode {
+            CacheMode::OverReserve => self.cache.resync_attempts,
+            CacheMode::Passthrough | CacheMode::DiscardReserved => {
+                self.filter_lookups + self.score_lookups
+            }
+        }
+    }
+}
+
+/// The scheduler-wide NUMA state: the reserve cache, its resync timer and counters.
+#[derive(Debug, Clone)]
+pub struct NumaCluster {
+    /// Some profile enables NodeResourceTopologyMatch.
+    active: bool,
+    cache: ReserveCache,
+    informer_mode: InformerMode,
+    /// When the resync runs next; `None` while no node is dirty.
+    next_resync: Option<Time>,
+    /// Logical clock ordering NRT receipts and reservations (several happen in one ms).
+    stamp: i64,
+    /// Nodes with an NRT, so cycles skip the plugin when there are none.
+    nodes_with_nrt: usize,
+    nrt_updates: u64,
+    filter_lookups: u64,
+    score_lookups: u64,
+}
+
+impl Default for NumaCluster {
+    fn default() -> Self {
+        Self {
+            active: false,
+            cache: ReserveCache::new(NumaPluginConfig::default().cache),
+            informer_mode: InformerMode::default(),
+            next_resync: None,
+            stamp: 0,
+            nodes_with_nrt: 0,
+            nrt_updates: 0,
+            filter_lookups: 0,
+            score_lookups: 0,
+        }
+    }
+}
+
+impl NumaCluster {
+    /// The state for a plugin configured with `config`.
+    pub fn new(config: &NumaPluginConfig) -> Self {
+        Self {
+            active: true,
+            cache: ReserveCache::new(config.cache),
+            informer_mode: config.informer_mode,
+            ..Self::default()
+        }
+    }
+
+    /// Whether some profile enables the plugin (otherwise NRT objects are only stored).
+    pub fn is_active(&self) -> bool {
+        self.active
+    }
+
+    /// The reserve cache.
+    pub fn cache(&self) -> &ReserveCache {
+        &self.cache
+    }
+
+    /// Whether any node has an NRT (without one, every node passes and scores 0).
+    pub fn has_topology(&self) -> bool {
+        self.nodes_with_nrt > 0
+    }
+
+    /// What Filter and Score see for `node`.
+    pub fn view(&self, node: &str) -> NodeNumaView<'_> {
+        self.cache.view(node)
+    }
+
+    /// When [`resync`] has work next.
+    pub fn next_resync(&self) -> Option<Time> {
+        self.next_resync
+    }
+
+    /// Counters.
+    pub fn metrics(&self) -> NumaMetrics {
+        NumaMetrics {
+            cache: self.cache.metrics().clone(),
+            mode: self.cache.config().mode,
+            nrt_updates: self.nrt_updates,
+            filter_lookups: self.filter_lookups,
+            score_lookups: self.score_lookups,
+            dirty_nodes: self.cache.dirty_nodes().len() as u64,
+        }
+    }
+
+    fn next_stamp(&mut self) -> i64 {
+        self.stamp += 1;
+        self.stamp
+    }
+
+    /// Starts the resync timer if a node is dirty and it is not running. Resyncs run on a
+    /// free-running period (multiples of it), like the reference's ticker.
+    fn arm(&mut self, now: Time) {
+        let period = self.cache.config().resync_period_ms;
+        if !self.active
+            || self.cache.config().mode != CacheMode::OverReserve
+            || period <= 0
+            || self.next_resync.is_some()
+        {
+            return;
+        }
+        self.next_resync = Some((now.div_euclid(period) + 1) * period);
+    }
+
+    fn arm_if_dirty(&mut self, node: &str, now: Time) {
+        if self.cache.is_dirty(node) {
+            self.arm(now);
+        }
+    }
+
+    /// An NRT object was created or replaced. An object the scheduler cannot read (a zone
+    /// quantity that does not parse) leaves the node's previous data in place.
+    pub fn apply_nrt(
+        &mut self,
+        nrt: &NodeResourceTopology,
+        now: Time,
+    ) -> Result<(), NumaConvertError> {
+        let topology = NodeTopology::from_nrt(nrt)?;
+        let node = nrt.node_name();
+        let had = self.cache.topology(node).is_some();
+        let stamp = self.next_stamp();
+        self.cache.update_nrt(node, topology, stamp);
+        if !had && self.cache.topology(node).is_some() {
+            self.nodes_with_nrt += 1;
+        }
+        self.nrt_updates += 1;
+        self.arm_if_dirty(node, now);
+        Ok(())
+    }
+
+    /// The NRT of `node` was deleted.
+    pub fn delete_nrt(&mut self, node: &str) {
+        if self.cache.topology(node).is_some() {
+            self.nodes_with_nrt -= 1;
+        }
+        self.cache.remove_nrt(node);
+    }
+
+    /// `node` was deleted.
+    pub fn delete_node(&mut self, node: &str) {
+        if self.cache.topology(node).is_some() {
+            self.nodes_with_nrt -= 1;
+        }
+        self.cache.remove_node(node);
+    }
+
+    /// Reserve: accounts `request` pessimistically on every zone of `node`.
+    pub fn reserve(&mut self, node: &str, pod: &PodInfo, request: &PodNumaRequest) {
+        let key = PodKey {
+            uid: pod.uid.to_string(),
+            namespace: pod.key.namespace.to_string(),
+            name: pod.key.name.to_string(),
+        };
+        let stamp = self.next_stamp();
+        self.cache.reserve(node, &key, request, stamp);
+    }
+
+    /// Unreserve, or the pod left the node (deleted, finished, rejected by the kubelet):
+    /// nothing is held for it any more.
+    pub fn unreserve(&mut self, node: &str, pod_uid: &str) {
+        self.cache.unreserve(node, pod_uid);
+    }
+
+    /// Filter's verdict on `node`, for dirty tracking. `passed: false` with unusable data
+    /// (foreign pods, in-flight reservation) is not a rejection the streak counts.
+    pub fn record_filter(&mut self, node: &str, passed: bool, now: Time) {
+        self.filter_lookups += 1;
+        if passed {
+            self.cache.filter_passed(node);
+            return;
+        }
+        if matches!(self.cache.view(node), NodeNumaView::Unusable(_)) {
+            return;
+        }
+        self.cache.filtered_out(node);
+        self.arm_if_dirty(node, now);
+    }
+
+    /// Score looked `n` nodes up for a pod that was then placed.
+    pub fn record_score_lookups(&mut self, n: u64) {
+        self.score_lookups += n;
+    }
+
+    fn foreign_pod(&mut self, node: &str, pod: &PodInfo, now: Time) {
+        // A pod whose spec no longer parses cannot be judged: count it (the safe side).
+        let request = pod_numa_request(pod).unwrap_or_else(|_| {
+            PodNumaRequest::single(crate::numa::QosClass::Guaranteed, Default::default())
+        });
+        self.cache.foreign_pod(node, &request);
+        self.arm_if_dirty(node, now);
+    }
+}
+
+/// The node a cache entry holds the pod on, if it holds it anywhere.
+fn placed_on(cx: &Cluster, entry: &PodEntry) -> Option<std::sync::Arc<str>> {
+    if entry.state == PodState::Pending || entry.info.terminal {
+        return None;
+    }
+    match entry.node.and_then(|i| cx.node(i)) {
+        Some(n) => Some(n.name.clone()),
+        None => entry.info.node_name.clone(),
+    }
+}
+
+/// A pod was recorded (after [`Cluster::apply_pod`]); `prev` is the entry it replaced and
+/// `foreign` says the pod names a scheduler that is none of ours.
+///
+/// - A bind the scheduler asked for came back: the cache learns it (DiscardReserved ends
+///   the in-flight reservation; OverReserve keeps the pod assumed until a resync).
+/// - The pod left its node or finished (Failed with TopologyAffinityError, Succeeded): its
+///   assumed resources go, or a later matching fingerprint, which no longer lists it, would
+///   keep it assumed forever.
+/// - A foreign pod landed on, or left, a node: that node is dirty and unusable until it
+///   resyncs. A pod this scheduler assumed is never foreign on the node it chose.
+pub fn pod_applied(
+    cx: &mut Cluster,
+    prev: Option<&PodEntry>,
+    info: &PodInfo,
+    foreign: bool,
+    now: Time,
+) {
+    if !cx.numa.active {
+        return;
+    }
+    let before = prev.and_then(|p| placed_on(cx, p));
+    let now_entry = cx.pod(&info.key);
+    let after = now_entry.and_then(|e| placed_on(cx, e));
+    if before.is_some() && before == after {
+        let confirmed = prev.is_some_and(|p| p.state == PodState::Assumed)
+            && now_entry.is_some_and(|e| e.state == PodState::Bound);
+        if let (true, Some(node)) = (confirmed, after) {
+            cx.numa.cache.pod_bound(&node, &info.uid);
+        }
+        return;
+    }
+    if let Some(node) = before {
+        cx.numa.unreserve(&node, &info.uid);
+        if foreign {
+            cx.numa.foreign_pod(&node, info, now);
+        }
+    }
+    if let (Some(node), true) = (after, foreign) {
+        cx.numa.foreign_pod(&node, info, now);
+    }
+}
+
+/// A pod was deleted (after [`Cluster::remove_pod`] returned `entry`).
+pub fn pod_deleted(cx: &mut Cluster, entry: &PodEntry, foreign: bool, now: Time) {
+    if !cx.numa.active {
+        return;
+    }
+    if let Some(node) = placed_on(cx, entry) {
+        cx.numa.unreserve(&node, &entry.info.uid);
+        if foreign {
+            cx.numa.foreign_pod(&node, &entry.info, now);
+        }
+    }
+}
+
+/// Runs the resync if it is due. Returns whether scheduling decisions may differ now (a
+/// node was flushed, or why a node stays stale changed and messages should say so).
+pub fn resync(cx: &mut Cluster, now: Time) -> bool {
+    match cx.numa.next_resync {
+        Some(due) if due <= now => {}
+        _ => return false,
+    }
+    let mut numa = std::mem::take(&mut cx.numa);
+    let mode = numa.informer_mode;
+    let out: ResyncOutcome = numa
+        .cache
+        .resync(now, |node, topology| pods_on_node(cx, node, topology, mode));
+    numa.next_resync = None;
+    if !numa.cache.dirty_nodes().is_empty() {
+        numa.arm(now);
+    }
+    cx.numa = numa;
+    !out.flushed.is_empty() || out.checks_changed > 0
+}
+
+/// The pods the scheduler believes the node agent sees on `node`: bound (a bind not yet
+/// confirmed is unknown to the kubelet), not terminal (the agents drop them), not a
+/// reservation's stand-in; with the `Shared` informer only Running ones, as upstream.
+fn pods_on_node(
+    cx: &Cluster,
+    node: &str,
+    topology: &NodeTopology,
+    mode: InformerMode,
+) -> Vec<PodIdent> {
+    let Some(info) = cx.node_by_name(node) else {
+        return Vec::new();
+    };
+    info.pods
+        .iter()
+        .filter(|p| !p.is_reserve_pod() && !p.terminal)
+        .filter(|p| cx.pod(&p.key).is_some_and(|e| e.state == PodState::Bound))
+        .filter(|p| {
+            mode == InformerMode::Dedicated
+                || p.pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+        })
+        .map(|p| PodIdent {
+            namespace: p.key.namespace.to_string(),
+            name: p.key.name.to_string(),
+            exclusive: pod_numa_request(p)
+                .map(|r| r.has_exclusive_resources(|n| topology.has_resource(n)))
+                .unwrap_or(true),
+        })
+        .collect()
+}

@@ -1,0 +1,168 @@
+//! How an owner allocates on a node: from exactly one matched reservation first and the rest
+//! from the node's free capacity, under the reservation's policy, and which reservation it
+//! takes.
+//!
+//! - `Default` / `Aligned`: the pod fits when, for every resource, its request is at most
+//!   the node's free capacity plus this one reservation's remainder (never two
+//!   reservations: the other ones stay held).
+//! - `Restricted`: additionally, for the reservation's restricted resources the whole
+//!   request must fit in the reservation's remainder.
+//!
+//! A node whose matched reservations cannot satisfy the pod is filtered out; a pod that
+//! could not use a reservation at all (it requests none of its resources, or a
+//! `Default`/`Aligned` reservation has nothing left of them) may still use the node's free
+//! capacity, unless it has a reservation affinity.
+//!
+//! The chosen reservation on a node: the smallest `reservation-order` label first, then the
+//! one that ends most allocated (Koordinator's MostAllocated `ScoreReservation`), then the
+//! earliest created (then the name, for determinism).
+
+use std::borrow::Cow;
+
+use berth_api::reservation::ReservationAllocatePolicy;
+
+use crate::model::node::NodeInfo;
+use crate::resources::{ResourceId, ResourceNames, Resources};
+
+use super::store::ReservationInfo;
+
+/// Which resources fall short when the pod takes from one reservation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Fit {
+    /// Bit `i`: the node plus the reservation's remainder lacks resource `i`.
+    pub node_short: u32,
+    /// Bit `i`: a restricted resource `i` exceeds the reservation's remainder.
+    pub reservation_short: u32,
+}
+
+impl Fit {
+    /// Whether the pod fits with this reservation.
+    pub fn fits(&self) -> bool {
+        self.node_short == 0 && self.reservation_short == 0
+    }
+}
+
+/// Bit mask of the resources `r` has a non-zero amount of.
+pub fn mask(r: &Resources) -> u32 {
+    r.non_zero()
+        .filter(|(_, v)| *v > 0)
+        .fold(0, |m, (id, _)| m | (1 << id.0))
+}
+
+/// The node's free capacity for a pod that may not use reservations (may be negative when
+/// reservation-ignored pods took reserved capacity).
+pub fn node_free(node: &NodeInfo) -> Resources {
+    let mut f = node.allocatable;
+    f.sub(&node.requested);
+    f.sub(&node.reserved);
+    f
+}
+
+/// Checks the pod against one reservation on its node.
+pub fn fit(pod_req: &Resources, free: &Resources, r: &ReservationInfo) -> Fit {
+    let usable = r.usable();
+    let mut out = Fit::default();
+    for (id, want) in pod_req.non_zero() {
+        if want <= 0 {
+            continue;
+        }
+        let bit = 1u32 << id.0;
+        if want > free[id].saturating_add(usable[id]) {
+            out.node_short |= bit;
+        }
+        if r.policy == ReservationAllocatePolicy::Restricted
+            && r.restricted & bit != 0
+            && want > usable[id]
+        {
+            out.reservation_short |= bit;
+        }
+    }
+    out
+}
+
+/// Whether a reservation takes part for this pod at all. Without reservation affinity, a
+/// reservation none of whose resources the pod requests is skipped (Koordinator), and so is a
+/// `Default`/`Aligned` one with nothing left of them: using it would change nothing but make
+/// the pod an owner.
+pub fn considered(pod_mask: u32, r: &ReservationInfo, has_affinity: bool) -> bool {
+    if has_affinity {
+        return true;
+    }
+    if pod_mask & r.names == 0 {
+        return false;
+    }
+    if r.policy != ReservationAllocatePolicy::Restricted && pod_mask & mask(&r.usable()) == 0 {
+        return false;
+    }
+    true
+}
+
+/// Koordinator's `ScoreReservation` (MostAllocated over the reservation's allocatable):
+/// higher when the reservation ends fuller.
+pub fn score(pod_req: &Resources, r: &ReservationInfo) -> i64 {
+    let mut sum: i128 = 0;
+    let mut n: i128 = 0;
+    for (id, cap) in r.allocatable.non_zero() {
+        if cap <= 0 {
+            continue;
+        }
+        n += 1;
+        let req = i128::from(pod_req[id]) + i128::from(r.requested[id]);
+        if req <= i128::from(cap) {
+            sum += 100 * req / i128::from(cap);
+        }
+    }
+    if n == 0 {
+        0
+    } else {
+        (sum / n) as i64
+    }
+}
+
+/// Orders nomination candidates: order label (smallest first; labelled before unlabelled),
+/// higher score, earlier creation, name.
+pub fn nomination_key(r: &ReservationInfo, score: i64) -> (bool, i64, i64, i64, std::sync::Arc<str>) {
+    (
+        r.order.is_none(),
+        r.order.unwrap_or(0),
+        -score,
+        r.created,
+        r.name.clone(),
+    )
+}
+
+/// `Insufficient <r> by node`.
+pub fn node_reason(names: &ResourceNames, id: ResourceId) -> Cow<'static, str> {
+    match names.name(id) {
+        "cpu" => Cow::Borrowed("Insufficient cpu by node"),
+        "memory" => Cow::Borrowed("Insufficient memory by node"),
+        "ephemeral-storage" => Cow::Borrowed("Insufficient ephemeral-storage by node"),
+        other => Cow::Owned(format!("Insufficient {other} by node")),
+    }
+}
+
+/// `Reservation(s) Insufficient <r>`, with amounts when the pod names the reservation.
+pub fn reservation_reason(
+    names: &ResourceNames,
+    id: ResourceId,
+    detailed: Option<(i64, &ReservationInfo)>,
+) -> Cow<'static, str> {
+    let name = names.name(id);
+    match detailed {
+        None => match name {
+            "cpu" => Cow::Borrowed("Reservation(s) Insufficient cpu"),
+            "memory" => Cow::Borrowed("Reservation(s) Insufficient memory"),
+            other => Cow::Owned(format!("Reservation(s) Insufficient {other}")),
+        },
+        Some((want, r)) => Cow::Owned(format!(
+            "Reservation(s) Insufficient {name}, requested: {want}, used: {}, capacity: {}",
+            r.requested[id],
+            r.cap()[id]
+        )),
+    }
+}
+
+/// Iterates the set bits of a mask as resource ids.
+pub fn bits(mask: u32) -> impl Iterator<Item = ResourceId> {
+    (0..32u8).filter(move |i| mask & (1 << i) != 0).map(ResourceId)
+}

@@ -1,0 +1,1218 @@
+//! A reservation's life, driven by the scheduler: created (queued while Pending), placed
+//! (Available, or Waiting until its node has room), allocated by owners, Succeeded
+//! (`allocateOnce`), Failed (expired or node lost), garbage-collected; and every change to
+//! what it holds on its node.
+//!
+//! Functions here take the whole [`Cluster`] because a reservation's hold lives in its
+//! node's `NodeInfo` (`reserved`, `reserved_ports`, its stand-in in `pods`, claims in
+//! `pvc_users`). Outputs (status writes, events, queue operations) accumulate in the store
+//! and the scheduler takes them with [`drain`] after every input.
+
+use std::sync::Arc;
+
+use berth_api::annotations::{
+    is_true, reservation_order, AnnotationCodec, NodeReservation, ReservationAllocated,
+    ReservationRestrictedOptions, ANNOTATION_POD_PRE_ALLOCATABLE_PRIORITY,
+    LABEL_POD_IS_PRE_ALLOCATABLE, LABEL_PRE_ALLOCATION_REQUIRED,
+};
+use berth_api::reservation::{
+    condition, PreAllocationMode, Reservation, ReservationPhase, SchedulerProblem, DEFAULT_TTL,
+};
+use berth_api::GoDuration;
+use smallvec::SmallVec;
+
+use crate::cache::{Cluster, PodState};
+use crate::effect::{Effect, Record};
+use crate::model::node::NodeIdx;
+use crate::model::pod::{time_of, PodInfo};
+use crate::object::{Kind, ObjectKey};
+use crate::resources::Resources;
+use crate::time::Time;
+
+use super::allocate;
+use super::owner::OwnerMatcher;
+use super::reserve_pod;
+use super::status;
+use super::store::{Owner, RIdx, ReservationInfo};
+use super::QueueOp;
+
+/// Condition message when a reservation's node is deleted.
+pub const MSG_NODE_DELETED: &str = "the node of the reservation was deleted";
+
+fn now(cx: &Cluster) -> Time {
+    cx.reservations.now
+}
+
+/// The user-written parts of two versions of an object are the same (only the status, which
+/// the scheduler writes, or bookkeeping fields differ): the update is an echo.
+fn same_user_fields(a: &Reservation, b: &Reservation) -> bool {
+    a.metadata.uid == b.metadata.uid
+        && a.metadata.labels == b.metadata.labels
+        && a.metadata.annotations == b.metadata.annotations
+        && a.metadata.deletion_timestamp == b.metadata.deletion_timestamp
+        && a.spec == b.spec
+}
+
+/// Compiles the spec of `obj` into a fresh, Pending [`ReservationInfo`]. Problems become
+/// [`ReservationInfo::problem`], never errors.
+fn compile(cx: &mut Cluster, obj: Arc<Reservation>, now: Time) -> ReservationInfo {
+    let meta = &obj.metadata;
+    let spec = &obj.spec;
+    let name: Arc<str> = meta.name.as_deref().unwrap_or("").into();
+    let uid: Arc<str> = meta.uid.as_deref().unwrap_or("").into();
+    let created = meta
+        .creation_timestamp
+        .as_ref()
+        .map_or(now, |t| time_of(&t.0));
+    let mut problems: Vec<String> = Vec::new();
+    let built = reserve_pod::build(&obj, &mut cx.names, &cx.priority_classes);
+    let built = match built {
+        Ok(b) => Some(b),
+        Err(e) => {
+            problems.push(e);
+            None
+        }
+    };
+    let owners = if spec.owners.is_empty() {
+        problems.push(SchedulerProblem::MissingOwners.to_string());
+        OwnerMatcher::default()
+    } else {
+        match OwnerMatcher::new(&spec.owners) {
+            Ok(m) => m,
+            Err(e) => {
+                problems.push(format!("{e}; the owner matches no pod"));
+                OwnerMatcher::default()
+            }
+        }
+    };
+    // Expiry: `expires` is checked first; else `ttl` from creation ("0" disables; absent is
+    // the CRD's default 24h).
+    let ttl = spec.ttl.clone().unwrap_or_else(|| GoDuration::new(DEFAULT_TTL));
+    let ttl_ms = match ttl.millis() {
+        Ok(v) => Some(v),
+        Err(e) => {
+            problems.push(format!("spec.ttl: {e}"));
+            None
+        }
+    };
+    let explicit_ttl = ttl.as_str() != DEFAULT_TTL && ttl_ms.is_some_and(|v| v != 0);
+    if spec.expires.is_some() && explicit_ttl {
+        problems.push(
+            "spec.ttl and spec.expires are mutually exclusive; set only one of them".into(),
+        );
+    }
+    let expires_at = match &spec.expires {
+        Some(t) => Some(time_of(&t.0)),
+        None => match ttl_ms {
+            Some(0) | None => None,
+            Some(ms) => Some(created.saturating_add(ms)),
+        },
+    };
+    let labels = meta.labels.clone().unwrap_or_default();
+    let mut inner_reserved = Resources::ZERO;
+    match NodeReservation::from_annotations(meta.annotations.as_ref()) {
+        Ok(Some(nr)) => match nr.reserved_amounts() {
+            Ok(amounts) => {
+                for (n, v) in amounts {
+                    if let Ok(id) = cx.names.intern(&n) {
+                        inner_reserved[id] = v.max(0);
+                    }
+                }
+            }
+            Err(e) => problems.push(e.to_string()),
+        },
+        Ok(None) => {}
+        Err(e) => problems.push(e.to_string()),
+    }
+    let (allocatable, allocatable_list, item, placed, pinned_node, ports) = match built {
+        Some(b) => {
+            let ports = b.item.host_ports.clone();
+            (
+                b.allocatable,
+                b.allocatable_list,
+                Some(Arc::new(b.item)),
+                Some(Arc::new(b.placed)),
+                b.pinned_node,
+                ports,
+            )
+        }
+        None => (
+            Resources::ZERO,
+            Default::default(),
+            None,
+            None,
+            None,
+            SmallVec::new(),
+        ),
+    };
+    let names = allocate::mask(&allocatable);
+    let mut restricted = names;
+    if spec.allocate_policy == berth_api::reservation::ReservationAllocatePolicy::Restricted {
+        match ReservationRestrictedOptions::from_annotations(meta.annotations.as_ref()) {
+            Ok(Some(o)) => {
+                let m = o
+                    .resources
+                    .iter()
+                    .filter_map(|n| cx.names.get(n))
+                    .fold(0u32, |m, id| m | (1 << id.0));
+                if m & names != 0 {
+                    restricted = m & names;
+                }
+            }
+            Ok(None) => {}
+            Err(e) => problems.push(e.to_string()),
+        }
+    }
+    let namespace = item
+        .as_ref()
+        .map_or("default".to_string(), |i| i.key.namespace.to_string());
+    let claims = spec
+        .template
+        .as_ref()
+        .and_then(|t| t.spec.as_ref())
+        .map(|s| {
+            s.volumes
+                .iter()
+                .flatten()
+                .filter_map(|v| v.persistent_volume_claim.as_ref())
+                .map(|c| ObjectKey::new(Kind::PersistentVolumeClaim, &namespace, &c.claim_name))
+                .collect()
+        })
+        .unwrap_or_default();
+    let policy = spec.pre_allocation_policy.clone().unwrap_or_default();
+    let owner_keys = owners.index_keys();
+    ReservationInfo {
+        name,
+        uid,
+        created,
+        phase: ReservationPhase::Pending,
+        conditions: Vec::new(),
+        node_name: None,
+        node: None,
+        problem: problems.into_iter().next(),
+        labels,
+        owners,
+        owner_keys,
+        policy: spec.allocate_policy,
+        allocate_once: spec.allocate_once(),
+        unschedulable: spec.unschedulable,
+        terminating: meta.deletion_timestamp.is_some(),
+        taints: spec.taints.clone(),
+        order: reservation_order(meta.labels.as_ref()),
+        pre_allocation: spec.pre_allocation,
+        pre_allocation_required: is_true(meta.labels.as_ref(), LABEL_PRE_ALLOCATION_REQUIRED),
+        cluster_mode: policy.mode == Some(PreAllocationMode::Cluster),
+        enable_multiple: policy.enable_multiple.unwrap_or(false),
+        expires_at,
+        pinned_node,
+        allocatable,
+        allocatable_list,
+        names,
+        restricted,
+        inner_reserved,
+        ports,
+        claims,
+        item,
+        placed,
+        owner_pods: Default::default(),
+        requested: Resources::ZERO,
+        contrib: Resources::ZERO,
+        contrib_ports: SmallVec::new(),
+        attached: false,
+        final_status: None,
+        terminal_since: None,
+        timer: None,
+        gc_requested: false,
+        last_status: obj.status.clone(),
+        indexed: false,
+        obj,
+    }
+}
+
+/// An observed Reservation (created or replaced).
+pub fn apply(cx: &mut Cluster, obj: Arc<Reservation>) {
+    let Some(name) = obj.metadata.name.clone().filter(|n| !n.is_empty()) else {
+        return;
+    };
+    if let Some(idx) = cx.reservations.idx(&name) {
+        let Some(old) = cx.reservations.get(idx) else {
+            return;
+        };
+        if same_user_fields(&old.obj, &obj) {
+            // Our own status write coming back, or a bookkeeping change: the scheduler is
+            // the only writer of the status, so there is nothing to learn.
+            return;
+        }
+        if old.obj.metadata.uid != obj.metadata.uid {
+            // Deleted and created again under the same name.
+            delete(cx, &name);
+        } else {
+            update(cx, idx, obj);
+            return;
+        }
+    }
+    create(cx, obj);
+}
+
+fn create(cx: &mut Cluster, obj: Arc<Reservation>) {
+    let now = now(cx);
+    let mut info = compile(cx, obj.clone(), now);
+    let st = obj.status.clone().unwrap_or_default();
+    let phase = st.phase.clone().unwrap_or_default();
+    let node_name = st.node_name.clone().filter(|n| !n.is_empty());
+    match (&phase, node_name) {
+        (ReservationPhase::Available | ReservationPhase::Waiting, Some(node)) => {
+            // Placed before (a restart): hold what the status says.
+            info.phase = phase.clone();
+            info.conditions = st.conditions.clone();
+            info.node_name = Some(node.into());
+            if !st.allocatable.is_empty() {
+                if let Ok(a) = reserve_pod::parse_allocatable(&st.allocatable, &mut cx.names) {
+                    info.allocatable = a;
+                    info.allocatable_list = st.allocatable.clone();
+                    info.names = allocate::mask(&a);
+                    info.restricted &= info.names;
+                    if info.restricted == 0 {
+                        info.restricted = info.names;
+                    }
+                }
+            }
+        }
+        (ReservationPhase::Succeeded | ReservationPhase::Failed, _) => {
+            info.phase = phase.clone();
+            info.conditions = st.conditions.clone();
+            info.node_name = st.node_name.as_deref().map(Into::into);
+            info.final_status = Some(st.clone());
+            let ready = st.conditions.iter().find(|c| c.type_ == condition::READY);
+            let since = ready
+                .and_then(|c| {
+                    if phase == ReservationPhase::Failed {
+                        c.last_transition_time.as_ref()
+                    } else {
+                        c.last_probe_time.as_ref()
+                    }
+                })
+                .map(|t| time_of(&t.0));
+            info.terminal_since = Some(since.unwrap_or(now));
+        }
+        _ => {
+            info.conditions = st.conditions.clone();
+        }
+    }
+    let idx = cx.reservations.insert(info);
+    let store = &mut cx.reservations;
+    let r = store.get(idx).cloned();
+    let Some(r) = r else { return };
+    if r.is_active() {
+        locate(cx, idx);
+        adopt_orphans(cx, idx);
+        if r.phase == ReservationPhase::Waiting {
+            cx.reservations.waiting.insert(r.name.clone());
+            cx.reservations.check_waiting = true;
+        }
+        cx.reservations.queue_ops.push(QueueOp::MoveAll);
+    } else if r.phase == ReservationPhase::Pending {
+        if let Some(p) = &r.problem {
+            let msg = p.clone();
+            if let Some(m) = cx.reservations.get_mut(idx) {
+                status::set_unschedulable(&mut m.conditions, &msg, now);
+            }
+            cx.reservations.mark_dirty(idx);
+        } else if !r.terminating {
+            enqueue(cx, idx);
+        }
+    }
+    schedule_timer(cx, idx);
+}
+
+fn enqueue(cx: &mut Cluster, idx: RIdx) {
+    let Some(r) = cx.reservations.get(idx) else {
+        return;
+    };
+    let Some(item) = &r.item else { return };
+    let op = QueueOp::Add {
+        key: item.key.clone(),
+        priority: item.priority,
+        created: r.created,
+    };
+    cx.reservations.queue_ops.push(op);
+}
+
+fn dequeue(cx: &mut Cluster, idx: RIdx) {
+    let Some(r) = cx.reservations.get(idx) else {
+        return;
+    };
+    if let Some(item) = &r.item {
+        let k = item.key.clone();
+        cx.reservations.queue_ops.push(QueueOp::Delete(k));
+    }
+}
+
+/// A user update of a known reservation (labels, owners, unschedulable, deletion...).
+fn update(cx: &mut Cluster, idx: RIdx, obj: Arc<Reservation>) {
+    let now = now(cx);
+    let Some(old) = cx.reservations.get(idx).cloned() else {
+        return;
+    };
+    let mut fresh = compile(cx, obj, now);
+    let placed = old.node_name.is_some() || old.phase != ReservationPhase::Pending;
+    // The scheduler's own knowledge survives a spec change.
+    fresh.phase = old.phase.clone();
+    fresh.conditions = old.conditions.clone();
+    fresh.last_status = old.last_status.clone();
+    fresh.final_status = old.final_status.clone();
+    fresh.terminal_since = old.terminal_since;
+    fresh.gc_requested = old.gc_requested;
+    if placed {
+        detach(cx, idx);
+        cx.reservations.unindex_owner(idx);
+        fresh.node_name = old.node_name.clone();
+        fresh.node = old.node;
+        fresh.allocatable = old.allocatable;
+        fresh.allocatable_list = old.allocatable_list.clone();
+        fresh.names = old.names;
+        if fresh.restricted & old.names == 0 {
+            fresh.restricted = old.names;
+        } else {
+            fresh.restricted &= old.names;
+        }
+        if fresh.placed.is_none() {
+            fresh.placed = old.placed.clone();
+        }
+        fresh.owner_pods = old.owner_pods.clone();
+        fresh.requested = old.requested;
+    }
+    if old.uid != fresh.uid {
+        let (o, n) = (old.uid.clone(), fresh.uid.clone());
+        cx.reservations.rename_uid(idx, &o, &n);
+    }
+    let timer = old.timer;
+    if let Some(slot) = cx.reservations.get_mut(idx) {
+        *slot = fresh;
+        slot.timer = timer;
+    }
+    let Some(r) = cx.reservations.get(idx).cloned() else {
+        return;
+    };
+    if placed {
+        if r.is_active() {
+            attach(cx, idx);
+            if r.phase == ReservationPhase::Available {
+                cx.reservations.index_owner(idx);
+            }
+        }
+        cx.reservations.queue_ops.push(QueueOp::MoveAll);
+    } else if r.phase == ReservationPhase::Pending {
+        if let Some(p) = r.problem.clone() {
+            dequeue(cx, idx);
+            if let Some(m) = cx.reservations.get_mut(idx) {
+                status::set_unschedulable(&mut m.conditions, &p, now);
+            }
+        } else if r.terminating {
+            dequeue(cx, idx);
+        } else {
+            enqueue(cx, idx);
+        }
+    }
+    schedule_timer(cx, idx);
+    cx.reservations.mark_dirty(idx);
+}
+
+/// An observed deletion.
+pub fn delete(cx: &mut Cluster, name: &str) {
+    let Some(idx) = cx.reservations.idx(name) else {
+        return;
+    };
+    detach(cx, idx);
+    dequeue(cx, idx);
+    cx.reservations.unindex_owner(idx);
+    let Some(r) = cx.reservations.remove(idx) else {
+        return;
+    };
+    if let Some(node) = &r.node_name {
+        if let Some(v) = cx.reservations.awaiting_node.get_mut(node) {
+            v.retain(|x| *x != idx);
+        }
+    }
+    for key in r.owner_pods.keys() {
+        if cx.reservations.pod_owner.get(key) == Some(&idx) {
+            cx.reservations.pod_owner.remove(key);
+        }
+    }
+    cx.reservations.to_annotate.retain(|(_, i)| *i != idx);
+    cx.reservations.dirty.remove(&r.name);
+    cx.reservations.queue_ops.push(QueueOp::MoveAll);
+}
+
+/// Finds the node of an active reservation and applies its hold there (or waits for the
+/// node to appear).
+fn locate(cx: &mut Cluster, idx: RIdx) {
+    let Some(r) = cx.reservations.get(idx) else {
+        return;
+    };
+    let Some(name) = r.node_name.clone() else {
+        return;
+    };
+    match cx.node_idx(&name) {
+        Some(n) => {
+            if let Some(m) = cx.reservations.get_mut(idx) {
+                m.node = Some(n);
+            }
+            attach(cx, idx);
+            let available = cx
+                .reservations
+                .get(idx)
+                .is_some_and(|r| r.phase == ReservationPhase::Available);
+            if available {
+                cx.reservations.index_owner(idx);
+            }
+        }
+        None => {
+            let v = cx.reservations.awaiting_node.entry(name).or_default();
+            if !v.contains(&idx) {
+                v.push(idx);
+            }
+        }
+    }
+}
+
+/// Applies what the reservation holds to its node (`reserved`, ports, stand-in, claims).
+fn attach(cx: &mut Cluster, idx: RIdx) {
+    let Some(r) = cx.reservations.get(idx) else {
+        return;
+    };
+    if r.attached || !r.is_active() {
+        return;
+    }
+    let Some(node) = r.node else { return };
+    let hold = r.hold();
+    let ports = r.hold_ports();
+    let placed = r.placed.clone();
+    let claims = r.claims.clone();
+    let Some(n) = cx.node_mut(node) else { return };
+    n.reserved.add(&hold);
+    n.reserved_ports.extend(ports.iter().cloned());
+    if let Some(p) = placed {
+        n.add_pod(p);
+    }
+    n.generation += 1;
+    for c in &claims {
+        *cx.pvc_users.entry(c.clone()).or_insert(0) += 1;
+    }
+    if let Some(m) = cx.reservations.get_mut(idx) {
+        m.contrib = hold;
+        m.contrib_ports = ports;
+        m.attached = true;
+    }
+    cx.reservations.index_node(idx, node);
+}
+
+/// Removes what [`attach`] applied.
+fn detach(cx: &mut Cluster, idx: RIdx) {
+    let Some(r) = cx.reservations.get(idx) else {
+        return;
+    };
+    if !r.attached {
+        return;
+    }
+    let node = r.node;
+    let contrib = r.contrib;
+    let ports = r.contrib_ports.clone();
+    let placed_key = r.placed.as_ref().map(|p| p.key.clone());
+    let claims = r.claims.clone();
+    if let Some(n) = node.and_then(|n| cx.node_mut(n)) {
+        n.reserved.sub(&contrib);
+        for p in &ports {
+            if let Some(i) = n.reserved_ports.iter().position(|x| x == p) {
+                n.reserved_ports.swap_remove(i);
+            }
+        }
+        if let Some(k) = &placed_key {
+            n.remove_pod(k);
+        }
+        n.generation += 1;
+    }
+    for c in &claims {
+        if let Some(v) = cx.pvc_users.get_mut(c) {
+            *v = v.saturating_sub(1);
+            if *v == 0 {
+                cx.pvc_users.remove(c);
+            }
+        }
+    }
+    if let Some(m) = cx.reservations.get_mut(idx) {
+        m.contrib = Resources::ZERO;
+        m.contrib_ports.clear();
+        m.attached = false;
+    }
+    if let Some(n) = node {
+        cx.reservations.unindex_node(idx, n);
+    }
+}
+
+/// Re-applies the hold after owners changed.
+fn refresh(cx: &mut Cluster, idx: RIdx) {
+    let Some(r) = cx.reservations.get(idx) else {
+        return;
+    };
+    if !r.attached {
+        return;
+    }
+    let (old, old_ports) = (r.contrib, r.contrib_ports.clone());
+    let (new, new_ports) = (r.hold(), r.hold_ports());
+    if old == new && old_ports == new_ports {
+        return;
+    }
+    let Some(node) = r.node else { return };
+    if let Some(n) = cx.node_mut(node) {
+        n.reserved.sub(&old);
+        n.reserved.add(&new);
+        for p in &old_ports {
+            if let Some(i) = n.reserved_ports.iter().position(|x| x == p) {
+                n.reserved_ports.swap_remove(i);
+            }
+        }
+        n.reserved_ports.extend(new_ports.iter().cloned());
+        n.generation += 1;
+    }
+    if let Some(m) = cx.reservations.get_mut(idx) {
+        m.contrib = new;
+        m.contrib_ports = new_ports;
+    }
+}
+
+fn schedule_timer(cx: &mut Cluster, idx: RIdx) {
+    let Some(r) = cx.reservations.get(idx) else {
+        return;
+    };
+    let settings = &cx.reservations.settings;
+    let at = if r.phase.is_terminal() {
+        if settings.disable_gc || r.gc_requested {
+            None
+        } else {
+            r.terminal_since
+                .map(|t| t.saturating_add(settings.gc_duration))
+        }
+    } else {
+        r.expires_at
+    };
+    cx.reservations.set_timer(idx, at);
+}
+
+/// Binds bound pods that named this reservation before it was known.
+fn adopt_orphans(cx: &mut Cluster, idx: RIdx) {
+    let Some(r) = cx.reservations.get(idx) else {
+        return;
+    };
+    let uid = r.uid.clone();
+    let Some(keys) = cx.reservations.orphan_pods.remove(&uid) else {
+        return;
+    };
+    for k in keys {
+        cx.reservations.pod_orphan.remove(&k);
+        pod_changed(cx, &k);
+    }
+}
+
+/// The reserve pod of `name` was placed on `node` (the Reservation plugin's Reserve).
+/// Returns an error message when the reservation cannot be placed any more.
+pub fn place(cx: &mut Cluster, name: &str, node: NodeIdx) -> Result<(), String> {
+    let now = now(cx);
+    let Some(idx) = cx.reservations.idx(name) else {
+        return Err(format!("reservation {name} not found"));
+    };
+    let Some(r) = cx.reservations.get(idx).cloned() else {
+        return Err(format!("reservation {name} not found"));
+    };
+    if r.phase != ReservationPhase::Pending || r.problem.is_some() || r.terminating {
+        return Err("reservation is not active".into());
+    }
+    let Some(info) = cx.node(node) else {
+        return Err("node not found".into());
+    };
+    let node_name = info.name.clone();
+    let pre = if r.pre_allocation {
+        pre_allocation_candidates(cx, &r, node)
+    } else {
+        Vec::new()
+    };
+    if let Some(m) = cx.reservations.get_mut(idx) {
+        m.node_name = Some(node_name);
+        m.node = Some(node);
+        m.final_status = None;
+    }
+    for p in &pre {
+        add_owner(cx, idx, p, true, true);
+        cx.reservations.to_annotate.push((p.key.clone(), idx));
+    }
+    let Some(r) = cx.reservations.get(idx) else {
+        return Ok(());
+    };
+    // Room: the node's free capacity must hold what is left of the reservation.
+    let mut left = r.allocatable;
+    left.sub(&r.taken());
+    let room = cx.node(node).is_some_and(|n| {
+        let free = allocate::node_free(n);
+        left.non_zero().all(|(id, v)| v <= free[id])
+    });
+    let available = !r.pre_allocation || room;
+    if let Some(m) = cx.reservations.get_mut(idx) {
+        if available {
+            m.phase = ReservationPhase::Available;
+            status::set_available(&mut m.conditions, now);
+        } else {
+            m.phase = ReservationPhase::Waiting;
+            status::set_waiting(&mut m.conditions, now);
+        }
+    }
+    attach(cx, idx);
+    if available {
+        cx.reservations.index_owner(idx);
+    } else {
+        cx.reservations.waiting.insert(name.into());
+    }
+    cx.reservations.queue_ops.push(QueueOp::MoveAll);
+    cx.reservations.mark_dirty(idx);
+    Ok(())
+}
+
+/// Undoes [`place`] (a later Reserve or PreBind step failed).
+pub fn unplace(cx: &mut Cluster, name: &str) {
+    let Some(idx) = cx.reservations.idx(name) else {
+        return;
+    };
+    detach(cx, idx);
+    cx.reservations.unindex_owner(idx);
+    cx.reservations.waiting.remove(name);
+    let pre: Vec<ObjectKey> = cx
+        .reservations
+        .to_annotate
+        .iter()
+        .filter(|(_, i)| *i == idx)
+        .map(|(k, _)| k.clone())
+        .collect();
+    cx.reservations.to_annotate.retain(|(_, i)| *i != idx);
+    for k in pre {
+        remove_owner(cx, &k);
+    }
+    if let Some(m) = cx.reservations.get_mut(idx) {
+        m.phase = ReservationPhase::Pending;
+        m.node = None;
+        m.node_name = None;
+        m.conditions = m
+            .last_status
+            .as_ref()
+            .map(|s| s.conditions.clone())
+            .unwrap_or_default();
+    }
+}
+
+/// Scheduling the reservation failed: `Scheduled=False/Unschedulable` with the message.
+pub fn unschedulable(cx: &mut Cluster, name: &str, message: &str) {
+    let now = now(cx);
+    let Some(idx) = cx.reservations.idx(name) else {
+        return;
+    };
+    if let Some(m) = cx.reservations.get_mut(idx) {
+        status::set_unschedulable(&mut m.conditions, message, now);
+    }
+    cx.reservations.mark_dirty(idx);
+}
+
+/// Running pods on `node` that a pre-allocating reservation takes over, as Koordinator
+/// picks them: owners through a label selector (or, in Cluster mode, pods labelled
+/// `is-pre-allocatable`), not allocated elsewhere, each fitting what is left of the
+/// reservation; one (the best scored) unless `enableMultiple`.
+pub fn pre_allocation_candidates(
+    cx: &Cluster,
+    r: &ReservationInfo,
+    node: NodeIdx,
+) -> Vec<Arc<PodInfo>> {
+    let Some(n) = cx.node(node) else {
+        return Vec::new();
+    };
+    let mut cands: Vec<(Arc<PodInfo>, i64)> = n
+        .pods
+        .iter()
+        .filter(|p| !p.is_reserve_pod() && !p.terminal && !p.terminating)
+        .filter(|p| cx.reservations.owner_of(&p.key).is_none())
+        .filter(|p| {
+            p.annotation(berth_api::annotations::ANNOTATION_RESERVATION_ALLOCATED)
+                .is_none()
+        })
+        .filter(|p| {
+            if r.cluster_mode {
+                is_true(Some(&p.labels), LABEL_POD_IS_PRE_ALLOCATABLE)
+            } else {
+                r.owners.matches_by_selector(p)
+            }
+        })
+        .map(|p| {
+            let rank = if r.cluster_mode {
+                berth_api::annotations::pre_allocatable_priority(
+                    p.pod.metadata.annotations.as_ref(),
+                )
+            } else {
+                allocate::score(&p.requests, r)
+            };
+            (p.clone(), rank)
+        })
+        .collect();
+    let _ = ANNOTATION_POD_PRE_ALLOCATABLE_PRIORITY;
+    cands.sort_by(|(a, ra), (b, rb)| {
+        rb.cmp(ra)
+            .then_with(|| a.created.cmp(&b.created))
+            .then_with(|| a.uid.cmp(&b.uid))
+    });
+    let mut left = r.cap();
+    left.sub(&r.taken());
+    let mut out = Vec::new();
+    for (p, _) in cands {
+        let masked = mask_requests(&p.requests, r.names);
+        if !masked.le(&left) {
+            continue;
+        }
+        left.sub(&masked);
+        out.push(p);
+        if !r.enable_multiple {
+            break;
+        }
+    }
+    out
+}
+
+fn mask_requests(req: &Resources, names: u32) -> Resources {
+    let mut out = Resources::ZERO;
+    for (id, v) in req.non_zero() {
+        if names & (1 << id.0) != 0 {
+            out[id] = v;
+        }
+    }
+    out
+}
+
+fn add_owner(cx: &mut Cluster, idx: RIdx, pod: &PodInfo, bound: bool, pre_allocated: bool) {
+    if let Some(prev) = cx.reservations.pod_owner.get(&pod.key).copied() {
+        if prev == idx {
+            return;
+        }
+        remove_owner(cx, &pod.key);
+    }
+    let Some(r) = cx.reservations.get_mut(idx) else {
+        return;
+    };
+    let requests = mask_requests(&pod.requests, r.names);
+    r.requested.add(&requests);
+    r.owner_pods.insert(
+        pod.key.clone(),
+        Owner {
+            uid: pod.uid.clone(),
+            requests,
+            ports: pod.host_ports.clone(),
+            bound,
+            pre_allocated,
+        },
+    );
+    cx.reservations.pod_owner.insert(pod.key.clone(), idx);
+    refresh(cx, idx);
+    cx.reservations.mark_dirty(idx);
+}
+
+fn remove_owner(cx: &mut Cluster, key: &ObjectKey) {
+    let Some(idx) = cx.reservations.pod_owner.remove(key) else {
+        return;
+    };
+    let Some(r) = cx.reservations.get_mut(idx) else {
+        return;
+    };
+    if r.phase.is_terminal() {
+        // A Succeeded or Failed reservation keeps its final status; nothing is held.
+        return;
+    }
+    if let Some(o) = r.owner_pods.remove(key) {
+        r.requested.sub(&o.requests);
+        r.requested.clamp_non_negative();
+    }
+    refresh(cx, idx);
+    cx.reservations.mark_dirty(idx);
+    cx.reservations.check_waiting = true;
+}
+
+/// The owner pod was placed on a reservation's node in this cycle (Reserve).
+pub fn assume_owner(cx: &mut Cluster, idx: RIdx, pod: &PodInfo) {
+    add_owner(cx, idx, pod, false, false);
+}
+
+/// Undoes [`assume_owner`] (Unreserve, or a failed bind).
+pub fn forget_owner(cx: &mut Cluster, key: &ObjectKey) {
+    let Some(idx) = cx.reservations.owner_of(key) else {
+        return;
+    };
+    let bound = cx
+        .reservations
+        .get(idx)
+        .and_then(|r| r.owner_pods.get(key))
+        .is_some_and(|o| o.bound);
+    if !bound {
+        remove_owner(cx, key);
+    }
+}
+
+fn succeed(cx: &mut Cluster, idx: RIdx) {
+    let now = now(cx);
+    let Some(r) = cx.reservations.get_mut(idx) else {
+        return;
+    };
+    if r.phase != ReservationPhase::Available && r.phase != ReservationPhase::Waiting {
+        return;
+    }
+    r.phase = ReservationPhase::Succeeded;
+    status::set_succeeded(&mut r.conditions, now);
+    r.terminal_since = Some(now);
+    detach(cx, idx);
+    cx.reservations.unindex_owner(idx);
+    finalize(cx, idx);
+    cx.reservations.queue_ops.push(QueueOp::MoveAll);
+}
+
+/// Freezes the status of a terminal reservation.
+fn finalize(cx: &mut Cluster, idx: RIdx) {
+    let names = &cx.names;
+    if let Some(r) = cx.reservations.get_mut(idx) {
+        r.final_status = None;
+        let s = status::compute(r, names);
+        r.final_status = Some(s);
+        let n = r.name.clone();
+        cx.reservations.waiting.remove(&n);
+    }
+    schedule_timer(cx, idx);
+    cx.reservations.mark_dirty(idx);
+}
+
+/// Fails a reservation (expiry or node loss): `Failed`, `Ready=False/Expired`, its hold
+/// released at once and pending pods retried.
+pub fn fail(cx: &mut Cluster, idx: RIdx, message: &str) {
+    let now = now(cx);
+    let Some(r) = cx.reservations.get(idx) else {
+        return;
+    };
+    if r.phase.is_terminal() {
+        return;
+    }
+    let pending = r.phase == ReservationPhase::Pending;
+    detach(cx, idx);
+    cx.reservations.unindex_owner(idx);
+    if pending {
+        dequeue(cx, idx);
+    }
+    if let Some(m) = cx.reservations.get_mut(idx) {
+        m.phase = ReservationPhase::Failed;
+        status::set_expired(&mut m.conditions, message, now);
+        m.terminal_since = Some(now);
+    }
+    finalize(cx, idx);
+    cx.reservations.queue_ops.push(QueueOp::MoveAll);
+}
+
+/// Reconciles a pod with the reservation it allocated from, after the cluster applied it:
+/// a bound pod carrying `reservation-allocated` is an owner (of a reusable reservation, or
+/// the one owner that makes an allocate-once reservation `Succeeded`); a terminal,
+/// unassigned or re-annotated pod gives its share back.
+pub fn pod_changed(cx: &mut Cluster, key: &ObjectKey) {
+    let Some(entry) = cx.pod(key) else {
+        return pod_removed(cx, key);
+    };
+    let info = entry.info.clone();
+    let state = entry.state;
+    if info.terminal {
+        return pod_removed(cx, key);
+    }
+    let current = cx.reservations.owner_of(key);
+    match state {
+        PodState::Pending => {
+            if current.is_some() {
+                remove_owner(cx, key);
+            }
+            unorphan(cx, key);
+        }
+        PodState::Assumed => {}
+        PodState::Bound => {
+            let allocated = ReservationAllocated::from_annotations(
+                info.pod.metadata.annotations.as_ref(),
+            )
+            .ok()
+            .flatten()
+            .filter(|a| !a.uid.is_empty());
+            let Some(a) = allocated else {
+                // Not (or no longer) annotated: only a pre-allocation in flight keeps it.
+                let keep = current
+                    .and_then(|i| cx.reservations.get(i))
+                    .and_then(|r| r.owner_pods.get(key))
+                    .is_some_and(|o| o.pre_allocated);
+                if !keep && current.is_some() {
+                    remove_owner(cx, key);
+                }
+                unorphan(cx, key);
+                return;
+            };
+            let uid: Arc<str> = a.uid.as_str().into();
+            let target = cx.reservations.idx_by_uid(&uid);
+            unorphan(cx, key);
+            let Some(t) = target else {
+                if current.is_some() {
+                    remove_owner(cx, key);
+                }
+                cx.reservations
+                    .orphan_pods
+                    .entry(uid.clone())
+                    .or_default()
+                    .push(key.clone());
+                cx.reservations.pod_orphan.insert(key.clone(), uid);
+                return;
+            };
+            if current.is_some_and(|c| c != t) {
+                remove_owner(cx, key);
+            }
+            let Some(r) = cx.reservations.get(t) else {
+                return;
+            };
+            if !r.is_active() {
+                // Pending: its node is unknown, so the pod waits as an orphan; terminal
+                // reservations keep their final status.
+                if r.phase == ReservationPhase::Pending {
+                    cx.reservations
+                        .orphan_pods
+                        .entry(uid.clone())
+                        .or_default()
+                        .push(key.clone());
+                    cx.reservations.pod_orphan.insert(key.clone(), uid);
+                }
+                return;
+            }
+            let same_node = r.node_name.as_deref() == info.node_name.as_deref();
+            if !same_node {
+                return;
+            }
+            let existing = r.owner_pods.get(key).cloned();
+            match existing {
+                Some(o) if o.bound && !o.pre_allocated => {}
+                Some(_) => {
+                    if let Some(m) = cx.reservations.get_mut(t) {
+                        if let Some(o) = m.owner_pods.get_mut(key) {
+                            o.bound = true;
+                            o.pre_allocated = false;
+                        }
+                    }
+                    cx.reservations.mark_dirty(t);
+                }
+                None => add_owner(cx, t, &info, true, false),
+            }
+            let once = cx
+                .reservations
+                .get(t)
+                .is_some_and(|r| r.allocate_once && r.owner_pods.values().any(|o| o.bound));
+            if once {
+                succeed(cx, t);
+            }
+        }
+    }
+}
+
+fn unorphan(cx: &mut Cluster, key: &ObjectKey) {
+    if let Some(uid) = cx.reservations.pod_orphan.remove(key) {
+        if let Some(v) = cx.reservations.orphan_pods.get_mut(&uid) {
+            v.retain(|k| k != key);
+            if v.is_empty() {
+                cx.reservations.orphan_pods.remove(&uid);
+            }
+        }
+    }
+}
+
+/// A pod was deleted (or became terminal): its share of a reusable reservation comes back.
+pub fn pod_removed(cx: &mut Cluster, key: &ObjectKey) {
+    remove_owner(cx, key);
+    unorphan(cx, key);
+    cx.reservations.check_waiting = true;
+}
+
+/// A node was added or updated: reservations waiting for it attach.
+pub fn node_applied(cx: &mut Cluster, node: NodeIdx) {
+    let Some(name) = cx.node(node).map(|n| n.name.clone()) else {
+        return;
+    };
+    if let Some(list) = cx.reservations.awaiting_node.remove(&name) {
+        for idx in list {
+            locate(cx, idx);
+        }
+    }
+    cx.reservations.check_waiting = true;
+}
+
+/// A node was deleted: its Available and Waiting reservations fail.
+pub fn node_deleted(cx: &mut Cluster, node: Option<NodeIdx>, name: &str) {
+    let mut list: Vec<RIdx> = match node {
+        Some(n) => cx.reservations.take_node(n).into_vec(),
+        None => Vec::new(),
+    };
+    list.extend(cx.reservations.awaiting_node.remove(name).unwrap_or_default());
+    list.sort_unstable();
+    list.dedup();
+    for idx in list {
+        if let Some(m) = cx.reservations.get_mut(idx) {
+            // The NodeInfo is gone with the node; only claims remain to give back.
+            if m.attached {
+                m.contrib = Resources::ZERO;
+                m.contrib_ports.clear();
+            }
+            m.node = None;
+        }
+        let claims = cx
+            .reservations
+            .get(idx)
+            .filter(|r| r.attached)
+            .map(|r| r.claims.clone())
+            .unwrap_or_default();
+        for c in &claims {
+            if let Some(v) = cx.pvc_users.get_mut(c) {
+                *v = v.saturating_sub(1);
+                if *v == 0 {
+                    cx.pvc_users.remove(c);
+                }
+            }
+        }
+        if let Some(m) = cx.reservations.get_mut(idx) {
+            m.attached = false;
+        }
+        fail(cx, idx, MSG_NODE_DELETED);
+    }
+}
+
+/// Runs the timers due at `now`: expiry, then garbage collection.
+pub fn on_timeout(cx: &mut Cluster, now: Time) {
+    cx.reservations.set_now(now);
+    loop {
+        let Some((t, name)) = cx.reservations.timers.iter().next().cloned() else {
+            break;
+        };
+        if t > now {
+            break;
+        }
+        cx.reservations.timers.remove(&(t, name.clone()));
+        let Some(idx) = cx.reservations.idx(&name) else {
+            continue;
+        };
+        if let Some(m) = cx.reservations.get_mut(idx) {
+            m.timer = None;
+        }
+        let Some(r) = cx.reservations.get(idx) else {
+            continue;
+        };
+        if r.phase.is_terminal() {
+            if !r.gc_requested {
+                let key = r.object_key();
+                if let Some(m) = cx.reservations.get_mut(idx) {
+                    m.gc_requested = true;
+                }
+                cx.reservations.effects.push(Effect::Delete(key));
+            }
+        } else if r.expires_at.is_some_and(|e| e <= now) {
+            fail(cx, idx, "");
+        }
+    }
+}
+
+fn check_waiting(cx: &mut Cluster) {
+    let now = now(cx);
+    let names: Vec<Arc<str>> = cx.reservations.waiting.iter().cloned().collect();
+    for name in names {
+        let Some(idx) = cx.reservations.idx(&name) else {
+            cx.reservations.waiting.remove(&name);
+            continue;
+        };
+        let Some(r) = cx.reservations.get(idx) else {
+            continue;
+        };
+        let Some(node) = r.node else { continue };
+        let mut left = r.allocatable;
+        left.sub(&r.taken());
+        let room = cx.node(node).is_some_and(|n| {
+            let free = allocate::node_free(n);
+            left.non_zero().all(|(id, v)| v <= free[id])
+        });
+        if !room {
+            continue;
+        }
+        if let Some(m) = cx.reservations.get_mut(idx) {
+            m.phase = ReservationPhase::Available;
+            status::set_available(&mut m.conditions, now);
+        }
+        cx.reservations.waiting.remove(&name);
+        // Attached with nothing held while waiting: hold the remainder now.
+        refresh(cx, idx);
+        cx.reservations.index_owner(idx);
+        cx.reservations.mark_dirty(idx);
+        cx.reservations.queue_ops.push(QueueOp::MoveAll);
+    }
+}
+
+/// Takes what the scheduler must do after an input: queue operations and effects (events,
+/// annotations of pre-allocated pods, deletions, and the status of every reservation whose
+/// status changed).
+pub fn drain(cx: &mut Cluster) -> (Vec<QueueOp>, Vec<Effect>) {
+    if std::mem::take(&mut cx.reservations.check_waiting) && !cx.reservations.waiting.is_empty()
+    {
+        check_waiting(cx);
+    }
+    let mut effects = std::mem::take(&mut cx.reservations.effects);
+    for (key, idx) in std::mem::take(&mut cx.reservations.to_annotate) {
+        let Some(r) = cx.reservations.get(idx) else {
+            continue;
+        };
+        let mut annotations = std::collections::BTreeMap::new();
+        ReservationAllocated::new(r.name.to_string(), r.uid.to_string())
+            .insert_into(&mut annotations);
+        effects.push(Effect::AnnotatePod {
+            pod: key,
+            annotations,
+        });
+    }
+    let dirty = std::mem::take(&mut cx.reservations.dirty);
+    for name in dirty {
+        let Some(idx) = cx.reservations.idx(&name) else {
+            continue;
+        };
+        let Some(r) = cx.reservations.get(idx) else {
+            continue;
+        };
+        let s = status::compute(r, &cx.names);
+        if r.last_status.as_ref() == Some(&s) {
+            continue;
+        }
+        if let Some(m) = cx.reservations.get_mut(idx) {
+            m.last_status = Some(s.clone());
+            Arc::make_mut(&mut m.obj).status = Some(s.clone());
+        }
+        effects.push(Effect::ReservationStatus {
+            name: name.to_string(),
+            status: s,
+        });
+    }
+    (cx.reservations.take_queue_ops(), effects)
+}
+
+/// A `v1` Event about a reservation.
+pub fn record(cx: &mut Cluster, name: &str, type_: &'static str, reason: &str, message: String) {
+    let uid = cx
+        .reservations
+        .by_name(name)
+        .map(|r| r.uid.to_string())
+        .unwrap_or_default();
+    cx.reservations.effects.push(Effect::Record(Record {
+        involved: ObjectKey::cluster(Kind::Reservation, name),
+        uid,
+        type_,
+        reason: reason.to_string(),
+        message,
+    }));
+}

@@ -1,0 +1,936 @@
+//! Reading `berth simulate`'s input: multi-document YAML files, dispatched on
+//! `apiVersion`/`kind`, checked as the API server would check them.
+//!
+//! Anything the API server would reject is an [`InputError`] naming the file, the 0-based
+//! document index and the field, and the run does not start. What the API server would
+//! accept but the scheduler cannot use (a malformed annotation, a label selector with an
+//! unknown operator) passes: the scheduler reports it on the object, as in a cluster.
+//!
+//! Decoding goes YAML → `serde_json::Value` → typed object. Quantities are checked on the
+//! `Value` first (so their error names the exact field), then the typed read reports wrong
+//! types and missing required fields with the path `serde_path_to_error` tracked.
+
+use std::collections::BTreeSet;
+use std::io::Read;
+use std::sync::Arc;
+
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+use serde_json::Value;
+
+use berth_api::k8s_openapi::api::core::v1::{
+    Event as CoreEvent, Node, PersistentVolumeClaim, Pod,
+};
+use berth_api::k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use berth_api::k8s_openapi::api::scheduling::v1::PriorityClass;
+use berth_api::k8s_openapi::api::storage::v1::CSINode;
+use berth_api::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use berth_api::nrt::{self, NodeResourceTopology};
+use berth_api::quantity::ParsedQuantity;
+use berth_api::reservation::Reservation;
+use berth_core::{Kind, Object, ObjectKey};
+
+use crate::error::{Error, FieldError, InputError};
+use crate::scenario::{self, DurationText, NodeAgentConfig, Scenario, ScenarioDoc, Step};
+
+/// Priority classes every cluster has without anyone creating them (name, value).
+pub const SYSTEM_PRIORITY_CLASSES: [(&str, i32); 2] = [
+    ("system-node-critical", 2_000_001_000),
+    ("system-cluster-critical", 2_000_000_000),
+];
+
+/// One object read from the input.
+#[derive(Debug, Clone)]
+pub enum Item {
+    /// An object the scheduler watches.
+    Object(Object),
+    /// A `v1` Event (accepted so that a run's `-o yaml` output can be read back in).
+    Event(Box<CoreEvent>),
+}
+
+impl Item {
+    /// The object's kind as written in `kind`.
+    pub fn kind_name(&self) -> &'static str {
+        match self {
+            Item::Object(o) => o.kind().as_str(),
+            Item::Event(_) => "Event",
+        }
+    }
+}
+
+/// Where a document came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Source {
+    /// The file as named on the command line (`<stdin>` for `-`).
+    pub file: Arc<str>,
+    /// The 0-based document index in that file.
+    pub doc: usize,
+}
+
+/// Everything a run reads.
+#[derive(Debug, Clone, Default)]
+pub struct Input {
+    /// Objects outside the Scenario, in document order across files.
+    pub items: Vec<(Source, Item)>,
+    /// The Scenario, if any (at most one per run).
+    pub scenario: Option<(Source, Scenario)>,
+}
+
+/// The name standard input is reported under.
+pub const STDIN_NAME: &str = "<stdin>";
+
+/// Reads `files` in order (`-` is `stdin`) and decodes them.
+pub fn read_files(files: &[String], stdin: &mut dyn Read) -> Result<Input, Error> {
+    let mut texts = Vec::with_capacity(files.len());
+    for file in files {
+        if file == "-" {
+            let mut text = String::new();
+            stdin
+                .read_to_string(&mut text)
+                .map_err(|source| Error::Read {
+                    file: STDIN_NAME.to_string(),
+                    source,
+                })?;
+            texts.push((STDIN_NAME.to_string(), text));
+        } else {
+            let text = std::fs::read_to_string(file).map_err(|source| Error::Read {
+                file: file.clone(),
+                source,
+            })?;
+            texts.push((file.clone(), text));
+        }
+    }
+    Ok(parse(&texts)?)
+}
+
+/// Decodes `(file name, text)` pairs, in order.
+pub fn parse(files: &[(String, String)]) -> Result<Input, InputError> {
+    let mut cx = Decoder::default();
+    let mut input = Input::default();
+    for (file, text) in files {
+        let file: Arc<str> = file.as_str().into();
+        for (doc, value) in split_documents(&file, text)? {
+            let source = Source {
+                file: file.clone(),
+                doc,
+            };
+            cx.source = Some(source.clone());
+            let decoded = cx
+                .top_level(value)
+                .map_err(|e| e.at(&source.file, source.doc))?;
+            for d in decoded {
+                match d {
+                    Decoded::Item(item) => input.items.push((source.clone(), item)),
+                    Decoded::Scenario(s) => {
+                        if input.scenario.is_some() {
+                            return Err(FieldError::new(
+                                "kind",
+                                "a run takes at most one Scenario; this is the second",
+                            )
+                            .at(&source.file, source.doc));
+                        }
+                        input.scenario = Some((source.clone(), *s));
+                    }
+                }
+            }
+        }
+    }
+    cx.check_priority_classes()?;
+    Ok(input)
+}
+
+/// Decodes one file's text.
+pub fn parse_str(file: &str, text: &str) -> Result<Input, InputError> {
+    parse(&[(file.to_string(), text.to_string())])
+}
+
+/// Splits a YAML stream into documents, converted to JSON values. Empty documents are
+/// skipped but keep their index, so indexes match what the user counts between `---`.
+fn split_documents(file: &str, text: &str) -> Result<Vec<(usize, Value)>, InputError> {
+    let mut out = Vec::new();
+    for (doc, de) in serde_yaml_ng::Deserializer::from_str(text).enumerate() {
+        let yaml_error = |e: serde_yaml_ng::Error| InputError {
+            file: file.to_string(),
+            doc,
+            field: String::new(),
+            message: format!("invalid YAML: {e}"),
+        };
+        let mut yaml = serde_yaml_ng::Value::deserialize(de).map_err(yaml_error)?;
+        yaml.apply_merge().map_err(yaml_error)?;
+        if yaml.is_null() {
+            continue;
+        }
+        let value = serde_json::to_value(&yaml).map_err(|e| InputError {
+            file: file.to_string(),
+            doc,
+            field: String::new(),
+            message: format!("cannot be read as JSON: {e}"),
+        })?;
+        out.push((doc, value));
+    }
+    Ok(out)
+}
+
+enum Decoded {
+    Item(Item),
+    Scenario(Box<Scenario>),
+}
+
+/// The kinds berth simulate reads, as `(apiVersion, kind)`.
+const KNOWN: [(&str, &str); 12] = [
+    ("v1", "Node"),
+    ("v1", "Pod"),
+    ("scheduling.koordinator.sh/v1alpha1", "Reservation"),
+    ("topology.node.k8s.io/v1alpha2", "NodeResourceTopology"),
+    ("topology.node.k8s.io/v1alpha1", "NodeResourceTopology"),
+    ("v1", "PersistentVolumeClaim"),
+    ("storage.k8s.io/v1", "CSINode"),
+    ("scheduling.k8s.io/v1", "PriorityClass"),
+    ("policy/v1", "PodDisruptionBudget"),
+    ("v1", "Event"),
+    ("v1", "List"),
+    (scenario::API_VERSION, scenario::KIND),
+];
+
+/// A pod's `priorityClassName`, checked once every document is read.
+struct ClassRef {
+    source: Source,
+    field: String,
+    class: String,
+}
+
+/// Decoding state across documents.
+#[derive(Default)]
+struct Decoder {
+    source: Option<Source>,
+    classes: BTreeSet<String>,
+    class_refs: Vec<ClassRef>,
+    /// Counts `generateName` uses so generated names differ.
+    generated: u64,
+}
+
+impl Decoder {
+    fn top_level(&mut self, value: Value) -> Result<Vec<Decoded>, FieldError> {
+        let (api_version, kind) = type_meta(&value)?;
+        match (api_version.as_str(), kind.as_str()) {
+            (scenario::API_VERSION, scenario::KIND) => {
+                Ok(vec![Decoded::Scenario(Box::new(self.scenario(value)?))])
+            }
+            _ => Ok(self
+                .object(value, "")?
+                .into_iter()
+                .map(Decoded::Item)
+                .collect()),
+        }
+    }
+
+    /// Decodes an object (or a `v1` `List` of them); `prefix` is its path in the document.
+    fn object(&mut self, value: Value, prefix: &str) -> Result<Vec<Item>, FieldError> {
+        self.object_inner(value, prefix)
+            .map_err(|e| e.within(prefix))
+    }
+
+    fn object_inner(&mut self, mut value: Value, prefix: &str) -> Result<Vec<Item>, FieldError> {
+        let (api_version, kind) = type_meta(&value)?;
+        let item = match (api_version.as_str(), kind.as_str()) {
+            ("v1", "List") => {
+                let items = match value.get_mut("items").map(Value::take) {
+                    None | Some(Value::Null) => Vec::new(),
+                    Some(Value::Array(items)) => items,
+                    Some(other) => {
+                        return Err(FieldError::new(
+                            "items",
+                            format!("invalid type: {}, expected a list", type_name(&other)),
+                        ))
+                    }
+                };
+                let mut out = Vec::new();
+                for (i, item) in items.into_iter().enumerate() {
+                    let path = format!("{}items[{i}]", dot(prefix));
+                    let decoded = self.object_inner(item, &path).map_err(|e| {
+                        // Re-root the error under `items[i]` relative to this List.
+                        e.within(&format!("items[{i}]"))
+                    })?;
+                    out.extend(decoded);
+                }
+                return Ok(out);
+            }
+            ("v1", "Node") => {
+                normalize_meta(&mut value, false, &mut self.generated)?;
+                check_node(&value)?;
+                Item::Object(Object::Node(Arc::new(typed::<Node>(&value)?)))
+            }
+            ("v1", "Pod") => {
+                normalize_meta(&mut value, true, &mut self.generated)?;
+                if let Some(spec) = value.get("spec") {
+                    check_pod_spec(spec).map_err(|e| e.within("spec"))?;
+                }
+                let pod = typed::<Pod>(&value)?;
+                if let Some(class) = pod
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.priority_class_name.as_deref())
+                    .filter(|c| !c.is_empty())
+                {
+                    self.class_refs.push(ClassRef {
+                        source: self.source.clone().unwrap_or(Source {
+                            file: "".into(),
+                            doc: 0,
+                        }),
+                        field: format!("{}spec.priorityClassName", dot(prefix)),
+                        class: class.to_string(),
+                    });
+                }
+                Item::Object(Object::Pod(Arc::new(pod)))
+            }
+            ("scheduling.koordinator.sh/v1alpha1", "Reservation") => {
+                normalize_meta(&mut value, false, &mut self.generated)?;
+                check_reservation(&value)?;
+                let mut r = typed::<Reservation>(&value)?;
+                r.apply_defaults();
+                r.validate()
+                    .map_err(|e| FieldError::new(e.field, e.message))?;
+                Item::Object(Object::Reservation(Arc::new(r)))
+            }
+            ("topology.node.k8s.io/v1alpha2" | "topology.node.k8s.io/v1alpha1", nrt::KIND) => {
+                normalize_meta(&mut value, false, &mut self.generated)?;
+                check_nrt(&value)?;
+                let t = if api_version.ends_with("v1alpha1") {
+                    typed::<nrt::v1alpha1::NodeResourceTopology>(&value)?.into()
+                } else {
+                    typed::<NodeResourceTopology>(&value)?
+                };
+                Item::Object(Object::NodeResourceTopology(Arc::new(t)))
+            }
+            ("v1", "PersistentVolumeClaim") => {
+                normalize_meta(&mut value, true, &mut self.generated)?;
+                check_pvc(&value)?;
+                Item::Object(Object::PersistentVolumeClaim(Arc::new(typed(&value)?)))
+            }
+            ("storage.k8s.io/v1", "CSINode") => {
+                normalize_meta(&mut value, false, &mut self.generated)?;
+                Item::Object(Object::CsiNode(Arc::new(typed::<CSINode>(&value)?)))
+            }
+            ("scheduling.k8s.io/v1", "PriorityClass") => {
+                normalize_meta(&mut value, false, &mut self.generated)?;
+                let pc = typed::<PriorityClass>(&value)?;
+                if let Some(name) = &pc.metadata.name {
+                    self.classes.insert(name.clone());
+                }
+                Item::Object(Object::PriorityClass(Arc::new(pc)))
+            }
+            ("policy/v1", "PodDisruptionBudget") => {
+                normalize_meta(&mut value, true, &mut self.generated)?;
+                Item::Object(Object::PodDisruptionBudget(Arc::new(typed::<
+                    PodDisruptionBudget,
+                >(
+                    &value
+                )?)))
+            }
+            ("v1", "Event") => {
+                normalize_meta(&mut value, true, &mut self.generated)?;
+                Item::Event(Box::new(typed::<CoreEvent>(&value)?))
+            }
+            (scenario::API_VERSION, scenario::KIND) => {
+                return Err(FieldError::new(
+                    "kind",
+                    "a Scenario must be a document of its own, not inside a List or a step",
+                ))
+            }
+            (v, k) => return Err(unknown_kind(v, k)),
+        };
+        Ok(vec![item])
+    }
+
+    fn scenario(&mut self, value: Value) -> Result<Scenario, FieldError> {
+        let doc: ScenarioDoc = typed(&value)?;
+        let mut out = Scenario {
+            name: doc.metadata.and_then(|m| m.name).unwrap_or_default(),
+            ..Scenario::default()
+        };
+        if let Some(text) = &doc.spec.start_time {
+            let t = berth_core::time::parse_rfc3339(text).ok_or_else(|| {
+                FieldError::new(
+                    "spec.startTime",
+                    format!("invalid RFC 3339 time {text:?} (want e.g. \"2024-01-01T00:00:00Z\")"),
+                )
+            })?;
+            out.start_time = Some(t);
+        }
+        if let Some(agent) = &doc.spec.node_agent {
+            if let Some(period) = &agent.nrt_update_period {
+                let ms = duration(period, "spec.nodeAgent.nrtUpdatePeriod")?;
+                out.node_agent = NodeAgentConfig {
+                    nrt_update_period: (ms > 0).then_some(ms),
+                };
+            }
+        }
+        for (i, step_doc) in doc.spec.steps.into_iter().enumerate() {
+            let path = format!("spec.steps[{i}]");
+            let mut step = Step::default();
+            let mut actions = 0;
+            if let Some(apply) = step_doc.apply {
+                actions += 1;
+                for (j, obj) in apply.into_iter().enumerate() {
+                    let items = self.object(obj, &format!("{path}.apply[{j}]"))?;
+                    step.apply.extend(items);
+                }
+            }
+            if let Some(delete) = step_doc.delete {
+                actions += 1;
+                for (j, d) in delete.into_iter().enumerate() {
+                    let field = format!("{path}.delete[{j}]");
+                    let kind = kind_from_name(&d.kind).ok_or_else(|| {
+                        FieldError::new(
+                            format!("{field}.kind"),
+                            format!("unknown kind {:?}; expected one of {}", d.kind, kind_list()),
+                        )
+                    })?;
+                    let ns = if kind.namespaced() {
+                        d.namespace.as_deref().unwrap_or("default")
+                    } else {
+                        ""
+                    };
+                    step.delete.push(ObjectKey::new(kind, ns, &d.name));
+                }
+            }
+            if let Some(advance) = &step_doc.advance {
+                actions += 1;
+                let ms = duration(advance, &format!("{path}.advance"))?;
+                if ms < 0 {
+                    return Err(FieldError::new(
+                        format!("{path}.advance"),
+                        format!(
+                            "Invalid value: {:?}: virtual time cannot go backwards",
+                            advance.0
+                        ),
+                    ));
+                }
+                step.advance = Some(ms);
+            }
+            if let Some(expect) = step_doc.expect {
+                actions += 1;
+                step.expect = Some(expect);
+            }
+            if actions == 0 {
+                return Err(FieldError::new(
+                    path,
+                    "Required value: a step needs one of apply, delete, advance, expect",
+                ));
+            }
+            out.steps.push(step);
+        }
+        Ok(out)
+    }
+
+    /// A pod naming a PriorityClass that exists nowhere in the input is rejected, as the
+    /// Priority admission plugin does (`no PriorityClass with name X was found`).
+    fn check_priority_classes(&self) -> Result<(), InputError> {
+        for r in &self.class_refs {
+            let system = SYSTEM_PRIORITY_CLASSES.iter().any(|(n, _)| *n == r.class);
+            if !system && !self.classes.contains(&r.class) {
+                return Err(FieldError::new(
+                    r.field.clone(),
+                    format!("no PriorityClass with name {} was found", r.class),
+                )
+                .at(&r.source.file, r.source.doc));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn dot(prefix: &str) -> String {
+    if prefix.is_empty() {
+        String::new()
+    } else {
+        format!("{prefix}.")
+    }
+}
+
+fn duration(text: &DurationText, field: &str) -> Result<i64, FieldError> {
+    berth_api::duration::parse_duration_millis(&text.0)
+        .map_err(|e| FieldError::new(field, format!("Invalid value: {:?}: {e}", text.0)))
+}
+
+/// Maps a `kind` to the core's [`Kind`].
+pub fn kind_from_name(kind: &str) -> Option<Kind> {
+    Some(match kind {
+        "Node" => Kind::Node,
+        "Pod" => Kind::Pod,
+        "Reservation" => Kind::Reservation,
+        "NodeResourceTopology" => Kind::NodeResourceTopology,
+        "PersistentVolumeClaim" => Kind::PersistentVolumeClaim,
+        "CSINode" => Kind::CsiNode,
+        "PriorityClass" => Kind::PriorityClass,
+        "PodDisruptionBudget" => Kind::PodDisruptionBudget,
+        _ => return None,
+    })
+}
+
+fn kind_list() -> String {
+    let mut kinds: Vec<&str> = KNOWN.iter().map(|(_, k)| *k).collect();
+    kinds.dedup();
+    kinds.join(", ")
+}
+
+fn unknown_kind(api_version: &str, kind: &str) -> FieldError {
+    if KNOWN.iter().any(|(_, k)| *k == kind) {
+        let versions: Vec<&str> = KNOWN
+            .iter()
+            .filter(|(_, k)| *k == kind)
+            .map(|(v, _)| *v)
+            .collect();
+        return FieldError::new(
+            "apiVersion",
+            format!(
+                "no matches for kind {kind:?} in version {api_version:?} (berth reads it as {})",
+                versions.join(" or ")
+            ),
+        );
+    }
+    FieldError::new(
+        "kind",
+        format!(
+            "unknown kind {kind:?} (apiVersion {api_version:?}); berth simulate reads {}",
+            kind_list()
+        ),
+    )
+}
+
+fn type_meta(value: &Value) -> Result<(String, String), FieldError> {
+    let Some(map) = value.as_object() else {
+        return Err(FieldError::new(
+            "",
+            format!(
+                "invalid type: {}, expected a Kubernetes object (a mapping with apiVersion and kind)",
+                type_name(value)
+            ),
+        ));
+    };
+    let field = |name: &str| -> Result<String, FieldError> {
+        match map.get(name) {
+            Some(Value::String(s)) if !s.is_empty() => Ok(s.clone()),
+            None | Some(Value::Null) => Err(FieldError::new(name, "Required value")),
+            Some(Value::String(_)) => Err(FieldError::new(name, "Required value")),
+            Some(other) => Err(FieldError::new(
+                name,
+                format!("invalid type: {}, expected a string", type_name(other)),
+            )),
+        }
+    };
+    let kind = field("kind")?;
+    let api_version = field("apiVersion")?;
+    Ok((api_version, kind))
+}
+
+/// The JSON type of `v`, for messages (`invalid type: boolean, expected ...`).
+pub(crate) fn type_name(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "sequence",
+        Value::Object(_) => "map",
+    }
+}
+
+/// Reads a typed object, reporting the path of a wrong type or missing field.
+fn typed<T: DeserializeOwned>(value: &Value) -> Result<T, FieldError> {
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let path = e.path().to_string();
+        let field = if path == "." { String::new() } else { path };
+        FieldError::new(field, e.inner().to_string())
+    })
+}
+
+/// Checks `metadata.name` (or fills it from `generateName`, deterministically) and sets the
+/// namespace: `default` for namespaced kinds when absent, none for cluster-scoped ones (the
+/// API server ignores it there).
+fn normalize_meta(
+    value: &mut Value,
+    namespaced: bool,
+    generated: &mut u64,
+) -> Result<(), FieldError> {
+    let Some(map) = value.as_object_mut() else {
+        return Ok(());
+    };
+    let meta = map
+        .entry("metadata")
+        .or_insert_with(|| Value::Object(Default::default()));
+    let Some(meta) = meta.as_object_mut() else {
+        return Err(FieldError::new(
+            "metadata",
+            format!("invalid type: {}, expected a map", type_name(meta)),
+        ));
+    };
+    let name = meta.get("name").and_then(Value::as_str).unwrap_or("");
+    if name.is_empty() {
+        match meta.get("generateName").and_then(Value::as_str) {
+            Some(prefix) if !prefix.is_empty() => {
+                *generated += 1;
+                let name = generate_name(prefix, *generated);
+                meta.insert("name".into(), Value::String(name));
+            }
+            _ => {
+                if let Some(v) = meta.get("name").filter(|v| !v.is_string() && !v.is_null()) {
+                    return Err(FieldError::new(
+                        "metadata.name",
+                        format!("invalid type: {}, expected a string", type_name(v)),
+                    ));
+                }
+                return Err(FieldError::new(
+                    "metadata.name",
+                    "Required value: name or generateName is required",
+                ));
+            }
+        }
+    }
+    if namespaced {
+        let ns = meta.get("namespace").and_then(Value::as_str).unwrap_or("");
+        if ns.is_empty() {
+            meta.insert("namespace".into(), Value::String("default".into()));
+        }
+    } else {
+        meta.remove("namespace");
+    }
+    Ok(())
+}
+
+/// apimachinery's `SimpleNameGenerator`: the prefix plus five characters from an alphabet
+/// without vowels; here derived from a hash so runs are deterministic.
+fn generate_name(prefix: &str, n: u64) -> String {
+    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    let mut h = xxhash_rust::xxh64::xxh64(prefix.as_bytes(), n);
+    let mut out = prefix.to_string();
+    for _ in 0..5 {
+        out.push(ALPHABET[(h % ALPHABET.len() as u64) as usize] as char);
+        h /= ALPHABET.len() as u64;
+    }
+    out
+}
+
+/// Checks one quantity: a string or a number (YAML reads `cpu: 2` as a number) in the API
+/// server's grammar, not negative where `non_negative`.
+fn check_quantity(q: &Value, field: &str, non_negative: bool) -> Result<(), FieldError> {
+    let text = match q {
+        Value::String(s) => s.clone(),
+        Value::Number(n) => n.to_string(),
+        // Go's Quantity reads JSON null as zero.
+        Value::Null => return Ok(()),
+        other => {
+            return Err(FieldError::new(
+                field,
+                format!(
+                    "invalid type: {}, expected a quantity (string or number)",
+                    type_name(other)
+                ),
+            ))
+        }
+    };
+    let parsed = ParsedQuantity::parse(&text).map_err(|e| FieldError::new(field, e.to_string()))?;
+    if non_negative && parsed.is_negative() {
+        return Err(FieldError::new(
+            field,
+            format!("Invalid value: {text:?}: must be greater than or equal to 0"),
+        ));
+    }
+    Ok(())
+}
+
+/// Checks a `ResourceList` (`{cpu: 500m, memory: 1Gi}`) at `path`. A value of the wrong type
+/// is left for the typed read to report.
+fn check_resource_list(v: Option<&Value>, path: &str, non_negative: bool) -> Result<(), FieldError> {
+    let Some(map) = v.and_then(Value::as_object) else {
+        return Ok(());
+    };
+    for (name, q) in map {
+        check_quantity(q, &format!("{path}.{name}"), non_negative)?;
+    }
+    Ok(())
+}
+
+fn array<'a>(v: &'a Value, key: &str) -> impl Iterator<Item = (usize, &'a Value)> {
+    v.get(key)
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .enumerate()
+}
+
+/// Quantities of a pod spec (a Pod's `spec`, a Reservation's `spec.template.spec`): container
+/// requests and limits (never negative, as the API server requires), overhead, pod-level
+/// resources and `emptyDir.sizeLimit`. Paths are relative to the spec.
+fn check_pod_spec(spec: &Value) -> Result<(), FieldError> {
+    for list in ["containers", "initContainers", "ephemeralContainers"] {
+        for (i, c) in array(spec, list) {
+            let resources = c.get("resources");
+            for part in ["requests", "limits"] {
+                check_resource_list(
+                    resources.and_then(|r| r.get(part)),
+                    &format!("{list}[{i}].resources.{part}"),
+                    true,
+                )?;
+            }
+        }
+    }
+    check_resource_list(spec.get("overhead"), "overhead", true)?;
+    for part in ["requests", "limits"] {
+        check_resource_list(
+            spec.get("resources").and_then(|r| r.get(part)),
+            &format!("resources.{part}"),
+            true,
+        )?;
+    }
+    for (i, vol) in array(spec, "volumes") {
+        if let Some(limit) = vol.get("emptyDir").and_then(|e| e.get("sizeLimit")) {
+            check_quantity(limit, &format!("volumes[{i}].emptyDir.sizeLimit"), true)?;
+        }
+    }
+    Ok(())
+}
+
+fn check_node(node: &Value) -> Result<(), FieldError> {
+    let status = node.get("status");
+    for part in ["capacity", "allocatable"] {
+        check_resource_list(
+            status.and_then(|s| s.get(part)),
+            &format!("status.{part}"),
+            true,
+        )?;
+    }
+    Ok(())
+}
+
+fn check_reservation(r: &Value) -> Result<(), FieldError> {
+    if let Some(spec) = r
+        .get("spec")
+        .and_then(|s| s.get("template"))
+        .and_then(|t| t.get("spec"))
+    {
+        check_pod_spec(spec).map_err(|e| e.within("spec.template.spec"))?;
+    }
+    let status = r.get("status");
+    for part in ["allocatable", "allocated"] {
+        check_resource_list(
+            status.and_then(|s| s.get(part)),
+            &format!("status.{part}"),
+            false,
+        )?;
+    }
+    Ok(())
+}
+
+fn check_pvc(pvc: &Value) -> Result<(), FieldError> {
+    let resources = pvc.get("spec").and_then(|s| s.get("resources"));
+    for part in ["requests", "limits"] {
+        check_resource_list(
+            resources.and_then(|r| r.get(part)),
+            &format!("spec.resources.{part}"),
+            true,
+        )?;
+    }
+    check_resource_list(
+        pvc.get("status").and_then(|s| s.get("capacity")),
+        "status.capacity",
+        true,
+    )
+}
+
+/// NRT quantities may be written as strings or integers; `available` can legitimately be
+/// reported below zero by a topology updater, so signs are not checked.
+fn check_nrt(t: &Value) -> Result<(), FieldError> {
+    for (i, zone) in array(t, "zones") {
+        for (j, res) in array(zone, "resources") {
+            for part in ["capacity", "allocatable", "available"] {
+                if let Some(q) = res.get(part) {
+                    check_quantity(q, &format!("zones[{i}].resources[{j}].{part}"), false)?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The metadata of an item, for callers that handle every kind alike.
+pub fn item_meta(item: &Item) -> &ObjectMeta {
+    match item {
+        Item::Object(o) => o.meta(),
+        Item::Event(e) => &e.metadata,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn err(text: &str) -> InputError {
+        parse_str("in.yaml", text).expect_err("should be rejected")
+    }
+
+    fn ok(text: &str) -> Input {
+        match parse_str("in.yaml", text) {
+            Ok(i) => i,
+            Err(e) => panic!("unexpected error: {e}"),
+        }
+    }
+
+    const NODE: &str = "apiVersion: v1\nkind: Node\nmetadata: {name: n1}\nstatus: {allocatable: {cpu: 4, memory: 8Gi}}\n";
+
+    #[test]
+    fn documents_are_read_in_order_and_empty_ones_skipped() {
+        let text = format!("{NODE}---\n---\n# only a comment\n---\napiVersion: v1\nkind: Pod\nmetadata: {{name: p}}\nspec: {{containers: [{{name: c}}]}}\n");
+        let input = ok(&text);
+        let kinds: Vec<_> = input.items.iter().map(|(_, i)| i.kind_name()).collect();
+        assert_eq!(kinds, ["Node", "Pod"]);
+        assert_eq!(input.items[1].0.doc, 3, "empty documents keep their index");
+    }
+
+    #[test]
+    fn a_bad_quantity_names_file_document_and_field() {
+        let text = format!("{NODE}---\napiVersion: v1\nkind: Pod\nmetadata: {{name: p}}\nspec:\n  containers:\n  - name: c\n    resources: {{requests: {{cpu: 2x}}}}\n");
+        let e = err(&text);
+        assert_eq!(e.doc, 1);
+        assert_eq!(e.field, "spec.containers[0].resources.requests.cpu");
+        assert!(e.to_string().starts_with(
+            "in.yaml: document 1: spec.containers[0].resources.requests.cpu: quantities must match"
+        ));
+    }
+
+    #[test]
+    fn negative_requests_are_rejected() {
+        let e = err("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers:\n  - name: c\n    resources: {requests: {memory: -1Gi}}\n");
+        assert_eq!(e.field, "spec.containers[0].resources.requests.memory");
+        assert!(e.message.contains("must be greater than or equal to 0"));
+    }
+
+    #[test]
+    fn unknown_kinds_and_versions_are_rejected() {
+        let e = err("apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d}\n");
+        assert_eq!(e.field, "kind");
+        assert!(e.message.contains("unknown kind \"Deployment\""));
+        let e = err("apiVersion: v2\nkind: Pod\nmetadata: {name: d}\n");
+        assert_eq!(e.field, "apiVersion");
+    }
+
+    #[test]
+    fn unparsable_yaml_is_rejected_with_its_document() {
+        let e = err(&format!("{NODE}---\nkind: [unclosed\n"));
+        assert_eq!(e.doc, 1);
+        assert!(e.message.starts_with("invalid YAML"), "{e}");
+    }
+
+    #[test]
+    fn wrong_types_name_their_path() {
+        let e = err("apiVersion: v1\nkind: Pod\nmetadata: {name: p, labels: {app: true}}\n");
+        assert_eq!(e.field, "metadata.labels.app");
+        let e = err("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: {containers: [{image: x}]}\n");
+        assert_eq!(e.field, "spec.containers[0]");
+        assert!(e.message.contains("missing field `name`"), "{e}");
+    }
+
+    #[test]
+    fn a_missing_name_is_rejected_and_generate_name_is_filled() {
+        let e = err("apiVersion: v1\nkind: Node\nmetadata: {}\n");
+        assert_eq!(e.field, "metadata.name");
+        let input = ok("apiVersion: v1\nkind: Node\nmetadata: {generateName: n-}\n");
+        let name = item_meta(&input.items[0].1).name.clone().unwrap();
+        assert!(name.starts_with("n-") && name.len() == 7, "{name}");
+    }
+
+    #[test]
+    fn namespaces_default_for_namespaced_kinds_only() {
+        let input = ok("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\n---\napiVersion: v1\nkind: Node\nmetadata: {name: n, namespace: x}\n");
+        assert_eq!(item_meta(&input.items[0].1).namespace.as_deref(), Some("default"));
+        assert_eq!(item_meta(&input.items[1].1).namespace, None);
+    }
+
+    #[test]
+    fn a_reservation_without_owners_is_rejected_and_defaults_are_applied() {
+        let e = err("apiVersion: scheduling.koordinator.sh/v1alpha1\nkind: Reservation\nmetadata: {name: r}\nspec:\n  template: {spec: {containers: [{name: c}]}}\n");
+        assert_eq!(e.field, "spec.owners");
+        let input = ok("apiVersion: scheduling.koordinator.sh/v1alpha1\nkind: Reservation\nmetadata: {name: r}\nspec:\n  template: {spec: {containers: [{name: c}]}}\n  owners: [{object: {name: p}}]\n");
+        let Item::Object(Object::Reservation(r)) = &input.items[0].1 else {
+            panic!("not a reservation")
+        };
+        assert_eq!(r.spec.ttl.as_ref().map(|t| t.as_str()), Some("24h"));
+        assert_eq!(r.spec.allocate_once, Some(true));
+    }
+
+    #[test]
+    fn a_bad_reservation_ttl_is_rejected() {
+        let e = err("apiVersion: scheduling.koordinator.sh/v1alpha1\nkind: Reservation\nmetadata: {name: r}\nspec:\n  ttl: 1d\n  template: {spec: {containers: [{name: c}]}}\n  owners: [{object: {name: p}}]\n");
+        assert_eq!(e.field, "spec.ttl");
+    }
+
+    #[test]
+    fn priority_class_names_must_exist_somewhere_in_the_input() {
+        let pod = "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: {priorityClassName: high, containers: [{name: c}]}\n";
+        let e = err(pod);
+        assert_eq!(e.field, "spec.priorityClassName");
+        assert_eq!(e.message, "no PriorityClass with name high was found");
+        ok(&format!("{pod}---\napiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\nmetadata: {{name: high}}\nvalue: 1000\n"));
+        ok("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: {priorityClassName: system-node-critical, containers: [{name: c}]}\n");
+    }
+
+    #[test]
+    fn nrt_of_both_versions_is_read_with_integer_quantities() {
+        for v in ["v1alpha1", "v1alpha2"] {
+            let input = ok(&format!("apiVersion: topology.node.k8s.io/{v}\nkind: NodeResourceTopology\nmetadata: {{name: n1}}\ntopologyPolicies: [SingleNUMANodeContainerLevel]\nzones:\n- name: node-0\n  type: Node\n  resources: [{{name: cpu, capacity: 4, allocatable: 4, available: 4}}]\n"));
+            let Item::Object(Object::NodeResourceTopology(t)) = &input.items[0].1 else {
+                panic!("not an NRT")
+            };
+            assert_eq!(t.spec.zones[0].resources[0].capacity.0, "4");
+        }
+        let e = err("apiVersion: topology.node.k8s.io/v1alpha2\nkind: NodeResourceTopology\nmetadata: {name: n1}\nzones:\n- name: node-0\n  type: Node\n  resources: [{name: cpu, capacity: lots, allocatable: 4, available: 4}]\n");
+        assert_eq!(e.field, "zones[0].resources[0].capacity");
+    }
+
+    #[test]
+    fn lists_are_expanded_and_errors_point_into_them() {
+        let input = ok(&format!(
+            "apiVersion: v1\nkind: List\nitems:\n- {{apiVersion: v1, kind: Node, metadata: {{name: a}}}}\n- {{apiVersion: v1, kind: Node, metadata: {{name: b}}}}\n"
+        ));
+        assert_eq!(input.items.len(), 2);
+        let e = err("apiVersion: v1\nkind: List\nitems:\n- {apiVersion: v1, kind: Node, metadata: {name: a}, status: {capacity: {cpu: x}}}\n");
+        assert_eq!(e.field, "items[0].status.capacity.cpu");
+    }
+
+    const SCENARIO: &str = "apiVersion: sim.berth.dev/v1alpha1\nkind: Scenario\nmetadata: {name: s}\nspec:\n";
+
+    #[test]
+    fn a_scenario_is_decoded_with_its_steps() {
+        let input = ok(&format!("{SCENARIO}  startTime: \"2024-02-01T00:00:00Z\"\n  nodeAgent: {{nrtUpdatePeriod: 30s}}\n  steps:\n  - apply: [{{apiVersion: v1, kind: Node, metadata: {{name: n}}}}]\n  - delete: [{{kind: Pod, name: p}}, {{kind: Node, name: n}}]\n  - advance: 1m30s\n  - expect: {{pods: [{{name: p, node: null}}]}}\n"));
+        let (_, s) = input.scenario.unwrap();
+        assert_eq!(s.name, "s");
+        assert_eq!(s.node_agent.nrt_update_period, Some(30_000));
+        assert_eq!(s.steps.len(), 4);
+        assert_eq!(s.steps[1].delete[0], ObjectKey::pod("default", "p"));
+        assert_eq!(s.steps[1].delete[1], ObjectKey::cluster(Kind::Node, "n"));
+        assert_eq!(s.steps[2].advance, Some(90_000));
+        assert_eq!(s.steps[3].expect.as_ref().unwrap().pods[0].node, Some(None));
+    }
+
+    #[test]
+    fn scenario_errors_name_the_step() {
+        let e = err(&format!("{SCENARIO}  steps:\n  - advance: 1d\n"));
+        assert_eq!(e.field, "spec.steps[0].advance");
+        assert!(e.message.contains("unknown unit"), "{e}");
+        let e = err(&format!("{SCENARIO}  steps:\n  - advance: 10s\n  - apply:\n    - {{apiVersion: v1, kind: Pod, metadata: {{name: p}}, spec: {{containers: [{{name: c, resources: {{requests: {{cpu: -1}}}}}}]}}}}\n"));
+        assert_eq!(
+            e.field,
+            "spec.steps[1].apply[0].spec.containers[0].resources.requests.cpu"
+        );
+        let e = err(&format!("{SCENARIO}  steps:\n  - wait: 10s\n"));
+        assert_eq!(e.field, "spec.steps[0]");
+        let e = err(&format!("{SCENARIO}  steps:\n  - delete: [{{kind: Deployment, name: d}}]\n"));
+        assert_eq!(e.field, "spec.steps[0].delete[0].kind");
+    }
+
+    #[test]
+    fn only_one_scenario_is_allowed() {
+        let e = err(&format!("{SCENARIO}  steps: []\n---\n{SCENARIO}  steps: []\n"));
+        assert_eq!(e.doc, 1);
+    }
+}

@@ -1,0 +1,1078 @@
+//! [`Simulation`]: the driver around [`berth_core::Scheduler`]. It plays the API server (a
+//! [`Store`] of objects, defaulting and admission on create), performs the scheduler's
+//! effects and feeds the results back, runs the node agent, and moves virtual time.
+//!
+//! The loop (see `scheduler.rs` for the core's side):
+//! 1. an object is created, replaced or deleted → [`Scheduler::handle`];
+//! 2. [`Simulation::settle`]: `run_until_idle`, perform every effect (a bind writes the pod
+//!    and comes back as `Applied`, then the kubelet admits it and that comes back too),
+//!    fire timers due now, repeat until nothing happens;
+//! 3. `advance` fires every timer of the core and of the agent in time order, settling after
+//!    each.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+
+use berth_api::annotations::keys::ANNOTATION_RESERVATION_ALLOCATED;
+use berth_api::k8s_openapi::api::core::v1::{
+    Event as CoreEvent, EventSource, ObjectReference, Pod, PodCondition, PodStatus,
+};
+use berth_api::k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time as MetaTime};
+use berth_api::k8s_openapi::jiff::Timestamp;
+use berth_api::reservation::ReservationPhase;
+use berth_core::time::{rfc3339, Time};
+use berth_core::{Config, Effect, Event, Kind, Object, ObjectKey, Profile, Record, Scheduler};
+
+use crate::agent::{Admission, NodeAgent};
+use crate::input::{Input, Item, SYSTEM_PRIORITY_CLASSES};
+use crate::scenario::{Expect, NodeAgentConfig, Step, DEFAULT_START_TIME};
+use crate::store::Store;
+
+/// `source.component` of the events the simulator records for the scheduler.
+pub const EVENT_COMPONENT: &str = "berth-scheduler";
+/// `PreemptLowerPriority`, the preemption policy when neither pod nor class sets one.
+pub const DEFAULT_PREEMPTION_POLICY: &str = "PreemptLowerPriority";
+
+/// Rounds of perform-and-reschedule at one instant before the simulator declares a livelock
+/// (a core that keeps emitting effects in response to its own effects).
+const MAX_SETTLE_ROUNDS: usize = 100_000;
+
+/// The start of virtual time when the Scenario gives none (`2024-01-01T00:00:00Z`).
+pub fn default_start() -> Time {
+    berth_core::time::parse_rfc3339(DEFAULT_START_TIME).unwrap_or(1_704_067_200_000)
+}
+
+/// A deterministic UID for an object without one: a UUID-shaped (version 8) hash of kind,
+/// namespace and name.
+pub fn derive_uid(kind: &str, namespace: &str, name: &str) -> String {
+    let key = format!("{kind}/{namespace}/{name}");
+    let a = xxhash_rust::xxh64::xxh64(key.as_bytes(), 0);
+    let b = xxhash_rust::xxh64::xxh64(key.as_bytes(), 0x9e37_79b9_7f4a_7c15);
+    // Version 8 (custom) and the RFC 9562 variant, so tools that parse UUIDs accept it.
+    let a = (a & !0xf000) | 0x8000;
+    let b = (b & !(0xc000_u64 << 48)) | (0x8000_u64 << 48);
+    let hex = format!("{a:016x}{b:016x}");
+    format!(
+        "{}-{}-{}-{}-{}",
+        &hex[0..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..32]
+    )
+}
+
+/// `metav1.Time` for a virtual instant.
+pub fn meta_time(t: Time) -> MetaTime {
+    MetaTime(Timestamp::from_millisecond(t).unwrap_or(Timestamp::UNIX_EPOCH))
+}
+
+/// The simulated cluster.
+#[derive(Debug)]
+pub struct Simulation {
+    core: Scheduler,
+    store: Store,
+    agent: NodeAgent,
+    start: Time,
+    now: Time,
+    recorder: Recorder,
+    /// Pods bound to a node that does not exist (yet): the kubelet admits them when it does.
+    awaiting_node: BTreeMap<String, BTreeSet<ObjectKey>>,
+    /// Lines for standard error: warnings and failed expectations, in order.
+    log: Vec<String>,
+    /// How many expectations failed.
+    failed: usize,
+}
+
+impl Simulation {
+    /// A cluster with nothing in it, at virtual time `start`.
+    pub fn new(
+        profiles: Vec<Profile>,
+        config: Config,
+        start: Time,
+        agent: NodeAgentConfig,
+    ) -> Self {
+        Self {
+            core: Scheduler::new(profiles, config),
+            store: Store::default(),
+            agent: NodeAgent::new(agent, start),
+            start,
+            now: start,
+            recorder: Recorder::default(),
+            awaiting_node: BTreeMap::new(),
+            log: Vec::new(),
+            failed: 0,
+        }
+    }
+
+    /// Builds the cluster for `input` (start time and node agent from its Scenario) and runs
+    /// it to the end: initial objects at the start time, then every step.
+    pub fn run(profiles: Vec<Profile>, config: Config, input: &Input) -> Self {
+        let scenario = input.scenario.as_ref().map(|(_, s)| s);
+        let start = scenario
+            .and_then(|s| s.start_time)
+            .unwrap_or_else(default_start);
+        let agent = scenario.map(|s| s.node_agent).unwrap_or_default();
+        let mut sim = Self::new(profiles, config, start, agent);
+        let items: Vec<&Item> = input.items.iter().map(|(_, i)| i).collect();
+        sim.create_all(&items, true);
+        sim.settle();
+        if let Some(s) = scenario {
+            for (i, step) in s.steps.iter().enumerate() {
+                sim.step(i, step);
+            }
+        }
+        sim
+    }
+
+    /// The stored objects.
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// The scheduler.
+    pub fn core(&self) -> &Scheduler {
+        &self.core
+    }
+
+    /// Virtual now.
+    pub fn now(&self) -> Time {
+        self.now
+    }
+
+    /// Virtual start.
+    pub fn start(&self) -> Time {
+        self.start
+    }
+
+    /// Warnings and failed expectations, one line each, for standard error.
+    pub fn log(&self) -> &[String] {
+        &self.log
+    }
+
+    /// How many expectations failed.
+    pub fn failed_expectations(&self) -> usize {
+        self.failed
+    }
+
+    fn warn(&mut self, message: String) {
+        self.log.push(format!("warning: {message}"));
+    }
+
+    /// Runs one Scenario step (its actions in the order apply, delete, advance, expect),
+    /// settling after the changes.
+    pub fn step(&mut self, index: usize, step: &Step) {
+        let items: Vec<&Item> = step.apply.iter().collect();
+        self.create_all(&items, false);
+        for key in &step.delete {
+            if self.store.get(key).is_none() {
+                self.warn(format!(
+                    "step {index}: delete {} {key}: not found",
+                    key.kind.as_str()
+                ));
+                continue;
+            }
+            self.delete(key.clone());
+        }
+        self.settle();
+        if let Some(d) = step.advance {
+            self.advance(d);
+        }
+        if let Some(expect) = &step.expect {
+            let failures = self.check(expect);
+            for f in failures {
+                self.failed += 1;
+                self.log.push(format!(
+                    "expectation failed at step {index} ({}): {f}",
+                    rfc3339(self.now)
+                ));
+            }
+        }
+    }
+
+    /// Creates or replaces `items` in order, PriorityClasses first, so a pod may name a class
+    /// written after it in the same batch (priority admission runs at pod creation).
+    fn create_all(&mut self, items: &[&Item], initial: bool) {
+        let is_class = |i: &&&Item| matches!(i, Item::Object(Object::PriorityClass(_)));
+        for item in items.iter().filter(is_class) {
+            self.apply_item(item, initial);
+        }
+        for item in items.iter().filter(|i| !is_class(i)) {
+            self.apply_item(item, initial);
+        }
+    }
+
+    /// Creates or replaces one object, as `kubectl apply` of the whole object would (status
+    /// included when given; kept from the stored object when not). `initial` objects are
+    /// the cluster as found: a pod with `spec.nodeName` and no phase is already running.
+    pub fn apply_item(&mut self, item: &Item, initial: bool) {
+        match item {
+            Item::Event(e) => {
+                let mut e = (**e).clone();
+                let ns = e.metadata.namespace.clone().unwrap_or_default();
+                let name = e.metadata.name.clone().unwrap_or_default();
+                self.fill_meta(&mut e.metadata, "Event", &ns, &name, None);
+                self.store.insert_event(e);
+            }
+            Item::Object(obj) => self.apply_object(obj.clone(), initial),
+        }
+    }
+
+    fn apply_object(&mut self, mut obj: Object, initial: bool) {
+        let key = obj.key();
+        let existing = self.store.get(&key).cloned();
+        let old_meta = existing.as_ref().map(|o| o.meta().clone());
+        {
+            let meta = meta_mut(&mut obj);
+            let (ns, name) = (key.namespace.to_string(), key.name.to_string());
+            self.fill_meta(meta, key.kind.as_str(), &ns, &name, old_meta.as_ref());
+        }
+        let mut admit = false;
+        match (&mut obj, &existing) {
+            (Object::Pod(p), old) => {
+                let pod = Arc::make_mut(p);
+                if let Some(Object::Pod(old)) = old {
+                    carry_over_pod(pod, old);
+                }
+                if let Err(message) = self.resolve_priority(pod) {
+                    self.warn(format!("pod {key} not created: {message}"));
+                    return;
+                }
+                let bound = pod
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.node_name.as_deref())
+                    .is_some_and(|n| !n.is_empty());
+                let status = pod.status.get_or_insert_with(PodStatus::default);
+                if status.phase.is_none() {
+                    if !bound {
+                        status.phase = Some("Pending".into());
+                    } else if initial {
+                        status.phase = Some("Running".into());
+                    } else {
+                        admit = true;
+                        status.phase = Some("Pending".into());
+                    }
+                }
+            }
+            (Object::Reservation(r), Some(Object::Reservation(old))) if r.status.is_none() => {
+                Arc::make_mut(r).status = old.status.clone();
+            }
+            (Object::Node(n), Some(Object::Node(old))) if n.status.is_none() => {
+                Arc::make_mut(n).status = old.status.clone();
+            }
+            _ => {}
+        }
+        let is_node = matches!(obj, Object::Node(_));
+        self.store.insert(obj.clone());
+        self.core.handle(self.now, Event::Applied(obj));
+        if admit {
+            self.kubelet_admit(&key);
+        }
+        if is_node {
+            for pod in self.awaiting_node.remove(&*key.name).unwrap_or_default() {
+                self.kubelet_admit(&pod);
+            }
+        }
+    }
+
+    /// Fills what the API server fills on create: `uid` (kept from the stored object on
+    /// replace, else derived from kind/namespace/name) and `creationTimestamp` (kept, else
+    /// now).
+    fn fill_meta(
+        &self,
+        meta: &mut ObjectMeta,
+        kind: &str,
+        namespace: &str,
+        name: &str,
+        old: Option<&ObjectMeta>,
+    ) {
+        if meta.uid.as_deref().is_none_or(str::is_empty) {
+            meta.uid = Some(
+                old.and_then(|m| m.uid.clone())
+                    .unwrap_or_else(|| derive_uid(kind, namespace, name)),
+            );
+        }
+        if meta.creation_timestamp.is_none() {
+            meta.creation_timestamp = Some(
+                old.and_then(|m| m.creation_timestamp.clone())
+                    .unwrap_or_else(|| meta_time(self.now)),
+            );
+        }
+    }
+
+    /// The Priority admission plugin: `spec.priority` and `spec.preemptionPolicy` from the
+    /// pod's PriorityClass, or from the global default class when it names none. A pod that
+    /// sets `spec.priority` without a class keeps it (the API server would reject it; the
+    /// simulator lets scenario files write priorities directly).
+    fn resolve_priority(&self, pod: &mut Pod) -> Result<(), String> {
+        let spec = pod.spec.get_or_insert_with(Default::default);
+        let class = spec
+            .priority_class_name
+            .clone()
+            .filter(|c| !c.is_empty());
+        let (value, policy) = match class {
+            Some(name) => {
+                if let Some((_, v)) = SYSTEM_PRIORITY_CLASSES.iter().find(|(n, _)| *n == name) {
+                    (*v, None)
+                } else {
+                    match self
+                        .store
+                        .get(&ObjectKey::cluster(Kind::PriorityClass, &name))
+                    {
+                        Some(Object::PriorityClass(pc)) => {
+                            (pc.value, pc.preemption_policy.clone())
+                        }
+                        _ => return Err(format!("no PriorityClass with name {name} was found")),
+                    }
+                }
+            }
+            None if spec.priority.is_some() => {
+                spec.preemption_policy
+                    .get_or_insert_with(|| DEFAULT_PREEMPTION_POLICY.to_string());
+                return Ok(());
+            }
+            None => {
+                let default = self
+                    .store
+                    .of_kind(Kind::PriorityClass)
+                    .filter_map(|o| match o {
+                        Object::PriorityClass(pc) if pc.global_default == Some(true) => Some(pc),
+                        _ => None,
+                    })
+                    .fold(None, |best: Option<&Arc<_>>, pc| match best {
+                        Some(b) if b.value >= pc.value => Some(b),
+                        _ => Some(pc),
+                    });
+                match default {
+                    Some(pc) => {
+                        spec.priority_class_name = pc.metadata.name.clone();
+                        (pc.value, pc.preemption_policy.clone())
+                    }
+                    None => (0, None),
+                }
+            }
+        };
+        spec.priority = Some(value);
+        spec.preemption_policy =
+            Some(policy.unwrap_or_else(|| DEFAULT_PREEMPTION_POLICY.to_string()));
+        Ok(())
+    }
+
+    /// Deletes an object and tells the scheduler.
+    pub fn delete(&mut self, key: ObjectKey) {
+        if let Some(Object::Pod(p)) = self.store.remove(&key) {
+            if let Some(node) = p.spec.as_ref().and_then(|s| s.node_name.as_deref()) {
+                if let Some(set) = self.awaiting_node.get_mut(node) {
+                    set.remove(&key);
+                }
+            }
+        }
+        self.core.handle(self.now, Event::Deleted(key));
+    }
+
+    /// Schedules, performs effects and fires timers due now until nothing more happens.
+    pub fn settle(&mut self) {
+        for _ in 0..MAX_SETTLE_ROUNDS {
+            self.core.run_until_idle(self.now);
+            let mut acted = false;
+            while let Some(effect) = self.core.poll_effect() {
+                acted = true;
+                self.perform(effect);
+            }
+            let fired = self.fire_due();
+            if !acted && !fired {
+                return;
+            }
+        }
+        self.warn(format!(
+            "the scheduler did not settle at {} after {MAX_SETTLE_ROUNDS} rounds; moving on",
+            rfc3339(self.now)
+        ));
+    }
+
+    /// Fires the core's and the agent's timers that are due now.
+    fn fire_due(&mut self) -> bool {
+        let mut fired = false;
+        if self.core.poll_timeout().is_some_and(|t| t <= self.now) {
+            self.core.handle_timeout(self.now);
+            fired = true;
+        }
+        if self.agent.next_timeout().is_some_and(|t| t <= self.now) {
+            let published = self.agent.handle_timeout(self.now, &self.store);
+            for t in published {
+                let obj = Object::NodeResourceTopology(Arc::new(t));
+                self.store.insert(obj.clone());
+                self.core.handle(self.now, Event::Applied(obj));
+            }
+            fired = true;
+        }
+        fired
+    }
+
+    /// Moves virtual time forward by `millis`, firing every timer due on the way in time
+    /// order and settling after each.
+    pub fn advance(&mut self, millis: Time) {
+        let target = self.now.saturating_add(millis);
+        let mut stuck = 0;
+        loop {
+            let next = match (self.core.poll_timeout(), self.agent.next_timeout()) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            let Some(t) = next.filter(|t| *t <= target) else {
+                break;
+            };
+            if t > self.now {
+                self.now = t;
+                stuck = 0;
+            } else {
+                stuck += 1;
+                if stuck > MAX_SETTLE_ROUNDS {
+                    self.warn(format!(
+                        "a timer at {} keeps firing; skipping to {}",
+                        rfc3339(self.now),
+                        rfc3339(target)
+                    ));
+                    break;
+                }
+            }
+            self.fire_due();
+            self.settle();
+        }
+        self.now = target;
+        self.settle();
+    }
+
+    /// Performs one effect of the core, as the API server (and, for binds, the kubelet)
+    /// would, feeding the result back.
+    fn perform(&mut self, effect: Effect) {
+        match effect {
+            Effect::Bind {
+                pod,
+                node,
+                annotations,
+            } => self.bind(pod, node, annotations),
+            Effect::PodCondition {
+                pod,
+                status,
+                reason,
+                message,
+            } => {
+                let Some(p) = self.store.pod(&pod) else {
+                    return;
+                };
+                let mut p = (**p).clone();
+                let now = self.now;
+                set_pod_scheduled(&mut p, status, Some(reason), Some(message), now);
+                self.store.insert(Object::Pod(Arc::new(p)));
+            }
+            Effect::ReservationStatus { name, status } => {
+                let Some(r) = self.store.reservation(&name) else {
+                    self.warn(format!("status for reservation {name}, which does not exist"));
+                    return;
+                };
+                let mut r = (**r).clone();
+                r.status = Some(status);
+                let obj = Object::Reservation(Arc::new(r));
+                self.store.insert(obj.clone());
+                self.core.handle(self.now, Event::Applied(obj));
+            }
+            Effect::CreateReservation(r) => {
+                let mut r = *r;
+                r.metadata.namespace = None;
+                r.apply_defaults();
+                let name = r.metadata.name.clone().unwrap_or_default();
+                if self.store.reservation(&name).is_some() {
+                    self.warn(format!("reservation {name} already exists; not created"));
+                    return;
+                }
+                self.fill_meta(&mut r.metadata, "Reservation", "", &name, None);
+                let obj = Object::Reservation(Arc::new(r));
+                self.store.insert(obj.clone());
+                self.core.handle(self.now, Event::Applied(obj));
+            }
+            Effect::Delete(key) => self.delete(key),
+            Effect::AnnotatePod { pod, annotations } => {
+                let Some(p) = self.store.pod(&pod) else {
+                    return;
+                };
+                let mut p = (**p).clone();
+                p.metadata
+                    .annotations
+                    .get_or_insert_with(Default::default)
+                    .extend(annotations);
+                let obj = Object::Pod(Arc::new(p));
+                self.store.insert(obj.clone());
+                self.core.handle(self.now, Event::Applied(obj));
+            }
+            Effect::Record(r) => self.record(r),
+            other => self.warn(format!("effect not simulated: {other:?}")),
+        }
+    }
+
+    /// PreBind annotations, then the Binding: `spec.nodeName` and `PodScheduled=True`; the
+    /// bound pod goes back to the scheduler, then to the kubelet.
+    fn bind(
+        &mut self,
+        key: ObjectKey,
+        node: String,
+        annotations: BTreeMap<String, String>,
+    ) {
+        let Some(p) = self.store.pod(&key) else {
+            let message = format!("pods \"{}\" not found", key.name);
+            self.core
+                .handle(self.now, Event::BindFailed { pod: key, message });
+            return;
+        };
+        if let Some(current) = p
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.as_deref())
+            .filter(|n| !n.is_empty())
+        {
+            let message = format!(
+                "Operation cannot be fulfilled on pods/binding \"{}\": pod {} is already assigned to node \"{current}\"",
+                key.name, key.name
+            );
+            self.core
+                .handle(self.now, Event::BindFailed { pod: key, message });
+            return;
+        }
+        let mut p = (**p).clone();
+        if !annotations.is_empty() {
+            p.metadata
+                .annotations
+                .get_or_insert_with(Default::default)
+                .extend(annotations);
+        }
+        p.spec.get_or_insert_with(Default::default).node_name = Some(node);
+        set_pod_scheduled(&mut p, "True", None, None, self.now);
+        let obj = Object::Pod(Arc::new(p));
+        self.store.insert(obj.clone());
+        self.core.handle(self.now, Event::Applied(obj));
+        self.kubelet_admit(&key);
+    }
+
+    /// The kubelet of the pod's node admits it (`Running`) or rejects it (`Failed`); the
+    /// update goes back to the scheduler. Waits if the node does not exist.
+    fn kubelet_admit(&mut self, key: &ObjectKey) {
+        let Some(p) = self.store.pod(key) else {
+            return;
+        };
+        let Some(node) = p
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.clone())
+            .filter(|n| !n.is_empty())
+        else {
+            return;
+        };
+        let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
+        if matches!(phase, Some("Running" | "Succeeded" | "Failed")) {
+            return;
+        }
+        if self.store.node(&node).is_none() {
+            self.awaiting_node
+                .entry(node)
+                .or_default()
+                .insert(key.clone());
+            return;
+        }
+        let verdict = self.agent.admit(&self.store, p, &node);
+        let mut p = (**p).clone();
+        let status = p.status.get_or_insert_with(PodStatus::default);
+        match verdict {
+            Admission::Admit => {
+                status.phase = Some("Running".into());
+                status.start_time.get_or_insert_with(|| meta_time(self.now));
+            }
+            Admission::Reject { reason, message } => {
+                status.phase = Some("Failed".into());
+                status.reason = Some(reason);
+                status.message = Some(message);
+            }
+        }
+        let obj = Object::Pod(Arc::new(p));
+        self.store.insert(obj.clone());
+        self.core.handle(self.now, Event::Applied(obj));
+    }
+
+    /// Stores a `v1` Event for a record of the core, folding an identical repeat for the
+    /// same object into a count.
+    fn record(&mut self, r: Record) {
+        let namespace = if r.involved.namespace.is_empty() {
+            "default".to_string()
+        } else {
+            r.involved.namespace.to_string()
+        };
+        if let Some(name) = self.recorder.last.get(&r.involved) {
+            if let Some(e) = self.store.event_mut(&namespace, name) {
+                if e.reason.as_deref() == Some(r.reason.as_str())
+                    && e.message.as_deref() == Some(r.message.as_str())
+                    && e.type_.as_deref() == Some(r.type_)
+                {
+                    e.count = Some(e.count.unwrap_or(1).saturating_add(1));
+                    e.last_timestamp = Some(meta_time(self.now));
+                    return;
+                }
+            }
+        }
+        self.recorder.counter += 1;
+        let name = format!("{}.{:016x}", r.involved.name, self.recorder.counter);
+        let uid = if r.uid.is_empty() {
+            self.store
+                .get(&r.involved)
+                .and_then(|o| o.meta().uid.clone())
+        } else {
+            Some(r.uid.clone())
+        };
+        let kind = r.involved.kind;
+        let event = CoreEvent {
+            metadata: ObjectMeta {
+                name: Some(name.clone()),
+                namespace: Some(namespace.clone()),
+                uid: Some(derive_uid("Event", &namespace, &name)),
+                creation_timestamp: Some(meta_time(self.now)),
+                ..Default::default()
+            },
+            involved_object: ObjectReference {
+                api_version: Some(api_version_of(kind).to_string()),
+                kind: Some(kind.as_str().to_string()),
+                namespace: (!r.involved.namespace.is_empty())
+                    .then(|| r.involved.namespace.to_string()),
+                name: Some(r.involved.name.to_string()),
+                uid,
+                ..Default::default()
+            },
+            reason: Some(r.reason),
+            message: Some(r.message),
+            type_: Some(r.type_.to_string()),
+            first_timestamp: Some(meta_time(self.now)),
+            last_timestamp: Some(meta_time(self.now)),
+            count: Some(1),
+            source: Some(EventSource {
+                component: Some(EVENT_COMPONENT.to_string()),
+                host: None,
+            }),
+            reporting_component: Some(EVENT_COMPONENT.to_string()),
+            ..Default::default()
+        };
+        self.recorder.last.insert(r.involved, name);
+        self.store.insert_event(event);
+    }
+
+    /// Checks `expect` against the store; returns one line per failed check.
+    pub fn check(&self, expect: &Expect) -> Vec<String> {
+        let mut failures = Vec::new();
+        for e in &expect.pods {
+            let key = ObjectKey::pod(&e.namespace, &e.name);
+            let Some(p) = self.store.pod(&key) else {
+                // A pod that no longer exists (deleted, preempted) is not bound; anything
+                // else asked of it fails.
+                let only_unbound = e.node == Some(None)
+                    && e.reservation.is_none()
+                    && e.message.is_none()
+                    && e.phase.is_none()
+                    && e.reason.is_none();
+                if !only_unbound {
+                    failures.push(format!("pod {key}: not found"));
+                }
+                continue;
+            };
+            let node = p
+                .spec
+                .as_ref()
+                .and_then(|s| s.node_name.clone())
+                .filter(|n| !n.is_empty());
+            if let Some(want) = &e.node {
+                if *want != node {
+                    failures.push(format!(
+                        "pod {key}: node is {}, want {}",
+                        show(node.as_deref()),
+                        show(want.as_deref())
+                    ));
+                }
+            }
+            if let Some(want) = &e.reservation {
+                let got = allocated_reservation(p);
+                if *want != got {
+                    failures.push(format!(
+                        "pod {key}: reservation is {}, want {}",
+                        show(got.as_deref()),
+                        show(want.as_deref())
+                    ));
+                }
+            }
+            if let Some(want) = &e.message {
+                let got = pod_scheduled_message(p);
+                if !got.as_deref().is_some_and(|m| m.contains(want.as_str())) {
+                    failures.push(format!(
+                        "pod {key}: PodScheduled message is {}, want it to contain {want:?}",
+                        show(got.as_deref())
+                    ));
+                }
+            }
+            let status = p.status.as_ref();
+            if let Some(want) = &e.phase {
+                let got = status.and_then(|s| s.phase.as_deref());
+                if got != Some(want.as_str()) {
+                    failures.push(format!(
+                        "pod {key}: phase is {}, want {want:?}",
+                        show(got)
+                    ));
+                }
+            }
+            if let Some(want) = &e.reason {
+                let got = status.and_then(|s| s.reason.as_deref());
+                if got != Some(want.as_str()) {
+                    failures.push(format!(
+                        "pod {key}: reason is {}, want {want:?}",
+                        show(got)
+                    ));
+                }
+            }
+        }
+        for e in &expect.reservations {
+            let Some(r) = self.store.reservation(&e.name) else {
+                failures.push(format!("reservation {}: not found", e.name));
+                continue;
+            };
+            let status = r.status.as_ref();
+            if let Some(want) = &e.phase {
+                let got = r.phase();
+                if got.as_str() != want {
+                    failures.push(format!(
+                        "reservation {}: phase is {:?}, want {want:?}",
+                        e.name,
+                        got.as_str()
+                    ));
+                }
+            }
+            if let Some(want) = &e.node {
+                let got = status
+                    .and_then(|s| s.node_name.clone())
+                    .filter(|n| !n.is_empty());
+                if *want != got {
+                    failures.push(format!(
+                        "reservation {}: node is {}, want {}",
+                        e.name,
+                        show(got.as_deref()),
+                        show(want.as_deref())
+                    ));
+                }
+            }
+            if let Some(want) = &e.owners {
+                let got: BTreeSet<String> = status
+                    .map(|s| s.current_owners.as_slice())
+                    .unwrap_or_default()
+                    .iter()
+                    .map(|o| {
+                        format!(
+                            "{}/{}",
+                            o.namespace.as_deref().unwrap_or("default"),
+                            o.name.as_deref().unwrap_or("")
+                        )
+                    })
+                    .collect();
+                let want: BTreeSet<String> = want
+                    .iter()
+                    .map(|o| {
+                        if o.contains('/') {
+                            o.clone()
+                        } else {
+                            format!("default/{o}")
+                        }
+                    })
+                    .collect();
+                if got != want {
+                    failures.push(format!(
+                        "reservation {}: owners are {:?}, want {:?}",
+                        e.name, got, want
+                    ));
+                }
+            }
+        }
+        failures
+    }
+}
+
+/// The name in a pod's `reservation-allocated` annotation, if it has a readable one.
+pub fn allocated_reservation(p: &Pod) -> Option<String> {
+    let text = p
+        .metadata
+        .annotations
+        .as_ref()?
+        .get(ANNOTATION_RESERVATION_ALLOCATED)?;
+    let v: serde_json::Value = serde_json::from_str(text).ok()?;
+    v.get("name")?.as_str().map(str::to_string)
+}
+
+/// The message of a pod's `PodScheduled` condition.
+pub fn pod_scheduled_message(p: &Pod) -> Option<String> {
+    p.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == "PodScheduled")?
+        .message
+        .clone()
+}
+
+/// The phase of a reservation, `Pending` when it has none.
+pub fn reservation_phase(r: &berth_api::reservation::Reservation) -> ReservationPhase {
+    r.phase()
+}
+
+fn show(v: Option<&str>) -> String {
+    match v {
+        Some(s) => format!("{s:?}"),
+        None => "null".to_string(),
+    }
+}
+
+/// Sets the pod's `PodScheduled` condition as `podutil.UpdatePodCondition` does: the
+/// transition time moves only when the status changes.
+fn set_pod_scheduled(
+    pod: &mut Pod,
+    status: &str,
+    reason: Option<String>,
+    message: Option<String>,
+    now: Time,
+) {
+    let conditions = pod
+        .status
+        .get_or_insert_with(PodStatus::default)
+        .conditions
+        .get_or_insert_with(Vec::new);
+    let old = conditions.iter().position(|c| c.type_ == "PodScheduled");
+    let transition = match old.map(|i| &conditions[i]) {
+        Some(c) if c.status == status => c
+            .last_transition_time
+            .clone()
+            .unwrap_or_else(|| meta_time(now)),
+        _ => meta_time(now),
+    };
+    let cond = PodCondition {
+        type_: "PodScheduled".to_string(),
+        status: status.to_string(),
+        reason,
+        message,
+        last_transition_time: Some(transition),
+        ..Default::default()
+    };
+    match old {
+        Some(i) => conditions[i] = cond,
+        None => conditions.push(cond),
+    }
+}
+
+/// On replace, what the API server keeps of a pod: its status (a subresource) when the new
+/// object gives none, and its node (immutable once set) and the scheduler's annotations.
+fn carry_over_pod(pod: &mut Pod, old: &Pod) {
+    if pod.status.is_none() {
+        pod.status = old.status.clone();
+    }
+    let old_node = old
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_name.clone())
+        .filter(|n| !n.is_empty());
+    let spec = pod.spec.get_or_insert_with(Default::default);
+    if spec.node_name.as_deref().is_none_or(str::is_empty) {
+        if let Some(node) = old_node {
+            spec.node_name = Some(node);
+            if let Some(old_ann) = &old.metadata.annotations {
+                let ann = pod.metadata.annotations.get_or_insert_with(Default::default);
+                for (k, v) in old_ann {
+                    ann.entry(k.clone()).or_insert_with(|| v.clone());
+                }
+            }
+        }
+    }
+}
+
+fn meta_mut(obj: &mut Object) -> &mut ObjectMeta {
+    match obj {
+        Object::Pod(o) => &mut Arc::make_mut(o).metadata,
+        Object::Node(o) => &mut Arc::make_mut(o).metadata,
+        Object::Reservation(o) => &mut Arc::make_mut(o).metadata,
+        Object::NodeResourceTopology(o) => &mut Arc::make_mut(o).metadata,
+        Object::PersistentVolumeClaim(o) => &mut Arc::make_mut(o).metadata,
+        Object::CsiNode(o) => &mut Arc::make_mut(o).metadata,
+        Object::PriorityClass(o) => &mut Arc::make_mut(o).metadata,
+        Object::PodDisruptionBudget(o) => &mut Arc::make_mut(o).metadata,
+    }
+}
+
+/// The `apiVersion` of a kind, for `involvedObject`.
+pub fn api_version_of(kind: Kind) -> &'static str {
+    match kind {
+        Kind::Reservation => "scheduling.koordinator.sh/v1alpha1",
+        Kind::NodeResourceTopology => "topology.node.k8s.io/v1alpha2",
+        Kind::CsiNode => "storage.k8s.io/v1",
+        Kind::PriorityClass => "scheduling.k8s.io/v1",
+        Kind::PodDisruptionBudget => "policy/v1",
+        Kind::Node | Kind::Pod | Kind::PersistentVolumeClaim => "v1",
+    }
+}
+
+/// Event numbering and folding state.
+#[derive(Debug, Default)]
+struct Recorder {
+    counter: u64,
+    /// The last event recorded per involved object, for folding repeats.
+    last: HashMap<ObjectKey, String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::input::parse_str;
+
+    fn run(text: &str) -> Simulation {
+        let input = match parse_str("t.yaml", text) {
+            Ok(i) => i,
+            Err(e) => panic!("{e}"),
+        };
+        Simulation::run(vec![], Config::default(), &input)
+    }
+
+    fn node_of(sim: &Simulation, name: &str) -> Option<String> {
+        sim.store()
+            .pod(&ObjectKey::pod("default", name))
+            .and_then(|p| p.spec.as_ref()?.node_name.clone())
+    }
+
+    const NODES: &str = "apiVersion: v1\nkind: Node\nmetadata: {name: n1}\nstatus: {allocatable: {cpu: 2, memory: 4Gi, pods: 10}}\n---\n";
+
+    fn pod(name: &str, cpu: &str) -> String {
+        format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}}}\nspec: {{containers: [{{name: c, resources: {{requests: {{cpu: \"{cpu}\"}}}}}}]}}\n---\n")
+    }
+
+    #[test]
+    fn derived_uids_are_stable_uuid_shaped_and_distinct() {
+        let a = derive_uid("Pod", "default", "p");
+        assert_eq!(a, derive_uid("Pod", "default", "p"));
+        assert_ne!(a, derive_uid("Pod", "default", "q"));
+        assert_ne!(a, derive_uid("Node", "default", "p"));
+        assert_eq!(a.len(), 36);
+        assert_eq!(&a[14..15], "8", "version 8: {a}");
+    }
+
+    #[test]
+    fn a_scheduled_pod_is_bound_running_and_has_an_event() {
+        let sim = run(&format!("{NODES}{}", pod("p", "1")));
+        let p = sim.store().pod(&ObjectKey::pod("default", "p")).unwrap();
+        assert_eq!(node_of(&sim, "p").as_deref(), Some("n1"));
+        let status = p.status.as_ref().unwrap();
+        assert_eq!(status.phase.as_deref(), Some("Running"));
+        let cond = &status.conditions.as_ref().unwrap()[0];
+        assert_eq!((cond.type_.as_str(), cond.status.as_str()), ("PodScheduled", "True"));
+        assert!(p.metadata.uid.is_some() && p.metadata.creation_timestamp.is_some());
+        let events: Vec<_> = sim.store().events().collect();
+        assert_eq!(events.len(), 1);
+        assert_eq!(events[0].reason.as_deref(), Some("Scheduled"));
+        assert_eq!(events[0].metadata.name.as_deref(), Some("p.0000000000000001"));
+        assert_eq!(
+            events[0].message.as_deref(),
+            Some("Successfully assigned default/p to n1")
+        );
+        assert_eq!(events[0].involved_object.uid, p.metadata.uid);
+    }
+
+    #[test]
+    fn an_unschedulable_pod_gets_a_condition_and_stays_pending() {
+        let sim = run(&format!("{NODES}{}", pod("big", "3")));
+        let p = sim.store().pod(&ObjectKey::pod("default", "big")).unwrap();
+        assert_eq!(node_of(&sim, "big"), None);
+        assert_eq!(
+            pod_scheduled_message(p).as_deref(),
+            Some("0/1 nodes are available: 1 Insufficient cpu.")
+        );
+        assert_eq!(p.status.as_ref().unwrap().phase.as_deref(), Some("Pending"));
+    }
+
+    #[test]
+    fn a_pod_given_on_a_node_is_running_there_without_the_scheduler() {
+        let sim = run(&format!("{NODES}apiVersion: v1\nkind: Pod\nmetadata: {{name: old}}\nspec: {{nodeName: n1, containers: [{{name: c, resources: {{requests: {{cpu: 2}}}}}}]}}\n---\n{}", pod("new", "1")));
+        let old = sim.store().pod(&ObjectKey::pod("default", "old")).unwrap();
+        assert_eq!(old.status.as_ref().unwrap().phase.as_deref(), Some("Running"));
+        assert_eq!(node_of(&sim, "new"), None, "n1 is full");
+    }
+
+    #[test]
+    fn priority_comes_from_the_class_or_the_global_default() {
+        let classes = "apiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\nmetadata: {name: high}\nvalue: 1000\npreemptionPolicy: Never\n---\napiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\nmetadata: {name: low}\nvalue: 10\nglobalDefault: true\n---\n";
+        let sim = run(&format!("{classes}apiVersion: v1\nkind: Pod\nmetadata: {{name: a}}\nspec: {{priorityClassName: high, containers: [{{name: c}}]}}\n---\n{}", pod("b", "1")));
+        let a = sim.store().pod(&ObjectKey::pod("default", "a")).unwrap();
+        let spec = a.spec.as_ref().unwrap();
+        assert_eq!(spec.priority, Some(1000));
+        assert_eq!(spec.preemption_policy.as_deref(), Some("Never"));
+        let b = sim.store().pod(&ObjectKey::pod("default", "b")).unwrap();
+        let spec = b.spec.as_ref().unwrap();
+        assert_eq!(spec.priority, Some(10));
+        assert_eq!(spec.priority_class_name.as_deref(), Some("low"));
+        assert_eq!(spec.preemption_policy.as_deref(), Some("PreemptLowerPriority"));
+    }
+
+    #[test]
+    fn higher_priority_pods_are_placed_first() {
+        let text = format!(
+            "{NODES}{}apiVersion: v1\nkind: Pod\nmetadata: {{name: vip}}\nspec: {{priority: 100, containers: [{{name: c, resources: {{requests: {{cpu: 2}}}}}}]}}\n",
+            pod("first", "2")
+        );
+        let sim = run(&text);
+        assert_eq!(node_of(&sim, "vip").as_deref(), Some("n1"));
+        assert_eq!(node_of(&sim, "first"), None);
+    }
+
+    #[test]
+    fn a_bind_to_an_already_bound_pod_fails() {
+        let mut sim = run(NODES);
+        let text = "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: {nodeName: n1, containers: [{name: c}]}\n";
+        let input = parse_str("t.yaml", text).unwrap();
+        sim.apply_item(&input.items[0].1, true);
+        sim.bind(ObjectKey::pod("default", "p"), "n2".into(), BTreeMap::new());
+        assert_eq!(node_of(&sim, "p").as_deref(), Some("n1"));
+    }
+
+    #[test]
+    fn identical_repeated_events_fold_into_a_count() {
+        let mut sim = run(NODES);
+        let rec = Record {
+            involved: ObjectKey::pod("default", "x"),
+            uid: String::new(),
+            type_: "Warning",
+            reason: "FailedScheduling".into(),
+            message: "m".into(),
+        };
+        sim.record(rec.clone());
+        sim.record(rec.clone());
+        sim.record(Record {
+            message: "other".into(),
+            ..rec
+        });
+        let events: Vec<_> = sim.store().events().collect();
+        assert_eq!(events.len(), 2);
+        assert_eq!(events[0].count, Some(2));
+    }
+
+    #[test]
+    fn advance_retries_a_pod_once_a_node_is_added() {
+        let text = format!("{}apiVersion: sim.berth.dev/v1alpha1\nkind: Scenario\nmetadata: {{name: s}}\nspec:\n  steps:\n  - advance: 10s\n  - apply: [{{apiVersion: v1, kind: Node, metadata: {{name: n2}}, status: {{allocatable: {{cpu: 4}}}}}}]\n  - advance: 30s\n  - expect: {{pods: [{{name: p, node: n2}}]}}\n", pod("p", "3"));
+        let sim = run(&format!("{NODES}{text}"));
+        assert_eq!(node_of(&sim, "p").as_deref(), Some("n2"));
+        assert_eq!(sim.failed_expectations(), 0, "{:?}", sim.log());
+        assert_eq!(rfc3339(sim.now()), "2024-01-01T00:00:40Z");
+    }
+
+    #[test]
+    fn failed_expectations_are_counted_and_logged() {
+        let text = format!("{}apiVersion: sim.berth.dev/v1alpha1\nkind: Scenario\nmetadata: {{name: s}}\nspec:\n  steps:\n  - expect: {{pods: [{{name: p, node: n9}}, {{name: ghost, node: null}}, {{name: ghost2, node: n1}}]}}\n", pod("p", "1"));
+        let sim = run(&format!("{NODES}{text}"));
+        assert_eq!(sim.failed_expectations(), 2, "{:?}", sim.log());
+        assert!(sim.log()[0].contains("pod default/p: node is \"n1\", want \"n9\""));
+    }
+}
