@@ -45,8 +45,9 @@ pub enum Effect {
     /// Delete an object (a preemption victim, a garbage-collected reservation).
     Delete(ObjectKey),
     /// Set (or, with `None`, clear) the pod's `status.nominatedNodeName`: preemption chose
-    /// `node` for it and evicts its victims there. Follows the pod's `PodCondition` effect
-    /// of the same cycle, as kube-scheduler patches both at once.
+    /// `node` for it and evicts its victims there (or preemption cannot help it any more).
+    /// Comes after the cycle's `PodCondition`, if one is sent: kube-scheduler writes both in
+    /// one status patch.
     NominatePod {
         /// The pod.
         pod: ObjectKey,

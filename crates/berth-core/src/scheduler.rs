@@ -667,6 +667,12 @@ impl Scheduler {
             let st = prof.plugins[i].pre_score(cx, &mut state, pod, &feasible);
             if st.is_skip() {
                 state.skip_score |= 1 << i;
+            } else if !st.is_success() {
+                // kube-scheduler fails the cycle when PreScore errors.
+                self.feasible = feasible;
+                let mut diag = Diagnosis::default();
+                diag.error = Some(format!("running PreScore plugin {:?}: {}", prof.plugins[i].name(), st.message()));
+                return Outcome::Failed(diag);
             }
         }
         for &(i, weight) in &prof.score {

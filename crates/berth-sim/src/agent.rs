@@ -6,18 +6,27 @@
 //! The driver ([`crate::sim::Simulation`]) asks [`NodeAgent::admit`] after each bind and
 //! fires [`NodeAgent::handle_timeout`] at [`NodeAgent::next_timeout`], in virtual time.
 
+use std::collections::BTreeMap;
+
+use berth_api::annotations::ANNOTATION_RESOURCE_STATUS;
 use berth_api::k8s_openapi::api::core::v1::Pod;
 use berth_api::nrt::NodeResourceTopology;
 use berth_core::time::Time;
+use berth_core::{Kind, Object};
 
+use crate::numa_agent::{self, NumaAdmission, TOPOLOGY_AFFINITY_ERROR};
 use crate::scenario::NodeAgentConfig;
 use crate::store::Store;
 
 /// The kubelet's verdict on a pod bound to its node.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Admission {
-    /// The pod runs: `status.phase: Running`.
-    Admit,
+    /// The pod runs: `status.phase: Running`, with these annotations written on it (what
+    /// the kubelet gave it, e.g. `scheduling.koordinator.sh/resource-status`).
+    Admit {
+        /// Annotations to merge into the pod.
+        annotations: BTreeMap<String, String>,
+    },
     /// The pod is rejected: `status.phase: Failed` with this reason and message.
     Reject {
         /// `status.reason`, e.g. `TopologyAffinityError`.
@@ -51,14 +60,29 @@ impl NodeAgent {
 
     /// Kubelet admission of `pod`, just bound to `node` (which exists in `store`).
     pub fn admit(&self, store: &Store, pod: &Pod, node: &str) -> Admission {
-        // HOOK(numa-admission): the Topology Manager's admission goes here. With the node's
-        // NodeResourceTopology (`store.nrt(node)`) under policy `single-numa-node` (in
-        // `topologyPolicies` or the `topologyManagerPolicy` attribute), a Guaranteed pod that
-        // cannot be aligned to one NUMA zone, given the pods already admitted there
-        // (`store.pods_on(node)` with phase Running), is rejected with
-        // `Admission::Reject { reason: "TopologyAffinityError", .. }`.
-        let _ = (store, pod, node);
-        Admission::Admit
+        // The Topology Manager (see `numa_agent`): only nodes with an NRT have NUMA zones.
+        let Some(nrt) = store.nrt(node) else {
+            return Admission::Admit {
+                annotations: BTreeMap::new(),
+            };
+        };
+        let same = |p: &Pod| p.metadata.namespace == pod.metadata.namespace && p.metadata.name == pod.metadata.name;
+        let running = store
+            .pods_on(node)
+            .filter(|p| is_running(p) && !same(p))
+            .map(|p| &**p);
+        match numa_agent::admit(nrt, running, pod) {
+            NumaAdmission::Admit { resource_status } => Admission::Admit {
+                annotations: resource_status
+                    .map(|v| (ANNOTATION_RESOURCE_STATUS.to_string(), v))
+                    .into_iter()
+                    .collect(),
+            },
+            NumaAdmission::Reject { message } => Admission::Reject {
+                reason: TOPOLOGY_AFFINITY_ERROR.to_string(),
+                message,
+            },
+        }
     }
 
     /// When [`NodeAgent::handle_timeout`] has something to do next.
@@ -87,14 +111,29 @@ impl NodeAgent {
 
     /// The topology updater's publication at `now`.
     fn publish(&self, now: Time, store: &Store) -> Vec<NodeResourceTopology> {
-        // HOOK(nrt-publish): for each node with a NodeResourceTopology, recompute `available`
-        // per zone after the kubelet's own placement of the admitted pods, and write the
-        // pod-set fingerprint (method `all`) of the pods running on the node to the attribute
-        // `nodeTopologyPodsFingerprint` and the annotation `topology.node.k8s.io/fingerprint`.
-        // Returning an object here stores it and feeds it to the scheduler.
-        let _ = (now, store);
-        Vec::new()
+        // Every node that exists and has an NRT republishes it (see `numa_agent::republish`).
+        let _ = now;
+        store
+            .of_kind(Kind::NodeResourceTopology)
+            .filter_map(|o| match o {
+                Object::NodeResourceTopology(t) => Some(t),
+                _ => None,
+            })
+            .filter(|t| store.node(t.node_name()).is_some())
+            .map(|t| {
+                let running = store
+                    .pods_on(t.node_name())
+                    .filter(|p| is_running(p))
+                    .map(|p| &**p);
+                numa_agent::republish(t, running)
+            })
+            .collect()
     }
+}
+
+/// Admitted and not finished: what the kubelet (and so the topology updater) counts.
+fn is_running(p: &Pod) -> bool {
+    p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
 }
 
 #[cfg(test)]

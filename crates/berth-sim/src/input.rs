@@ -19,7 +19,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use berth_api::k8s_openapi::api::core::v1::{
-    Event as CoreEvent, Node, PersistentVolumeClaim, Pod,
+    Event as CoreEvent, Node, Pod,
 };
 use berth_api::k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use berth_api::k8s_openapi::api::scheduling::v1::PriorityClass;
@@ -313,6 +313,7 @@ impl Decoder {
             }
             ("scheduling.k8s.io/v1", "PriorityClass") => {
                 normalize_meta(&mut value, false, &mut self.generated)?;
+                require(&value, "value", "value")?;
                 let pc = typed::<PriorityClass>(&value)?;
                 if let Some(name) = &pc.metadata.name {
                     self.classes.insert(name.clone());
@@ -665,6 +666,7 @@ fn array<'a>(v: &'a Value, key: &str) -> impl Iterator<Item = (usize, &'a Value)
 fn check_pod_spec(spec: &Value) -> Result<(), FieldError> {
     for list in ["containers", "initContainers", "ephemeralContainers"] {
         for (i, c) in array(spec, list) {
+            require(c, "name", &format!("{list}[{i}].name"))?;
             let resources = c.get("resources");
             for part in ["requests", "limits"] {
                 check_resource_list(
@@ -691,7 +693,26 @@ fn check_pod_spec(spec: &Value) -> Result<(), FieldError> {
     Ok(())
 }
 
+/// A required field that k8s-openapi would read as its default when absent (it is lenient
+/// where the API server is not): absent, `null` or empty is `Required value`.
+fn require(obj: &Value, key: &str, field: &str) -> Result<(), FieldError> {
+    match obj.get(key) {
+        None | Some(Value::Null) => Err(FieldError::new(field, "Required value")),
+        Some(Value::String(s)) if s.is_empty() => Err(FieldError::new(field, "Required value")),
+        _ => Ok(()),
+    }
+}
+
 fn check_node(node: &Value) -> Result<(), FieldError> {
+    for (i, taint) in node
+        .get("spec")
+        .map(|s| array(s, "taints"))
+        .into_iter()
+        .flatten()
+    {
+        require(taint, "key", &format!("spec.taints[{i}].key"))?;
+        require(taint, "effect", &format!("spec.taints[{i}].effect"))?;
+    }
     let status = node.get("status");
     for part in ["capacity", "allocatable"] {
         check_resource_list(
@@ -826,8 +847,14 @@ mod tests {
         let e = err("apiVersion: v1\nkind: Pod\nmetadata: {name: p, labels: {app: true}}\n");
         assert_eq!(e.field, "metadata.labels.app");
         let e = err("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: {containers: [{image: x}]}\n");
-        assert_eq!(e.field, "spec.containers[0]");
-        assert!(e.message.contains("missing field `name`"), "{e}");
+        assert_eq!(e.field, "spec.containers[0].name");
+        assert_eq!(e.message, "Required value");
+        let e = err("apiVersion: v1\nkind: Node\nmetadata: {name: n}\nspec: {taints: [{key: k}]}\n");
+        assert_eq!(e.field, "spec.taints[0].effect");
+        let e = err("apiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\nmetadata: {name: x}\n");
+        assert_eq!(e.field, "value");
+        let e = err("apiVersion: v1\nkind: Node\nmetadata: {name: n}\nspec: {unschedulable: maybe}\n");
+        assert_eq!(e.field, "spec.unschedulable");
     }
 
     #[test]
@@ -923,6 +950,9 @@ mod tests {
             "spec.steps[1].apply[0].spec.containers[0].resources.requests.cpu"
         );
         let e = err(&format!("{SCENARIO}  steps:\n  - wait: 10s\n"));
+        assert_eq!(e.field, "spec.steps[0].wait");
+        assert!(e.message.contains("unknown field `wait`"), "{e}");
+        let e = err(&format!("{SCENARIO}  steps:\n  - {{}}\n"));
         assert_eq!(e.field, "spec.steps[0]");
         let e = err(&format!("{SCENARIO}  steps:\n  - delete: [{{kind: Deployment, name: d}}]\n"));
         assert_eq!(e.field, "spec.steps[0].delete[0].kind");

@@ -10,6 +10,7 @@ pub mod agent;
 pub mod bench;
 pub mod error;
 pub mod input;
+pub mod numa_agent;
 pub mod output;
 pub mod scenario;
 pub mod sim;

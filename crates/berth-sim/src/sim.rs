@@ -17,6 +17,7 @@ use berth_api::annotations::keys::ANNOTATION_RESERVATION_ALLOCATED;
 use berth_api::k8s_openapi::api::core::v1::{
     Event as CoreEvent, EventSource, ObjectReference, Pod, PodCondition, PodStatus,
 };
+use berth_api::k8s_openapi::api::scheduling::v1::PriorityClass;
 use berth_api::k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time as MetaTime};
 use berth_api::k8s_openapi::jiff::Timestamp;
 use berth_api::reservation::ReservationPhase;
@@ -340,7 +341,7 @@ impl Simulation {
                         Object::PriorityClass(pc) if pc.global_default == Some(true) => Some(pc),
                         _ => None,
                     })
-                    .fold(None, |best: Option<&Arc<_>>, pc| match best {
+                    .fold(None, |best: Option<&Arc<PriorityClass>>, pc| match best {
                         Some(b) if b.value >= pc.value => Some(b),
                         _ => Some(pc),
                     });
@@ -493,6 +494,18 @@ impl Simulation {
                 self.core.handle(self.now, Event::Applied(obj));
             }
             Effect::Delete(key) => self.delete(key),
+            Effect::NominatePod { pod, node } => {
+                // A status-only patch: kube-scheduler ignores such updates of its own
+                // pods, so the result is not fed back.
+                let Some(p) = self.store.pod(&pod) else {
+                    return;
+                };
+                let mut p = (**p).clone();
+                p.status
+                    .get_or_insert_with(PodStatus::default)
+                    .nominated_node_name = node;
+                self.store.insert(Object::Pod(Arc::new(p)));
+            }
             Effect::AnnotatePod { pod, annotations } => {
                 let Some(p) = self.store.pod(&pod) else {
                     return;
@@ -583,9 +596,15 @@ impl Simulation {
         let mut p = (**p).clone();
         let status = p.status.get_or_insert_with(PodStatus::default);
         match verdict {
-            Admission::Admit => {
+            Admission::Admit { annotations } => {
                 status.phase = Some("Running".into());
                 status.start_time.get_or_insert_with(|| meta_time(self.now));
+                if !annotations.is_empty() {
+                    p.metadata
+                        .annotations
+                        .get_or_insert_with(Default::default)
+                        .extend(annotations);
+                }
             }
             Admission::Reject { reason, message } => {
                 status.phase = Some("Failed".into());
@@ -987,9 +1006,10 @@ mod tests {
         let sim = run(&format!("{NODES}{}", pod("big", "3")));
         let p = sim.store().pod(&ObjectKey::pod("default", "big")).unwrap();
         assert_eq!(node_of(&sim, "big"), None);
-        assert_eq!(
-            pod_scheduled_message(p).as_deref(),
-            Some("0/1 nodes are available: 1 Insufficient cpu.")
+        let message = pod_scheduled_message(p).unwrap_or_default();
+        assert!(
+            message.starts_with("0/1 nodes are available: 1 Insufficient cpu."),
+            "{message}"
         );
         assert_eq!(p.status.as_ref().unwrap().phase.as_deref(), Some("Pending"));
     }

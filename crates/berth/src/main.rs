@@ -1,1 +1,99 @@
-fn main() {}
+//! `berth`: the command line. Every subcommand is a thin shell over a library call; the
+//! exit status of `simulate` is the contract's (0 ran, 1 expectation failed, 2 bad input).
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Args, Parser, Subcommand};
+
+use berth_sim::{Format, Options};
+
+/// A Kubernetes scheduler with Koordinator reservations and NUMA-aware placement.
+#[derive(Debug, Parser)]
+#[command(name = "berth", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Schedule the objects of FILE... in a simulated cluster, in virtual time, and print
+    /// the result.
+    Simulate(SimulateArgs),
+    /// Print the CustomResourceDefinitions berth reads (Reservation, NodeResourceTopology)
+    /// as multi-document YAML, for `kubectl apply -f -`.
+    Crd,
+}
+
+#[derive(Debug, Args)]
+struct SimulateArgs {
+    /// Multi-document YAML files (Nodes, Pods, Reservations, NodeResourceTopologies, ...
+    /// and at most one Scenario), read in order; `-` is standard input.
+    #[arg(required = true, value_name = "FILE")]
+    files: Vec<String>,
+    /// A kubescheduler.config.k8s.io/v1 KubeSchedulerConfiguration (default: every plugin
+    /// enabled with kube-scheduler's default weights).
+    #[arg(long, value_name = "FILE")]
+    config: Option<String>,
+    /// Output: a human summary, or the final cluster state as one v1 List.
+    #[arg(short = 'o', long = "output", value_name = "FORMAT", default_value = "table",
+          value_parser = ["table", "json", "yaml"])]
+    output: String,
+    /// Seed for tie-breaking between equally scored nodes; equal inputs and seeds give
+    /// byte-identical output.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    seed: u64,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Simulate(args) => simulate(args),
+        Command::Crd => crd().map(|()| 0),
+    };
+    match result {
+        Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn simulate(args: SimulateArgs) -> anyhow::Result<i32> {
+    let output: Format = args
+        .output
+        .parse()
+        .map_err(|e: String| anyhow::anyhow!(e))?;
+    let options = Options {
+        files: args.files,
+        config: args.config,
+        output,
+        seed: args.seed,
+    };
+    let out = berth_sim::run(&options, &mut std::io::stdin().lock());
+    write_ignoring_broken_pipe(&mut std::io::stdout().lock(), &out.stdout)
+        .context("writing standard output")?;
+    write_ignoring_broken_pipe(&mut std::io::stderr().lock(), &out.stderr)
+        .context("writing standard error")?;
+    Ok(out.code)
+}
+
+fn crd() -> anyhow::Result<()> {
+    let reservation = berth_api::crd::to_yaml(&berth_api::crd::reservation_crd())?;
+    let nrt = berth_api::crd::to_yaml(&berth_api::nrt::nrt_crd())?;
+    let text = format!("{reservation}---\n{nrt}");
+    write_ignoring_broken_pipe(&mut std::io::stdout().lock(), &text)
+        .context("writing standard output")?;
+    Ok(())
+}
+
+/// `berth simulate ... | head` must not end in a panic or an error message.
+fn write_ignoring_broken_pipe(w: &mut dyn Write, text: &str) -> std::io::Result<()> {
+    match w.write_all(text.as_bytes()).and_then(|()| w.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => other,
+    }
+}

@@ -305,11 +305,14 @@ fn container_requests(
     } else {
         qos.all_guaranteed &= guaranteed;
     }
+    // Defaults apply to a request that is absent, not to an explicit zero
+    // (kube-scheduler's `GetNonzeroRequestForResource`).
+    let present = |name: &str| requests.is_some_and(|m| m.contains_key(name)) || limits.is_some_and(|m| m.contains_key(name));
     let mut nz = r;
-    if nz[ResourceId::CPU] == 0 {
+    if !present("cpu") {
         nz[ResourceId::CPU] = DEFAULT_MILLI_CPU_REQUEST;
     }
-    if nz[ResourceId::MEMORY] == 0 {
+    if !present("memory") {
         nz[ResourceId::MEMORY] = DEFAULT_MEMORY_REQUEST;
     }
     Ok((r, nz))
@@ -386,6 +389,14 @@ mod tests {
         assert_eq!(info.non_zero[ResourceId::CPU], DEFAULT_MILLI_CPU_REQUEST);
         assert_eq!(info.non_zero[ResourceId::MEMORY], DEFAULT_MEMORY_REQUEST);
         assert_eq!(info.qos, QosClass::BestEffort);
+    }
+
+    #[test]
+    fn an_explicit_zero_request_is_not_defaulted_for_scoring() {
+        let mut names = ResourceNames::default();
+        let info = PodInfo::new(pod(json!({"containers": [container("0", "0")]})), &mut names).unwrap();
+        assert_eq!(info.non_zero[ResourceId::CPU], 0);
+        assert_eq!(info.non_zero[ResourceId::MEMORY], 0);
     }
 
     #[test]

@@ -581,12 +581,13 @@ impl ReserveCache {
         self.nodes.get(node)?.check
     }
 
-    /// Whether `node` has pods assumed or is dirty: its data may be pessimistic and a
-    /// rejection there may go away at the next resync.
-    pub fn is_overreserved(&self, node: &str) -> bool {
+    /// Whether what filter and score see for `node` may differ from what the node has:
+    /// pods are assumed on it (pessimistically subtracted from every zone) or a newer NRT
+    /// is held back until the node resyncs. A rejection there may go away at a resync.
+    pub fn is_stale(&self, node: &str) -> bool {
         self.nodes
             .get(node)
-            .is_some_and(|e| !e.assumed.is_empty() || e.is_dirty())
+            .is_some_and(|e| !e.assumed.is_empty() || e.pending.is_some())
     }
 
     /// Number of pods assumed on `node`.
@@ -965,7 +966,7 @@ mod tests {
         assert_eq!(c.metrics().fingerprint_mismatches, 1);
         assert_eq!(c.resync_check(NODE), Some(ResyncCheck::Mismatch));
         assert_eq!(out.checks_changed, 1);
-        assert!(c.is_overreserved(NODE));
+        assert!(c.is_stale(NODE));
         // Next period: the agent caught up → match → clean.
         c.update_nrt(NODE, topo(1, 4, &[("ns", "a")]), 3000);
         assert!(
@@ -976,7 +977,7 @@ mod tests {
         assert_eq!(out.matched, 1);
         assert!(!c.is_dirty(NODE));
         assert_eq!(c.resync_check(NODE), None, "a flush clears the check");
-        assert!(!c.is_overreserved(NODE));
+        assert!(!c.is_stale(NODE));
     }
 
     #[test]

@@ -405,7 +405,10 @@ mod tests {
         );
 
         // No access mode conflict: the only placed user holds a ReadWriteMany claim.
-        let cx = cluster(&[rwop1.clone(), rwx.clone()], &[rwx_user.clone()]);
+        let cx = cluster(
+            &[rwop1.clone(), rwx.clone()],
+            std::slice::from_ref(&rwx_user),
+        );
         let (pre, _) = run(&cx, &one.build_info(), &node_with(&[]));
         assert!(pre.is_skip(), "{pre:?}");
 

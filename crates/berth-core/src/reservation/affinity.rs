@@ -121,7 +121,8 @@ pub fn tolerates(t: &Toleration, taint: &Taint) -> bool {
     match t.operator.as_deref().unwrap_or("Equal") {
         "Exists" => true,
         "Equal" | "" => {
-            !key.is_empty() && t.value.as_deref().unwrap_or("") == taint.value.as_deref().unwrap_or("")
+            !key.is_empty()
+                && t.value.as_deref().unwrap_or("") == taint.value.as_deref().unwrap_or("")
         }
         _ => false,
     }
@@ -181,7 +182,10 @@ pub fn check(
             if a.selector.as_ref().is_some_and(|s| !s.matches(&labels)) {
                 return Err(Mismatch::Affinity);
             }
-            if a.terms.as_ref().is_some_and(|t| !t.matches(&r.name, &labels)) {
+            if a.terms
+                .as_ref()
+                .is_some_and(|t| !t.matches(&r.name, &labels))
+            {
                 return Err(Mismatch::Affinity);
             }
         }
@@ -237,11 +241,17 @@ mod tests {
         let t = taint("k", "v", "NoSchedule");
         let cases = [
             (json!({"key": "k", "operator": "Equal", "value": "v"}), true),
-            (json!({"key": "k", "value": "v", "effect": "NoSchedule"}), true),
+            (
+                json!({"key": "k", "value": "v", "effect": "NoSchedule"}),
+                true,
+            ),
             (json!({"key": "k", "value": "w"}), false),
             (json!({"key": "k", "operator": "Exists"}), true),
             (json!({"operator": "Exists"}), true),
-            (json!({"key": "k", "operator": "Exists", "effect": "NoExecute"}), false),
+            (
+                json!({"key": "k", "operator": "Exists", "effect": "NoExecute"}),
+                false,
+            ),
             (json!({"key": "other", "operator": "Exists"}), false),
         ];
         for (t_json, want) in cases {
@@ -271,12 +281,12 @@ mod tests {
         let err = PodReservationPrefs::from_pod(&p).unwrap_err();
         assert!(err.contains("Near"), "{err}");
         let p = crate::testing::pod("p")
-            .annotation(
-                berth_api::annotations::ANNOTATION_RESERVATION_AFFINITY,
-                "",
-            )
+            .annotation(berth_api::annotations::ANNOTATION_RESERVATION_AFFINITY, "")
             .build_info();
         let prefs = PodReservationPrefs::from_pod(&p).unwrap();
-        assert!(prefs.affinity.is_some(), "an empty value still requires a reservation");
+        assert!(
+            prefs.affinity.is_some(),
+            "an empty value still requires a reservation"
+        );
     }
 }

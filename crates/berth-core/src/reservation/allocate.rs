@@ -119,9 +119,12 @@ pub fn score(pod_req: &Resources, r: &ReservationInfo) -> i64 {
     }
 }
 
+/// A nomination candidate's rank: smaller is better.
+pub type NominationKey = (bool, i64, i64, i64, std::sync::Arc<str>);
+
 /// Orders nomination candidates: order label (smallest first; labelled before unlabelled),
 /// higher score, earlier creation, name.
-pub fn nomination_key(r: &ReservationInfo, score: i64) -> (bool, i64, i64, i64, std::sync::Arc<str>) {
+pub fn nomination_key(r: &ReservationInfo, score: i64) -> NominationKey {
     (
         r.order.is_none(),
         r.order.unwrap_or(0),
@@ -164,5 +167,7 @@ pub fn reservation_reason(
 
 /// Iterates the set bits of a mask as resource ids.
 pub fn bits(mask: u32) -> impl Iterator<Item = ResourceId> {
-    (0..32u8).filter(move |i| mask & (1 << i) != 0).map(ResourceId)
+    (0..32u8)
+        .filter(move |i| mask & (1 << i) != 0)
+        .map(ResourceId)
 }

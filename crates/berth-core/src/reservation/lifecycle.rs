@@ -87,7 +87,10 @@ fn compile(cx: &mut Cluster, obj: Arc<Reservation>, now: Time) -> ReservationInf
     };
     // Expiry: `expires` is checked first; else `ttl` from creation ("0" disables; absent is
     // the CRD's default 24h).
-    let ttl = spec.ttl.clone().unwrap_or_else(|| GoDuration::new(DEFAULT_TTL));
+    let ttl = spec
+        .ttl
+        .clone()
+        .unwrap_or_else(|| GoDuration::new(DEFAULT_TTL));
     let ttl_ms = match ttl.millis() {
         Ok(v) => Some(v),
         Err(e) => {
@@ -97,9 +100,8 @@ fn compile(cx: &mut Cluster, obj: Arc<Reservation>, now: Time) -> ReservationInf
     };
     let explicit_ttl = ttl.as_str() != DEFAULT_TTL && ttl_ms.is_some_and(|v| v != 0);
     if spec.expires.is_some() && explicit_ttl {
-        problems.push(
-            "spec.ttl and spec.expires are mutually exclusive; set only one of them".into(),
-        );
+        problems
+            .push("spec.ttl and spec.expires are mutually exclusive; set only one of them".into());
     }
     let expires_at = match &spec.expires {
         Some(t) => Some(time_of(&t.0)),
@@ -875,16 +877,26 @@ fn succeed(cx: &mut Cluster, idx: RIdx) {
     cx.reservations.queue_ops.push(QueueOp::MoveAll);
 }
 
-/// Freezes the status of a terminal reservation.
+/// Freezes the status of a terminal reservation and stops tracking its owners (a restarted
+/// scheduler reads the frozen status and tracks nothing either).
 fn finalize(cx: &mut Cluster, idx: RIdx) {
     let names = &cx.names;
+    let mut owners = Vec::new();
     if let Some(r) = cx.reservations.get_mut(idx) {
         r.final_status = None;
         let s = status::compute(r, names);
         r.final_status = Some(s);
+        owners.extend(std::mem::take(&mut r.owner_pods).into_keys());
+        r.requested = Resources::ZERO;
         let n = r.name.clone();
         cx.reservations.waiting.remove(&n);
     }
+    for k in owners {
+        if cx.reservations.pod_owner.get(&k) == Some(&idx) {
+            cx.reservations.pod_owner.remove(&k);
+        }
+    }
+    cx.reservations.to_annotate.retain(|(_, i)| *i != idx);
     schedule_timer(cx, idx);
     cx.reservations.mark_dirty(idx);
 }
@@ -937,12 +949,11 @@ pub fn pod_changed(cx: &mut Cluster, key: &ObjectKey) {
         }
         PodState::Assumed => {}
         PodState::Bound => {
-            let allocated = ReservationAllocated::from_annotations(
-                info.pod.metadata.annotations.as_ref(),
-            )
-            .ok()
-            .flatten()
-            .filter(|a| !a.uid.is_empty());
+            let allocated =
+                ReservationAllocated::from_annotations(info.pod.metadata.annotations.as_ref())
+                    .ok()
+                    .flatten()
+                    .filter(|a| !a.uid.is_empty());
             let Some(a) = allocated else {
                 // Not (or no longer) annotated: only a pre-allocation in flight keeps it.
                 let keep = current
@@ -1055,7 +1066,12 @@ pub fn node_deleted(cx: &mut Cluster, node: Option<NodeIdx>, name: &str) {
         Some(n) => cx.reservations.take_node(n).into_vec(),
         None => Vec::new(),
     };
-    list.extend(cx.reservations.awaiting_node.remove(name).unwrap_or_default());
+    list.extend(
+        cx.reservations
+            .awaiting_node
+            .remove(name)
+            .unwrap_or_default(),
+    );
     list.sort_unstable();
     list.dedup();
     for idx in list {
@@ -1091,10 +1107,7 @@ pub fn node_deleted(cx: &mut Cluster, node: Option<NodeIdx>, name: &str) {
 /// Runs the timers due at `now`: expiry, then garbage collection.
 pub fn on_timeout(cx: &mut Cluster, now: Time) {
     cx.reservations.set_now(now);
-    loop {
-        let Some((t, name)) = cx.reservations.timers.iter().next().cloned() else {
-            break;
-        };
+    while let Some((t, name)) = cx.reservations.timers.iter().next().cloned() {
         if t > now {
             break;
         }
@@ -1160,8 +1173,7 @@ fn check_waiting(cx: &mut Cluster) {
 /// annotations of pre-allocated pods, deletions, and the status of every reservation whose
 /// status changed).
 pub fn drain(cx: &mut Cluster) -> (Vec<QueueOp>, Vec<Effect>) {
-    if std::mem::take(&mut cx.reservations.check_waiting) && !cx.reservations.waiting.is_empty()
-    {
+    if std::mem::take(&mut cx.reservations.check_waiting) && !cx.reservations.waiting.is_empty() {
         check_waiting(cx);
     }
     let mut effects = std::mem::take(&mut cx.reservations.effects);

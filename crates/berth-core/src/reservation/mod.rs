@@ -20,10 +20,10 @@ pub mod owner;
 pub mod reserve_pod;
 pub mod status;
 pub mod store;
-#[cfg(test)]
-mod tests;
 #[cfg(any(test, feature = "testing"))]
 pub mod testkit;
+#[cfg(test)]
+mod tests;
 
 pub use store::{Owner, RIdx, ReservationInfo, ReservationStore};
 

@@ -453,7 +453,8 @@ mod tests {
         let err = OwnerMatcher::new(&o).unwrap_err();
         assert_eq!(err.index, 1);
         assert!(
-            err.to_string().starts_with("spec.owners[1].labelSelector: "),
+            err.to_string()
+                .starts_with("spec.owners[1].labelSelector: "),
             "{err}"
         );
     }
@@ -473,7 +474,10 @@ mod tests {
         for (i, m) in matchers.iter().enumerate() {
             idx.insert(i as u32, &m.index_keys());
         }
-        let p = pod("p").label("app", "web").label("tier", "fe").build_info();
+        let p = pod("p")
+            .label("app", "web")
+            .label("tier", "fe")
+            .build_info();
         let mut out = Vec::new();
         idx.candidates(&p, &mut out);
         let owners_of_p: Vec<u32> = (0..matchers.len() as u32)

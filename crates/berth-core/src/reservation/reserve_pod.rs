@@ -223,7 +223,10 @@ mod tests {
         assert_eq!(item.requests[ResourceId::CPU], 2000);
         assert_eq!(item.host_ports.len(), 1);
         assert!(b.placed.requests.is_zero() && b.placed.host_ports.is_empty());
-        assert_eq!(b.allocatable_list.get("memory").map(|q| q.0.as_str()), Some("4Gi"));
+        assert_eq!(
+            b.allocatable_list.get("memory").map(|q| q.0.as_str()),
+            Some("4Gi")
+        );
     }
 
     #[test]
@@ -273,6 +276,9 @@ mod tests {
         let b = build(&reservation(v), &mut names, &HashMap::new()).unwrap();
         assert!(b.item.requests.is_zero());
         assert_eq!(b.allocatable[ResourceId::CPU], 2000);
-        assert_eq!(b.item.annotation(ANNOTATION_IS_PRE_ALLOCATION), Some("true"));
+        assert_eq!(
+            b.item.annotation(ANNOTATION_IS_PRE_ALLOCATION),
+            Some("true")
+        );
     }
 }

@@ -178,12 +178,17 @@ pub fn compute(r: &ReservationInfo, names: &ResourceNames) -> ReservationStatus 
             allocated.insert(n.to_string(), Quantity(format_resource(n, taken[id])));
         }
     }
-    let placed = r.node_name.is_some() && r.phase != berth_api::reservation::ReservationPhase::Pending;
+    let placed =
+        r.node_name.is_some() && r.phase != berth_api::reservation::ReservationPhase::Pending;
     ReservationStatus {
         phase: Some(r.phase.clone()),
         conditions: r.conditions.clone(),
         current_owners: owners,
-        node_name: r.node_name.as_ref().filter(|_| placed).map(|n| n.to_string()),
+        node_name: r
+            .node_name
+            .as_ref()
+            .filter(|_| placed)
+            .map(|n| n.to_string()),
         allocatable: if placed {
             r.allocatable_list.clone()
         } else {
@@ -200,7 +205,11 @@ mod tests {
     #[test]
     fn unschedulable_appends_then_updates_without_touching_transition_time() {
         let mut c = Vec::new();
-        set_unschedulable(&mut c, "0/1 nodes are available: 1 Insufficient cpu.", 1_000);
+        set_unschedulable(
+            &mut c,
+            "0/1 nodes are available: 1 Insufficient cpu.",
+            1_000,
+        );
         assert_eq!(c.len(), 1);
         assert_eq!(c[0].reason, condition::REASON_UNSCHEDULABLE);
         set_unschedulable(&mut c, "other", 5_000);
@@ -215,10 +224,19 @@ mod tests {
         set_unschedulable(&mut c, "x", 0);
         set_available(&mut c, 2_000);
         assert_eq!(c.len(), 2);
-        assert_eq!((c[0].type_.as_str(), c[0].status.as_str()), ("Scheduled", "True"));
-        assert_eq!((c[1].type_.as_str(), c[1].reason.as_str()), ("Ready", "Available"));
+        assert_eq!(
+            (c[0].type_.as_str(), c[0].status.as_str()),
+            ("Scheduled", "True")
+        );
+        assert_eq!(
+            (c[1].type_.as_str(), c[1].reason.as_str()),
+            ("Ready", "Available")
+        );
         set_expired(&mut c, "", 9_000);
-        assert_eq!((c[1].status.as_str(), c[1].reason.as_str()), ("False", "Expired"));
+        assert_eq!(
+            (c[1].status.as_str(), c[1].reason.as_str()),
+            ("False", "Expired")
+        );
         assert_eq!(c[1].last_transition_time, meta_time(9_000));
     }
 
@@ -227,7 +245,10 @@ mod tests {
         let mut c = Vec::new();
         set_available(&mut c, 2_000);
         set_succeeded(&mut c, 7_000);
-        assert_eq!((c[1].status.as_str(), c[1].reason.as_str()), ("False", "Succeeded"));
+        assert_eq!(
+            (c[1].status.as_str(), c[1].reason.as_str()),
+            ("False", "Succeeded")
+        );
         assert_eq!(c[1].last_transition_time, meta_time(2_000));
         assert_eq!(c[1].last_probe_time, meta_time(7_000));
     }

@@ -96,7 +96,8 @@ pub struct ReservationInfo {
     /// `status.allocatable`.
     pub allocatable: Resources,
     /// `status.allocatable` as written.
-    pub allocatable_list: BTreeMap<String, berth_api::k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
+    pub allocatable_list:
+        BTreeMap<String, berth_api::k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
     /// Bit `i`: resource slot `i` is among the reservation's resource names.
     pub names: u32,
     /// Bit `i`: resource slot `i` is restricted (`Restricted` policy, `restricted-options`).
@@ -168,7 +169,7 @@ impl ReservationInfo {
         self.phase == ReservationPhase::Available
             && self.node.is_some()
             && self.problem.is_none()
-            && !(self.allocate_once && !self.owner_pods.is_empty())
+            && (!self.allocate_once || self.owner_pods.is_empty())
     }
 
     /// What it should add to its node's `reserved`: the unallocated remainder while
@@ -329,10 +330,7 @@ impl ReservationStore {
     }
 
     pub(crate) fn insert(&mut self, info: ReservationInfo) -> RIdx {
-        let idx = self
-            .free
-            .pop()
-            .unwrap_or(self.slots.len() as RIdx);
+        let idx = self.free.pop().unwrap_or(self.slots.len() as RIdx);
         self.by_name.insert(info.name.clone(), idx);
         if !info.uid.is_empty() {
             self.by_uid.insert(info.uid.clone(), idx);

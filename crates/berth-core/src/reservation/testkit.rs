@@ -173,7 +173,11 @@ impl Sim {
             p.metadata.creation_timestamp = super::status::meta_time(self.now);
         }
         let p = Arc::new(p);
-        let ns = p.metadata.namespace.clone().unwrap_or_else(|| "default".into());
+        let ns = p
+            .metadata
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".into());
         let name = p.metadata.name.clone().unwrap_or_default();
         self.pods.insert(key_of(&ns, &name), p.clone());
         self.s.handle(self.now, Event::Applied(Object::Pod(p)));
@@ -189,7 +193,8 @@ impl Sim {
         let name = r.metadata.name.clone().unwrap_or_default();
         let r = Arc::new(r);
         self.reservations.insert(name, r.clone());
-        self.s.handle(self.now, Event::Applied(Object::Reservation(r)));
+        self.s
+            .handle(self.now, Event::Applied(Object::Reservation(r)));
         self.settle();
     }
 
@@ -208,7 +213,8 @@ impl Sim {
         };
         let mut p = (**p).clone();
         p.status.get_or_insert_with(Default::default).phase = Some("Succeeded".into());
-        self.pods.insert(key_of("default", name), Arc::new(p.clone()));
+        self.pods
+            .insert(key_of("default", name), Arc::new(p.clone()));
         self.s
             .handle(self.now, Event::Applied(Object::Pod(Arc::new(p))));
         self.settle();
@@ -217,8 +223,10 @@ impl Sim {
     /// Deletes a node.
     pub fn delete_node(&mut self, name: &str) {
         self.nodes.remove(name);
-        self.s
-            .handle(self.now, Event::Deleted(ObjectKey::cluster(Kind::Node, name)));
+        self.s.handle(
+            self.now,
+            Event::Deleted(ObjectKey::cluster(Kind::Node, name)),
+        );
         self.settle();
     }
 
@@ -411,7 +419,11 @@ impl Sim {
 pub fn accounting(s: &Scheduler) -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();
     for n in s.cluster.nodes() {
-        let mut ports: Vec<String> = n.reserved_ports.iter().map(|p| p.port.to_string()).collect();
+        let mut ports: Vec<String> = n
+            .reserved_ports
+            .iter()
+            .map(|p| p.port.to_string())
+            .collect();
         ports.sort();
         let mut pods: BTreeSet<String> = BTreeSet::new();
         for p in &n.pods {

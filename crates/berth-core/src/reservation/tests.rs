@@ -42,7 +42,13 @@ fn assert_rebuild_equals_live(s: &Sim) {
 #[test]
 fn a_placed_reservation_is_available_and_holds_its_capacity_against_non_owners() {
     let mut s = sim_with_nodes(&["n1"]);
-    s.reservation(reservation("r").req("cpu", "4").req("memory", "4Gi").owner_label("app", "web").build());
+    s.reservation(
+        reservation("r")
+            .req("cpu", "4")
+            .req("memory", "4Gi")
+            .owner_label("app", "web")
+            .build(),
+    );
     let r = s.res("r");
     let st = r.status.as_ref().unwrap();
     assert_eq!(s.phase("r"), "Available");
@@ -50,24 +56,51 @@ fn a_placed_reservation_is_available_and_holds_its_capacity_against_non_owners()
     assert_eq!(st.allocatable.get("cpu").map(|q| q.0.as_str()), Some("4"));
     assert_eq!(st.conditions[0].type_, "Scheduled");
     assert_eq!(st.conditions[0].status, "True");
-    assert!(s.events.iter().any(|e| e.reason == "Scheduled" && e.message == "Successfully assigned r to n1"));
+    assert!(s
+        .events
+        .iter()
+        .any(|e| e.reason == "Scheduled" && e.message == "Successfully assigned r to n1"));
     // Reservation reserved 4000m CPU, non-owner Pod requests 4000m CPU... of the 12 left.
     s.pod(pod("big").req("cpu", "13").build());
     assert_eq!(s.bound("big"), None);
-    assert!(s.message("big").unwrap().contains("Insufficient cpu"), "{:?}", s.message("big"));
+    assert!(
+        s.message("big").unwrap().contains("Insufficient cpu"),
+        "{:?}",
+        s.message("big")
+    );
     s.pod(pod("fits").req("cpu", "12").build());
     assert_eq!(s.bound("fits").as_deref(), Some("n1"));
-    assert_eq!(s.allocated_from("fits"), None, "a non-owner never allocates");
+    assert_eq!(
+        s.allocated_from("fits"),
+        None,
+        "a non-owner never allocates"
+    );
     assert_rebuild_equals_live(&s);
 }
 
 #[test]
 fn an_owner_with_the_same_requests_takes_the_reservation_and_it_succeeds() {
     let mut s = sim_with_nodes(&["n1", "n2", "n3"]);
-    s.reservation(reservation("r").req("cpu", "4").req("memory", "4Gi").owner_label("app", "web").build());
+    s.reservation(
+        reservation("r")
+            .req("cpu", "4")
+            .req("memory", "4Gi")
+            .owner_label("app", "web")
+            .build(),
+    );
     let rnode = s.res("r").status.as_ref().unwrap().node_name.clone();
-    s.pod(pod("p").label("app", "web").req("cpu", "4").req("memory", "4Gi").build());
-    assert_eq!(s.bound("p"), rnode, "the owner lands on its reservation's node");
+    s.pod(
+        pod("p")
+            .label("app", "web")
+            .req("cpu", "4")
+            .req("memory", "4Gi")
+            .build(),
+    );
+    assert_eq!(
+        s.bound("p"),
+        rnode,
+        "the owner lands on its reservation's node"
+    );
     assert_eq!(s.allocated_from("p").as_deref(), Some("r"));
     let p = &s.pods[&("default".to_string(), "p".to_string())];
     assert_eq!(
@@ -99,14 +132,70 @@ fn seed_node_resources_cases() {
         reserved_cpu_left: i64,
     }
     let cases = [
-        Case { name: "4C4Gi, owner same", reserve: &[("cpu", "4"), ("memory", "4Gi")], reusable: false, owners: &[&[("cpu", "4"), ("memory", "4Gi")]], allocated_cpu: "4", reserved_cpu_left: 0 },
-        Case { name: "4C4Gi, owner 4C", reserve: &[("cpu", "4"), ("memory", "4Gi")], reusable: false, owners: &[&[("cpu", "4")]], allocated_cpu: "4", reserved_cpu_left: 0 },
-        Case { name: "4C4Gi, owner 4C1Gi", reserve: &[("cpu", "4"), ("memory", "4Gi")], reusable: false, owners: &[&[("cpu", "4"), ("memory", "1Gi")]], allocated_cpu: "4", reserved_cpu_left: 0 },
-        Case { name: "4C, owner 4C1Gi (1Gi from the node)", reserve: &[("cpu", "4")], reusable: false, owners: &[&[("cpu", "4"), ("memory", "1Gi")]], allocated_cpu: "4", reserved_cpu_left: 0 },
-        Case { name: "4C, owner 6C (2C from the node)", reserve: &[("cpu", "4")], reusable: false, owners: &[&[("cpu", "6")]], allocated_cpu: "4", reserved_cpu_left: 0 },
-        Case { name: "8C reusable, two owners 4C", reserve: &[("cpu", "8")], reusable: true, owners: &[&[("cpu", "4")], &[("cpu", "4")]], allocated_cpu: "8", reserved_cpu_left: 0 },
-        Case { name: "6C reusable, two owners 4C", reserve: &[("cpu", "6")], reusable: true, owners: &[&[("cpu", "4")], &[("cpu", "4")]], allocated_cpu: "6", reserved_cpu_left: 0 },
-        Case { name: "4C reusable, one owner 2C", reserve: &[("cpu", "4")], reusable: true, owners: &[&[("cpu", "2")]], allocated_cpu: "2", reserved_cpu_left: 2000 },
+        Case {
+            name: "4C4Gi, owner same",
+            reserve: &[("cpu", "4"), ("memory", "4Gi")],
+            reusable: false,
+            owners: &[&[("cpu", "4"), ("memory", "4Gi")]],
+            allocated_cpu: "4",
+            reserved_cpu_left: 0,
+        },
+        Case {
+            name: "4C4Gi, owner 4C",
+            reserve: &[("cpu", "4"), ("memory", "4Gi")],
+            reusable: false,
+            owners: &[&[("cpu", "4")]],
+            allocated_cpu: "4",
+            reserved_cpu_left: 0,
+        },
+        Case {
+            name: "4C4Gi, owner 4C1Gi",
+            reserve: &[("cpu", "4"), ("memory", "4Gi")],
+            reusable: false,
+            owners: &[&[("cpu", "4"), ("memory", "1Gi")]],
+            allocated_cpu: "4",
+            reserved_cpu_left: 0,
+        },
+        Case {
+            name: "4C, owner 4C1Gi (1Gi from the node)",
+            reserve: &[("cpu", "4")],
+            reusable: false,
+            owners: &[&[("cpu", "4"), ("memory", "1Gi")]],
+            allocated_cpu: "4",
+            reserved_cpu_left: 0,
+        },
+        Case {
+            name: "4C, owner 6C (2C from the node)",
+            reserve: &[("cpu", "4")],
+            reusable: false,
+            owners: &[&[("cpu", "6")]],
+            allocated_cpu: "4",
+            reserved_cpu_left: 0,
+        },
+        Case {
+            name: "8C reusable, two owners 4C",
+            reserve: &[("cpu", "8")],
+            reusable: true,
+            owners: &[&[("cpu", "4")], &[("cpu", "4")]],
+            allocated_cpu: "8",
+            reserved_cpu_left: 0,
+        },
+        Case {
+            name: "6C reusable, two owners 4C",
+            reserve: &[("cpu", "6")],
+            reusable: true,
+            owners: &[&[("cpu", "4")], &[("cpu", "4")]],
+            allocated_cpu: "6",
+            reserved_cpu_left: 0,
+        },
+        Case {
+            name: "4C reusable, one owner 2C",
+            reserve: &[("cpu", "4")],
+            reusable: true,
+            owners: &[&[("cpu", "2")]],
+            allocated_cpu: "2",
+            reserved_cpu_left: 2000,
+        },
     ];
     for c in cases {
         let mut s = sim_with_nodes(&["n1"]);
@@ -124,13 +213,38 @@ fn seed_node_resources_cases() {
                 p = p.req(k, v);
             }
             s.pod(p.build());
-            assert_eq!(s.bound(&format!("p{i}")).as_deref(), Some("n1"), "{}", c.name);
-            assert_eq!(s.allocated_from(&format!("p{i}")).as_deref(), Some("r"), "{}", c.name);
+            assert_eq!(
+                s.bound(&format!("p{i}")).as_deref(),
+                Some("n1"),
+                "{}",
+                c.name
+            );
+            assert_eq!(
+                s.allocated_from(&format!("p{i}")).as_deref(),
+                Some("r"),
+                "{}",
+                c.name
+            );
         }
-        assert_eq!(allocated(&s, "r", "cpu").as_deref(), Some(c.allocated_cpu), "{}", c.name);
+        assert_eq!(
+            allocated(&s, "r", "cpu").as_deref(),
+            Some(c.allocated_cpu),
+            "{}",
+            c.name
+        );
         let n = s.s.cluster.node_by_name("n1").unwrap();
-        assert_eq!(n.reserved[ResourceId::CPU], c.reserved_cpu_left, "{}", c.name);
-        assert_eq!(s.phase("r"), if c.reusable { "Available" } else { "Succeeded" }, "{}", c.name);
+        assert_eq!(
+            n.reserved[ResourceId::CPU],
+            c.reserved_cpu_left,
+            "{}",
+            c.name
+        );
+        assert_eq!(
+            s.phase("r"),
+            if c.reusable { "Available" } else { "Succeeded" },
+            "{}",
+            c.name
+        );
         assert_rebuild_equals_live(&s);
     }
 }
@@ -141,7 +255,13 @@ fn owner_and_non_owner_share_a_node_without_touching_the_remainder() {
     // requests 2000m CPU, on a node with exactly 6 CPUs.
     let mut s = Sim::default();
     s.node(node("n1").alloc("cpu", "6").alloc("memory", "8Gi").build());
-    s.reservation(reservation("r").req("cpu", "4").owner_label("app", "web").reusable().build());
+    s.reservation(
+        reservation("r")
+            .req("cpu", "4")
+            .owner_label("app", "web")
+            .reusable()
+            .build(),
+    );
     s.pod(pod("owner").label("app", "web").req("cpu", "2").build());
     s.pod(pod("other").req("cpu", "2").build());
     assert_eq!(s.allocated_from("owner").as_deref(), Some("r"));
@@ -171,12 +291,28 @@ fn restricted_and_aligned_policies_match_koordinator_e2e() {
                 .build(),
         );
         for name in ["a", "b"] {
-            s.pod(pod(name).label("test-reserve-policy", "true").req("cpu", "2").req("memory", "2Gi").build());
+            s.pod(
+                pod(name)
+                    .label("test-reserve-policy", "true")
+                    .req("cpu", "2")
+                    .req("memory", "2Gi")
+                    .build(),
+            );
             assert_eq!(s.allocated_from(name).as_deref(), Some("r"), "{policy}");
         }
-        s.pod(pod("c").label("test-reserve-policy", "true").req("memory", "3Gi").build());
+        s.pod(
+            pod("c")
+                .label("test-reserve-policy", "true")
+                .req("memory", "3Gi")
+                .build(),
+        );
         assert_eq!(s.allocated_from("c").as_deref(), Some("r"), "{policy}");
-        s.pod(pod("d").label("test-reserve-policy", "true").req("memory", "2Gi").build());
+        s.pod(
+            pod("d")
+                .label("test-reserve-policy", "true")
+                .req("memory", "2Gi")
+                .build(),
+        );
         assert_eq!(s.bound("d").is_some(), fourth_fits, "{policy}");
         if !fourth_fits {
             let msg = s.message("d").unwrap();
@@ -186,7 +322,11 @@ fn restricted_and_aligned_policies_match_koordinator_e2e() {
         }
         assert_eq!(allocated(&s, "r", "cpu").as_deref(), Some("4"), "{policy}");
         // berth caps allocated at allocatable: the Aligned overflow is node usage.
-        assert_eq!(allocated(&s, "r", "memory").as_deref(), Some(memory), "{policy}");
+        assert_eq!(
+            allocated(&s, "r", "memory").as_deref(),
+            Some(memory),
+            "{policy}"
+        );
         assert_eq!(s.owners("r").len(), if fourth_fits { 4 } else { 3 });
         assert_rebuild_equals_live(&s);
     }
@@ -197,7 +337,12 @@ fn aligned_reservations_filling_a_node_reject_a_larger_owner() {
     // E2E #8: five Aligned reservations of 200 fake each fill the node (1000); an owner
     // asking 300 fits none of them.
     let mut s = Sim::default();
-    s.node(node("n1").alloc("cpu", "16").alloc("koordinator.sh/fake-resource", "1000").build());
+    s.node(
+        node("n1")
+            .alloc("cpu", "16")
+            .alloc("koordinator.sh/fake-resource", "1000")
+            .build(),
+    );
     for i in 0..5 {
         s.reservation(
             reservation(&format!("r{i}"))
@@ -209,9 +354,19 @@ fn aligned_reservations_filling_a_node_reject_a_larger_owner() {
         );
         assert_eq!(s.phase(&format!("r{i}")), "Available");
     }
-    s.pod(pod("p").label("test-reserve-policy", "true").req("koordinator.sh/fake-resource", "300").build());
+    s.pod(
+        pod("p")
+            .label("test-reserve-policy", "true")
+            .req("koordinator.sh/fake-resource", "300")
+            .build(),
+    );
     assert_eq!(s.bound("p"), None);
-    s.pod(pod("q").label("test-reserve-policy", "true").req("koordinator.sh/fake-resource", "200").build());
+    s.pod(
+        pod("q")
+            .label("test-reserve-policy", "true")
+            .req("koordinator.sh/fake-resource", "200")
+            .build(),
+    );
     assert_eq!(s.bound("q").as_deref(), Some("n1"));
 }
 
@@ -229,18 +384,49 @@ fn seed_node_ports_cases() {
             .reusable()
             .build(),
     );
-    s.pod(pod("other").req("cpu", "100m").host_port(7777, "TCP", "").build());
-    assert_eq!(s.bound("other"), None, "a non-owner cannot take a reserved port");
-    assert!(s.message("other").unwrap().contains("free ports"), "{:?}", s.message("other"));
-    s.pod(pod("a").label("app", "web").req("cpu", "100m").host_port(7777, "TCP", "").build());
-    s.pod(pod("b").label("app", "web").req("cpu", "100m").host_port(8888, "TCP", "").build());
+    s.pod(
+        pod("other")
+            .req("cpu", "100m")
+            .host_port(7777, "TCP", "")
+            .build(),
+    );
+    assert_eq!(
+        s.bound("other"),
+        None,
+        "a non-owner cannot take a reserved port"
+    );
+    assert!(
+        s.message("other").unwrap().contains("free ports"),
+        "{:?}",
+        s.message("other")
+    );
+    s.pod(
+        pod("a")
+            .label("app", "web")
+            .req("cpu", "100m")
+            .host_port(7777, "TCP", "")
+            .build(),
+    );
+    s.pod(
+        pod("b")
+            .label("app", "web")
+            .req("cpu", "100m")
+            .host_port(8888, "TCP", "")
+            .build(),
+    );
     assert_eq!(s.allocated_from("a").as_deref(), Some("r"));
     assert_eq!(s.allocated_from("b").as_deref(), Some("r"));
     let n = s.s.cluster.node_by_name("n1").unwrap();
     let held: Vec<i32> = n.reserved_ports.iter().map(|p| p.port).collect();
     assert_eq!(held, vec![9999]);
     // Another owner wanting 7777 on that node finds it taken by A (E2E #48).
-    s.pod(pod("c").label("app", "web").req("cpu", "100m").host_port(7777, "TCP", "").build());
+    s.pod(
+        pod("c")
+            .label("app", "web")
+            .req("cpu", "100m")
+            .host_port(7777, "TCP", "")
+            .build(),
+    );
     assert_eq!(s.bound("c"), None);
     assert_rebuild_equals_live(&s);
     // Deleting the reservation releases 9999 but not the owners' ports (Koordinator #1247).
@@ -251,10 +437,34 @@ fn seed_node_ports_cases() {
 
     // Two reservations with one port each; owners A and B each get theirs.
     let mut s = sim_with_nodes(&["n1"]);
-    s.reservation(reservation("ra").req("cpu", "1").host_port(7777).owner_label("app", "web").build());
-    s.reservation(reservation("rb").req("cpu", "1").host_port(8888).owner_label("app", "web").build());
-    s.pod(pod("a").label("app", "web").req("cpu", "1").host_port(7777, "TCP", "").build());
-    s.pod(pod("b").label("app", "web").req("cpu", "1").host_port(8888, "TCP", "").build());
+    s.reservation(
+        reservation("ra")
+            .req("cpu", "1")
+            .host_port(7777)
+            .owner_label("app", "web")
+            .build(),
+    );
+    s.reservation(
+        reservation("rb")
+            .req("cpu", "1")
+            .host_port(8888)
+            .owner_label("app", "web")
+            .build(),
+    );
+    s.pod(
+        pod("a")
+            .label("app", "web")
+            .req("cpu", "1")
+            .host_port(7777, "TCP", "")
+            .build(),
+    );
+    s.pod(
+        pod("b")
+            .label("app", "web")
+            .req("cpu", "1")
+            .host_port(8888, "TCP", "")
+            .build(),
+    );
     assert_eq!(s.bound("a").as_deref(), Some("n1"));
     assert_eq!(s.bound("b").as_deref(), Some("n1"));
     assert_rebuild_equals_live(&s);
@@ -263,19 +473,64 @@ fn seed_node_ports_cases() {
 #[test]
 fn reservation_affinity_restricts_and_requires_reservations() {
     let mut s = sim_with_nodes(&["n1", "n2"]);
-    s.reservation(reservation("r").req("cpu", "2").label("e2e-select-reservation", "true").owner_label("app", "web").build());
-    let aff = |v: &str| format!(r#"{{"requiredDuringSchedulingIgnoredDuringExecution":{{"reservationSelectorTerms":[{{"matchExpressions":[{{"key":"e2e-select-reservation","operator":"In","values":["{v}"]}}]}}]}}}}"#);
-    s.pod(pod("no").label("app", "web").req("cpu", "1").annotation(berth_api::annotations::ANNOTATION_RESERVATION_AFFINITY, &aff("false")).build());
+    s.reservation(
+        reservation("r")
+            .req("cpu", "2")
+            .label("e2e-select-reservation", "true")
+            .owner_label("app", "web")
+            .build(),
+    );
+    let aff = |v: &str| {
+        format!(
+            r#"{{"requiredDuringSchedulingIgnoredDuringExecution":{{"reservationSelectorTerms":[{{"matchExpressions":[{{"key":"e2e-select-reservation","operator":"In","values":["{v}"]}}]}}]}}}}"#
+        )
+    };
+    s.pod(
+        pod("no")
+            .label("app", "web")
+            .req("cpu", "1")
+            .annotation(
+                berth_api::annotations::ANNOTATION_RESERVATION_AFFINITY,
+                &aff("false"),
+            )
+            .build(),
+    );
     assert_eq!(s.bound("no"), None);
     let msg = s.message("no").unwrap();
-    assert!(msg.contains("node(s) no reservations match reservation affinity"), "{msg}");
-    assert!(msg.contains("1 Reservation(s) didn't match affinity rules"), "{msg}");
-    s.pod(pod("yes").label("app", "web").req("cpu", "1").annotation(berth_api::annotations::ANNOTATION_RESERVATION_AFFINITY, &aff("true")).build());
+    assert!(
+        msg.contains("node(s) no reservations match reservation affinity"),
+        "{msg}"
+    );
+    assert!(
+        msg.contains("1 Reservation(s) didn't match affinity rules"),
+        "{msg}"
+    );
+    s.pod(
+        pod("yes")
+            .label("app", "web")
+            .req("cpu", "1")
+            .annotation(
+                berth_api::annotations::ANNOTATION_RESERVATION_AFFINITY,
+                &aff("true"),
+            )
+            .build(),
+    );
     assert_eq!(s.allocated_from("yes").as_deref(), Some("r"));
     // A malformed annotation is named in the pod's message and stops nothing else.
-    s.pod(pod("bad").label("app", "web").annotation(berth_api::annotations::ANNOTATION_RESERVATION_AFFINITY, "{oops").build());
+    s.pod(
+        pod("bad")
+            .label("app", "web")
+            .annotation(
+                berth_api::annotations::ANNOTATION_RESERVATION_AFFINITY,
+                "{oops",
+            )
+            .build(),
+    );
     let msg = s.message("bad").unwrap();
-    assert!(msg.contains("scheduling.koordinator.sh/reservation-affinity"), "{msg}");
+    assert!(
+        msg.contains("scheduling.koordinator.sh/reservation-affinity"),
+        "{msg}"
+    );
     s.pod(pod("fine").req("cpu", "1").build());
     assert!(s.bound("fine").is_some());
 }
@@ -283,7 +538,13 @@ fn reservation_affinity_restricts_and_requires_reservations() {
 #[test]
 fn unschedulable_terminating_and_tainted_reservations() {
     let mut s = sim_with_nodes(&["n1"]);
-    s.reservation(reservation("u").req("cpu", "16").owner_label("app", "web").spec("unschedulable", json!(true)).build());
+    s.reservation(
+        reservation("u")
+            .req("cpu", "16")
+            .owner_label("app", "web")
+            .spec("unschedulable", json!(true))
+            .build(),
+    );
     // Held but unusable: the owner cannot use it and the node is full for everyone else.
     s.pod(pod("p").label("app", "web").req("cpu", "1").build());
     assert_eq!(s.bound("p"), None);
@@ -296,61 +557,181 @@ fn unschedulable_terminating_and_tainted_reservations() {
 
     // Taints bind only pods asking for reservations (E2E #13).
     let mut s = sim_with_nodes(&["n1"]);
-    s.reservation(reservation("t").req("cpu", "2").owner_label("app", "web").spec("taints", json!([{"key": "k", "value": "v", "effect": "NoSchedule"}])).build());
+    s.reservation(
+        reservation("t")
+            .req("cpu", "2")
+            .owner_label("app", "web")
+            .spec(
+                "taints",
+                json!([{"key": "k", "value": "v", "effect": "NoSchedule"}]),
+            )
+            .build(),
+    );
     s.pod(pod("plain").label("app", "web").req("cpu", "1").build());
     assert_eq!(s.allocated_from("plain").as_deref(), Some("t"));
     let mut s = sim_with_nodes(&["n1"]);
-    s.reservation(reservation("t").req("cpu", "2").owner_label("app", "web").spec("taints", json!([{"key": "k", "value": "v", "effect": "NoSchedule"}])).build());
-    s.pod(pod("strict").label("app", "web").req("cpu", "1").annotation(berth_api::annotations::ANNOTATION_RESERVATION_AFFINITY, "{}").build());
+    s.reservation(
+        reservation("t")
+            .req("cpu", "2")
+            .owner_label("app", "web")
+            .spec(
+                "taints",
+                json!([{"key": "k", "value": "v", "effect": "NoSchedule"}]),
+            )
+            .build(),
+    );
+    s.pod(
+        pod("strict")
+            .label("app", "web")
+            .req("cpu", "1")
+            .annotation(
+                berth_api::annotations::ANNOTATION_RESERVATION_AFFINITY,
+                "{}",
+            )
+            .build(),
+    );
     assert_eq!(s.bound("strict"), None);
-    assert!(s.message("strict").unwrap().contains("had untolerated taint {k: v}"), "{:?}", s.message("strict"));
+    assert!(
+        s.message("strict")
+            .unwrap()
+            .contains("had untolerated taint {k: v}"),
+        "{:?}",
+        s.message("strict")
+    );
 
     // A terminating reservation is never used and never scheduled (Koordinator #3154).
     let mut s = sim_with_nodes(&["n1"]);
-    let mut r = reservation("gone").req("cpu", "2").owner_label("app", "web").build();
+    let mut r = reservation("gone")
+        .req("cpu", "2")
+        .owner_label("app", "web")
+        .build();
     r.metadata.deletion_timestamp = super::status::meta_time(0);
     s.reservation(r);
     assert_eq!(s.phase("gone"), "Pending");
-    assert!(s.res("gone").status.as_ref().is_none_or(|st| st.node_name.is_none()));
+    assert!(s
+        .res("gone")
+        .status
+        .as_ref()
+        .is_none_or(|st| st.node_name.is_none()));
 }
 
 #[test]
 fn pinned_reservations_and_policy_conflicts() {
     let mut s = sim_with_nodes(&["n1", "n2"]);
-    s.reservation(reservation("pin").req("cpu", "1").owner_label("app", "web").template_spec("nodeName", json!("n2")).build());
-    assert_eq!(s.res("pin").status.as_ref().unwrap().node_name.as_deref(), Some("n2"));
-    s.reservation(reservation("nowhere").req("cpu", "1").owner_label("app", "web").template_spec("nodeName", json!("n9")).build());
+    s.reservation(
+        reservation("pin")
+            .req("cpu", "1")
+            .owner_label("app", "web")
+            .template_spec("nodeName", json!("n2"))
+            .build(),
+    );
+    assert_eq!(
+        s.res("pin").status.as_ref().unwrap().node_name.as_deref(),
+        Some("n2")
+    );
+    s.reservation(
+        reservation("nowhere")
+            .req("cpu", "1")
+            .owner_label("app", "web")
+            .template_spec("nodeName", json!("n9"))
+            .build(),
+    );
     let st = s.res("nowhere").status.clone().unwrap();
     assert_eq!(s.phase("nowhere"), "Pending");
     let c = &st.conditions[0];
-    assert_eq!((c.type_.as_str(), c.status.as_str(), c.reason.as_str()), ("Scheduled", "False", "Unschedulable"));
-    assert!(c.message.contains("didn't match the nodeName specified by reservation"), "{}", c.message);
+    assert_eq!(
+        (c.type_.as_str(), c.status.as_str(), c.reason.as_str()),
+        ("Scheduled", "False", "Unschedulable")
+    );
+    assert!(
+        c.message
+            .contains("didn't match the nodeName specified by reservation"),
+        "{}",
+        c.message
+    );
     // Default cannot share a node with Aligned.
     let mut s = sim_with_nodes(&["n1"]);
-    s.reservation(reservation("al").req("cpu", "1").owner_label("app", "web").policy("Aligned").build());
-    s.reservation(reservation("def").req("cpu", "1").owner_label("app", "web").build());
+    s.reservation(
+        reservation("al")
+            .req("cpu", "1")
+            .owner_label("app", "web")
+            .policy("Aligned")
+            .build(),
+    );
+    s.reservation(
+        reservation("def")
+            .req("cpu", "1")
+            .owner_label("app", "web")
+            .build(),
+    );
     assert_eq!(s.phase("def"), "Pending");
     let msg = &s.res("def").status.clone().unwrap().conditions[0].message;
-    assert!(msg.contains("node(s) reservation allocate policy conflict"), "{msg}");
-    s.reservation(reservation("re").req("cpu", "1").owner_label("app", "web").policy("Restricted").build());
+    assert!(
+        msg.contains("node(s) reservation allocate policy conflict"),
+        "{msg}"
+    );
+    s.reservation(
+        reservation("re")
+            .req("cpu", "1")
+            .owner_label("app", "web")
+            .policy("Restricted")
+            .build(),
+    );
     assert_eq!(s.phase("re"), "Available");
 }
 
 #[test]
 fn reservations_expire_pending_ones_too_and_are_garbage_collected() {
     let mut s = sim_with_nodes(&["n1"]);
-    s.reservation(reservation("short").req("cpu", "2").owner_label("app", "x").ttl("10s").build());
-    s.reservation(reservation("toobig").req("cpu", "64").owner_label("app", "x").ttl("30s").build());
-    s.reservation(reservation("forever").req("cpu", "2").owner_label("app", "x").ttl("0").build());
+    s.reservation(
+        reservation("short")
+            .req("cpu", "2")
+            .owner_label("app", "x")
+            .ttl("10s")
+            .build(),
+    );
+    s.reservation(
+        reservation("toobig")
+            .req("cpu", "64")
+            .owner_label("app", "x")
+            .ttl("30s")
+            .build(),
+    );
+    s.reservation(
+        reservation("forever")
+            .req("cpu", "2")
+            .owner_label("app", "x")
+            .ttl("0")
+            .build(),
+    );
     assert_eq!(s.phase("short"), "Available");
     assert_eq!(s.phase("toobig"), "Pending");
     s.advance(10_000);
     assert_eq!(s.phase("short"), "Failed");
-    let ready = s.res("short").status.clone().unwrap().conditions.into_iter().find(|c| c.type_ == "Ready").unwrap();
-    assert_eq!((ready.status.as_str(), ready.reason.as_str()), ("False", "Expired"));
-    assert_eq!(s.s.cluster.node_by_name("n1").unwrap().reserved[ResourceId::CPU], 2000, "only 'forever' holds");
+    let ready = s
+        .res("short")
+        .status
+        .clone()
+        .unwrap()
+        .conditions
+        .into_iter()
+        .find(|c| c.type_ == "Ready")
+        .unwrap();
+    assert_eq!(
+        (ready.status.as_str(), ready.reason.as_str()),
+        ("False", "Expired")
+    );
+    assert_eq!(
+        s.s.cluster.node_by_name("n1").unwrap().reserved[ResourceId::CPU],
+        2000,
+        "only 'forever' holds"
+    );
     s.advance(20_000);
-    assert_eq!(s.phase("toobig"), "Failed", "a pending reservation expires too");
+    assert_eq!(
+        s.phase("toobig"),
+        "Failed",
+        "a pending reservation expires too"
+    );
     s.advance(24 * 3600 * 1000);
     assert_eq!(s.phase("short"), "<deleted>");
     assert_eq!(s.phase("toobig"), "<deleted>");
@@ -361,7 +742,13 @@ fn reservations_expire_pending_ones_too_and_are_garbage_collected() {
 fn expires_is_checked_before_ttl() {
     let mut s = sim_with_nodes(&["n1"]);
     let at = super::status::meta_time(s.now + 5_000).unwrap();
-    s.reservation(reservation("e").req("cpu", "1").owner_label("app", "x").spec("expires", serde_json::to_value(&at).unwrap()).build());
+    s.reservation(
+        reservation("e")
+            .req("cpu", "1")
+            .owner_label("app", "x")
+            .spec("expires", serde_json::to_value(&at).unwrap())
+            .build(),
+    );
     s.advance(4_000);
     assert_eq!(s.phase("e"), "Available");
     s.advance(2_000);
@@ -373,50 +760,125 @@ fn a_deleted_node_fails_its_reservations_and_pending_pods_get_the_capacity() {
     let mut s = Sim::default();
     s.node(node("n1").alloc("cpu", "4").build());
     s.node(node("n2").alloc("cpu", "4").build());
-    s.reservation(reservation("r1").req("cpu", "4").owner_label("app", "x").template_spec("nodeName", json!("n1")).build());
-    s.reservation(reservation("r2").req("cpu", "4").owner_label("app", "x").template_spec("nodeName", json!("n2")).build());
+    s.reservation(
+        reservation("r1")
+            .req("cpu", "4")
+            .owner_label("app", "x")
+            .template_spec("nodeName", json!("n1"))
+            .build(),
+    );
+    s.reservation(
+        reservation("r2")
+            .req("cpu", "4")
+            .owner_label("app", "x")
+            .template_spec("nodeName", json!("n2"))
+            .build(),
+    );
     s.pod(pod("p").req("cpu", "4").build());
     assert_eq!(s.bound("p"), None);
     s.delete_node("n1");
     assert_eq!(s.phase("r1"), "Failed");
     s.delete_reservation("r2");
-    assert_eq!(s.bound("p").as_deref(), Some("n2"), "released capacity requeues pending pods");
+    assert_eq!(
+        s.bound("p").as_deref(),
+        Some("n2"),
+        "released capacity requeues pending pods"
+    );
 }
 
 #[test]
 fn deleting_an_owner_of_a_reusable_reservation_returns_its_share() {
     let mut s = sim_with_nodes(&["n1"]);
-    s.reservation(reservation("r").req("cpu", "4").owner_label("app", "web").reusable().build());
+    s.reservation(
+        reservation("r")
+            .req("cpu", "4")
+            .owner_label("app", "web")
+            .reusable()
+            .build(),
+    );
     s.pod(pod("a").label("app", "web").req("cpu", "3").build());
-    assert_eq!(s.s.cluster.node_by_name("n1").unwrap().reserved[ResourceId::CPU], 1000);
+    assert_eq!(
+        s.s.cluster.node_by_name("n1").unwrap().reserved[ResourceId::CPU],
+        1000
+    );
     assert_eq!(allocated(&s, "r", "cpu").as_deref(), Some("3"));
     s.delete_pod("a");
-    assert_eq!(s.s.cluster.node_by_name("n1").unwrap().reserved[ResourceId::CPU], 4000);
+    assert_eq!(
+        s.s.cluster.node_by_name("n1").unwrap().reserved[ResourceId::CPU],
+        4000
+    );
     assert!(s.owners("r").is_empty());
     s.pod(pod("b").label("app", "web").req("cpu", "2").build());
     s.finish_pod("b");
-    assert!(s.owners("r").is_empty(), "a terminal pod gives its share back");
+    assert!(
+        s.owners("r").is_empty(),
+        "a terminal pod gives its share back"
+    );
     assert_rebuild_equals_live(&s);
 }
 
 #[test]
 fn bad_reservations_say_why_and_stop_nothing_else() {
     let mut s = sim_with_nodes(&["n1"]);
-    let cond_msg = |s: &Sim, n: &str| s.res(n).status.clone().unwrap().conditions[0].message.clone();
+    let cond_msg = |s: &Sim, n: &str| {
+        s.res(n).status.clone().unwrap().conditions[0]
+            .message
+            .clone()
+    };
     s.reservation(reservation("no-owners").req("cpu", "1").build());
     assert_eq!(s.phase("no-owners"), "Pending");
-    assert_eq!(cond_msg(&s, "no-owners"), "the reservation misses the owner spec");
+    assert_eq!(
+        cond_msg(&s, "no-owners"),
+        "the reservation misses the owner spec"
+    );
     let at = super::status::meta_time(s.now + 60_000).unwrap();
-    s.reservation(reservation("both").req("cpu", "1").owner_label("a", "b").ttl("1h").spec("expires", serde_json::to_value(&at).unwrap()).build());
-    assert!(cond_msg(&s, "both").contains("spec.ttl and spec.expires"), "{}", cond_msg(&s, "both"));
-    s.reservation(reservation("empty").owner_label("a", "b").template_spec("containers", json!([])).build());
+    s.reservation(
+        reservation("both")
+            .req("cpu", "1")
+            .owner_label("a", "b")
+            .ttl("1h")
+            .spec("expires", serde_json::to_value(&at).unwrap())
+            .build(),
+    );
+    assert!(
+        cond_msg(&s, "both").contains("spec.ttl and spec.expires"),
+        "{}",
+        cond_msg(&s, "both")
+    );
+    s.reservation(
+        reservation("empty")
+            .owner_label("a", "b")
+            .template_spec("containers", json!([]))
+            .build(),
+    );
     assert!(cond_msg(&s, "empty").contains("no containers"));
-    s.reservation(reservation("badsel").req("cpu", "1").owner(json!({"labelSelector": {"matchExpressions": [{"key": "a", "operator": "Near"}]}})).build());
-    assert!(cond_msg(&s, "badsel").starts_with("spec.owners[0].labelSelector"), "{}", cond_msg(&s, "badsel"));
-    s.reservation(reservation("ok").req("cpu", "1").owner_label("a", "b").build());
+    s.reservation(
+        reservation("badsel")
+            .req("cpu", "1")
+            .owner(
+                json!({"labelSelector": {"matchExpressions": [{"key": "a", "operator": "Near"}]}}),
+            )
+            .build(),
+    );
+    assert!(
+        cond_msg(&s, "badsel").starts_with("spec.owners[0].labelSelector"),
+        "{}",
+        cond_msg(&s, "badsel")
+    );
+    s.reservation(
+        reservation("ok")
+            .req("cpu", "1")
+            .owner_label("a", "b")
+            .build(),
+    );
     assert_eq!(s.phase("ok"), "Available");
     // Fixing the object schedules it.
-    s.reservation(reservation("no-owners").req("cpu", "1").owner_label("a", "b").build());
+    s.reservation(
+        reservation("no-owners")
+            .req("cpu", "1")
+            .owner_label("a", "b")
+            .build(),
+    );
     assert_eq!(s.phase("no-owners"), "Available");
 }
 
@@ -436,14 +898,29 @@ fn pre_allocation_waits_for_room_then_becomes_available() {
             .build(),
     );
     assert_eq!(s.phase("pre"), "Waiting");
-    assert_eq!(s.res("pre").status.clone().unwrap().node_name.as_deref(), Some("n1"));
-    assert!(s.s.cluster.node_by_name("n1").unwrap().reserved.is_zero(), "waiting holds nothing");
+    assert_eq!(
+        s.res("pre").status.clone().unwrap().node_name.as_deref(),
+        Some("n1")
+    );
+    assert!(
+        s.s.cluster.node_by_name("n1").unwrap().reserved.is_zero(),
+        "waiting holds nothing"
+    );
     s.delete_pod("filler");
     assert_eq!(s.phase("pre"), "Available");
-    assert_eq!(s.s.cluster.node_by_name("n1").unwrap().reserved[ResourceId::CPU], 4000);
+    assert_eq!(
+        s.s.cluster.node_by_name("n1").unwrap().reserved[ResourceId::CPU],
+        4000
+    );
     assert_rebuild_equals_live(&s);
     // Without Restricted, pre-allocation is refused as Koordinator does.
-    s.reservation(reservation("pre2").req("cpu", "1").owner_label("app", "web").spec("preAllocation", json!(true)).build());
+    s.reservation(
+        reservation("pre2")
+            .req("cpu", "1")
+            .owner_label("app", "web")
+            .spec("preAllocation", json!(true))
+            .build(),
+    );
     assert_eq!(s.phase("pre2"), "Pending");
 }
 
@@ -462,26 +939,58 @@ fn pre_allocation_takes_over_running_owner_pods() {
             .spec("preAllocation", json!(true))
             .build(),
     );
-    assert_eq!(s.allocated_from("running").as_deref(), Some("pre"), "patched with the annotation");
+    assert_eq!(
+        s.allocated_from("running").as_deref(),
+        Some("pre"),
+        "patched with the annotation"
+    );
     assert_eq!(s.owners("pre"), vec!["default/running"]);
     // 1 CPU left of the reservation, and the node has 1 free: Available.
     assert_eq!(s.phase("pre"), "Available");
-    assert_eq!(s.s.cluster.node_by_name("n1").unwrap().reserved[ResourceId::CPU], 1000);
+    assert_eq!(
+        s.s.cluster.node_by_name("n1").unwrap().reserved[ResourceId::CPU],
+        1000
+    );
     assert_rebuild_equals_live(&s);
 }
 
 #[test]
 fn smallest_order_then_most_allocated_then_earliest_wins_on_a_node() {
     let mut s = sim_with_nodes(&["n1"]);
-    s.reservation(reservation("big").req("cpu", "8").owner_label("app", "web").reusable().build());
+    s.reservation(
+        reservation("big")
+            .req("cpu", "8")
+            .owner_label("app", "web")
+            .reusable()
+            .build(),
+    );
     s.advance(1000);
-    s.reservation(reservation("small").req("cpu", "2").owner_label("app", "web").reusable().build());
+    s.reservation(
+        reservation("small")
+            .req("cpu", "2")
+            .owner_label("app", "web")
+            .reusable()
+            .build(),
+    );
     s.advance(1000);
-    s.reservation(reservation("small2").req("cpu", "2").owner_label("app", "web").reusable().build());
+    s.reservation(
+        reservation("small2")
+            .req("cpu", "2")
+            .owner_label("app", "web")
+            .reusable()
+            .build(),
+    );
     // MostAllocated: a 2C pod fills 'small' (100) rather than 'big' (25); 'small' is older.
     s.pod(pod("p").label("app", "web").req("cpu", "2").build());
     assert_eq!(s.allocated_from("p").as_deref(), Some("small"));
-    s.reservation(reservation("ordered").req("cpu", "8").owner_label("app", "web").reusable().label("scheduling.koordinator.sh/reservation-order", "5").build());
+    s.reservation(
+        reservation("ordered")
+            .req("cpu", "2")
+            .owner_label("app", "web")
+            .reusable()
+            .label("scheduling.koordinator.sh/reservation-order", "5")
+            .build(),
+    );
     s.pod(pod("q").label("app", "web").req("cpu", "2").build());
     assert_eq!(s.allocated_from("q").as_deref(), Some("ordered"));
 }
@@ -489,7 +998,14 @@ fn smallest_order_then_most_allocated_then_earliest_wins_on_a_node() {
 #[test]
 fn owners_prefer_their_reservations_node() {
     let mut s = sim_with_nodes(&["n1", "n2", "n3", "n4"]);
-    s.reservation(reservation("r").req("cpu", "2").owner_label("app", "web").template_spec("nodeName", json!("n3")).reusable().build());
+    s.reservation(
+        reservation("r")
+            .req("cpu", "2")
+            .owner_label("app", "web")
+            .template_spec("nodeName", json!("n3"))
+            .reusable()
+            .build(),
+    );
     // Make the reservation's node the least attractive to every other scorer.
     s.pod(pod("filler").req("cpu", "8").node_name("n3").build());
     for i in 0..2 {
@@ -503,8 +1019,19 @@ fn owners_prefer_their_reservations_node() {
 fn ignored_pods_may_use_reserved_capacity_and_never_own() {
     let mut s = Sim::default();
     s.node(node("n1").alloc("cpu", "4").build());
-    s.reservation(reservation("r").req("cpu", "4").owner_label("app", "web").build());
-    s.pod(pod("ign").label("app", "web").label("scheduling.koordinator.sh/reservation-ignored", "true").req("cpu", "2").build());
+    s.reservation(
+        reservation("r")
+            .req("cpu", "4")
+            .owner_label("app", "web")
+            .build(),
+    );
+    s.pod(
+        pod("ign")
+            .label("app", "web")
+            .label("scheduling.koordinator.sh/reservation-ignored", "true")
+            .req("cpu", "2")
+            .build(),
+    );
     assert_eq!(s.bound("ign").as_deref(), Some("n1"));
     assert_eq!(s.allocated_from("ign"), None);
     assert_eq!(s.phase("r"), "Available");
@@ -518,10 +1045,34 @@ fn ignored_pods_may_use_reserved_capacity_and_never_own() {
 #[test]
 fn restart_rebuilds_the_same_state_from_objects() {
     let mut s = sim_with_nodes(&["n1", "n2"]);
-    s.reservation(reservation("a").req("cpu", "4").req("memory", "2Gi").owner_label("app", "web").reusable().host_port(9000).build());
-    s.reservation(reservation("b").req("cpu", "2").owner_label("app", "db").build());
-    s.reservation(reservation("c").req("cpu", "64").owner_label("app", "db").build());
-    s.pod(pod("w1").label("app", "web").req("cpu", "1").host_port(9000, "TCP", "").build());
+    s.reservation(
+        reservation("a")
+            .req("cpu", "4")
+            .req("memory", "2Gi")
+            .owner_label("app", "web")
+            .reusable()
+            .host_port(9000)
+            .build(),
+    );
+    s.reservation(
+        reservation("b")
+            .req("cpu", "2")
+            .owner_label("app", "db")
+            .build(),
+    );
+    s.reservation(
+        reservation("c")
+            .req("cpu", "64")
+            .owner_label("app", "db")
+            .build(),
+    );
+    s.pod(
+        pod("w1")
+            .label("app", "web")
+            .req("cpu", "1")
+            .host_port(9000, "TCP", "")
+            .build(),
+    );
     s.pod(pod("w2").label("app", "web").req("cpu", "5").build());
     s.pod(pod("d1").label("app", "db").req("cpu", "1").build());
     s.pod(pod("x").req("cpu", "1").build());

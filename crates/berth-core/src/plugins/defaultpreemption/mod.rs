@@ -54,10 +54,6 @@ pub const NOT_ELIGIBLE_POLICY: &str = "not eligible due to preemptionPolicy=Neve
 pub const NOT_ELIGIBLE_TERMINATING: &str =
     "not eligible due to a terminating pod on the nominated node";
 
-/// Per-cycle state (none: preemption runs once, at PostFilter).
-#[derive(Debug, Clone, Default)]
-pub struct State {}
-
 /// The DefaultPreemption plugin.
 #[derive(Debug)]
 pub struct DefaultPreemption {
@@ -128,14 +124,13 @@ impl DefaultPreemption {
         if potential.is_empty() {
             return message(Nomination::Clear, fit_error(num_all, &[]));
         }
-        let budgets = pdb::budgets(cluster);
         let offset = cx.rng.below(potential.len() as u64) as usize;
         let fit = Fit {
             profile: cx.profile,
             nominator: cx.nominator,
             pod,
         };
-        let (candidates, statuses) = self.dry_run(cluster, fit, &budgets, &potential, offset);
+        let (candidates, statuses) = self.dry_run(cluster, fit, &potential, offset);
         if candidates.is_empty() {
             if let Some(err) = statuses.iter().find(|s| s.code() == Code::Error) {
                 return message(Nomination::Keep, err.message());
@@ -166,7 +161,6 @@ impl DefaultPreemption {
         &self,
         cluster: &Cluster,
         fit: Fit<'_>,
-        budgets: &[pdb::Budget],
         potential: &[NodeIdx],
         offset: usize,
     ) -> (Vec<Candidate>, Vec<Status>) {
@@ -174,7 +168,7 @@ impl DefaultPreemption {
         let mut dry = DryRun {
             cluster,
             fit,
-            budgets,
+            budgets: None,
             sim: None,
         };
         let (mut fine, mut violating) = (Vec::new(), Vec::new());
@@ -274,7 +268,9 @@ fn fit_error(num_all: usize, statuses: &[Status]) -> String {
 struct DryRun<'a> {
     cluster: &'a Cluster,
     fit: Fit<'a>,
-    budgets: &'a [pdb::Budget],
+    /// The cluster's budgets, read on first need (nodes without lower-priority pods need
+    /// none).
+    budgets: Option<Vec<pdb::Budget>>,
     /// The copy of the cluster pods are removed from, made on first need. Every node is
     /// restored exactly after its dry run, so one copy serves all nodes.
     sim: Option<Cluster>,
@@ -307,6 +303,7 @@ impl DryRun<'_> {
         }
         let name = node.name.clone();
         let cluster = self.cluster;
+        let budgets = self.budgets.get_or_insert_with(|| pdb::budgets(cluster));
         let sim = self.sim.get_or_insert_with(|| cluster.clone());
         let Some(saved) = sim.node(idx).cloned() else {
             return Err(Status::error("node vanished during preemption"));
@@ -319,7 +316,7 @@ impl DryRun<'_> {
             sim.remove_pod(&p.key);
             removed.push((p, assumed));
         }
-        let outcome = reprieve(self.fit, sim, idx, self.budgets, &mut removed);
+        let outcome = reprieve(self.fit, sim, idx, budgets, &mut removed);
         // Put back what is still removed, then restore the node bit for bit (pod order).
         for (p, assumed) in &removed {
             put_back(sim, p, idx, *assumed);

@@ -151,11 +151,8 @@ impl Fixture {
             nominator: &self.nominator,
             pod,
         };
-        let budgets = pdb::budgets(&self.cx);
         let potential: Vec<NodeIdx> = nodes.iter().map(|n| self.idx(n)).collect();
-        plugin
-            .dry_run(&self.cx, fit, &budgets, &potential, offset)
-            .0
+        plugin.dry_run(&self.cx, fit, &potential, offset).0
     }
 
     fn node_of(&self, r: &PostFilterResult) -> Option<String> {
@@ -1048,4 +1045,62 @@ fn a_preemptor_waits_for_its_terminating_victims_instead_of_preempting_again() {
             .map(|n| n.to_string()),
         Some(node)
     );
+}
+
+#[test]
+fn preemption_prefers_the_node_where_no_budget_is_violated_and_holds_it_for_the_preemptor() {
+    // tests/scenarios/preemption/basic.yaml, without the simulator.
+    let mut s = Scheduler::new(vec![Profile::default_profile()], Config::default());
+    for n in ["n1", "n2"] {
+        s.handle(
+            0,
+            Event::Applied(Object::Node(node(n).alloc("cpu", "2").build())),
+        );
+    }
+    let pdb: berth_api::k8s_openapi::api::policy::v1::PodDisruptionBudget =
+        serde_json::from_value(json!({
+            "metadata": {"name": "batch", "namespace": "default"},
+            "spec": {"minAvailable": 2, "selector": {"matchLabels": {"app": "batch"}}}
+        }))
+        .unwrap();
+    s.handle(
+        0,
+        Event::Applied(Object::PodDisruptionBudget(Arc::new(pdb))),
+    );
+    apply(
+        &mut s,
+        0,
+        &pod("web-1")
+            .label("app", "web")
+            .req("cpu", "2")
+            .priority(MID)
+            .node_name("n1"),
+    );
+    for b in ["batch-1", "batch-2"] {
+        apply(
+            &mut s,
+            0,
+            &pod(b)
+                .label("app", "batch")
+                .req("cpu", "1")
+                .priority(MID)
+                .node_name("n2"),
+        );
+    }
+    apply(&mut s, 0, &pod("critical").req("cpu", "2").priority(HIGH));
+    apply(
+        &mut s,
+        0,
+        &pod("polite")
+            .req("cpu", "1")
+            .priority(HIGH)
+            .spec("preemptionPolicy", json!("Never")),
+    );
+    let effects = run(&mut s, 0);
+    assert_eq!(deleted(&effects), ["web-1"]);
+    s.handle(0, Event::Deleted(ObjectKey::pod("default", "web-1")));
+    let effects = run(&mut s, 0);
+    assert_eq!(bound(&s, "critical").as_deref(), Some("n1"), "{effects:?}");
+    assert_eq!(bound(&s, "polite"), None);
+    assert_eq!(bound(&s, "batch-1").as_deref(), Some("n2"));
 }

@@ -6,8 +6,9 @@
 //!   skip Filter (they always pass), as does every pod while no node has an NRT.
 //! - Filter reads the node's cached view: no NRT passes, unusable data (foreign pods, an
 //!   in-flight reservation) rejects, else the policy check. A rejection names the resource
-//!   that could not be aligned and, when the node's data is pessimistic (pods reserved since
-//!   its NRT) or cannot be resynced, says so as a second reason.
+//!   that could not be aligned and, when the node's data may be stale (pods reserved since
+//!   its NRT, or a newer NRT held back), adds a second reason: the node is being resynced,
+//!   or why its last resync failed (fingerprint mismatch, no fingerprint).
 //! - Filter cannot write (`&Cluster`; preemption re-runs it on copies), so the streaks that
 //!   make a node dirty are recorded after the loop, from the verdicts the scheduler hands
 //!   to [`Plugin::filter_feedback`].
@@ -33,8 +34,8 @@ use crate::time::Time;
 pub use cluster_state::{pod_applied, pod_deleted, resync, NumaCluster, NumaMetrics};
 pub use request::pod_numa_request;
 
-/// Second reason on a rejected node whose data holds pods reserved since its NRT: the
-/// rejection may be pessimistic and go away at the next resync.
+/// Second reason on a rejected node whose data may be stale (pods reserved since its NRT,
+/// or a newer NRT held back until it resyncs): the rejection may go away at a resync.
 pub const REASON_RESYNC_PENDING: &str = "node(s) topology data is being resynced";
 /// Second reason when the last resync found the NRT's pod fingerprint different from the
 /// pods the scheduler believes run on the node.
@@ -126,12 +127,14 @@ fn reject(cx: &Cluster, node: &str, r: &NumaReject) -> Status {
     }
     let status = Status::unschedulable(align_reason(r));
     let cache = cx.numa.cache();
-    match cache.resync_check(node) {
-        Some(ResyncCheck::Mismatch) => status.with_reason(REASON_FINGERPRINT_MISMATCH),
-        Some(ResyncCheck::NoFingerprint) => status.with_reason(REASON_NO_FINGERPRINT),
-        None if cache.is_overreserved(node) => status.with_reason(REASON_RESYNC_PENDING),
-        None => status,
+    if !cache.is_stale(node) {
+        return status;
     }
+    status.with_reason(match cache.resync_check(node) {
+        Some(ResyncCheck::Mismatch) => REASON_FINGERPRINT_MISMATCH,
+        Some(ResyncCheck::NoFingerprint) => REASON_NO_FINGERPRINT,
+        None => REASON_RESYNC_PENDING,
+    })
 }
 
 fn request(state: &CycleState) -> Option<&PodNumaRequest> {

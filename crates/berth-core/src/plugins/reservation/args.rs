@@ -88,7 +88,10 @@ impl ReservationArgs {
             ("controllerWorkers", a.controller_workers),
         ] {
             if v.is_some_and(|v| v < 0) {
-                return Err(ConfigError::new(field, "should be greater than or equal to 0"));
+                return Err(ConfigError::new(
+                    field,
+                    "should be greater than or equal to 0",
+                ));
             }
         }
         Ok(a)
@@ -119,10 +122,14 @@ mod tests {
     fn defaults_and_validation_follow_koordinator() {
         let a = ReservationArgs::new(None).unwrap();
         assert_eq!(a.settings(), Settings::default());
-        let a = ReservationArgs::new(Some(&json!({"gcDurationSeconds": 60, "preAllocationConfig": {"enableClusterMode": true}}))).unwrap();
+        let a = ReservationArgs::new(Some(
+            &json!({"gcDurationSeconds": 60, "preAllocationConfig": {"enableClusterMode": true}}),
+        ))
+        .unwrap();
         assert_eq!(a.settings().gc_duration, 60_000);
         assert!(a.settings().enable_cluster_mode);
-        let e = ReservationArgs::new(Some(&json!({"minCandidateNodesPercentage": 101}))).unwrap_err();
+        let e =
+            ReservationArgs::new(Some(&json!({"minCandidateNodesPercentage": 101}))).unwrap_err();
         assert_eq!(e.field, "minCandidateNodesPercentage");
         let e = ReservationArgs::new(Some(&json!({"gcDurationSeconds": -1}))).unwrap_err();
         assert_eq!(e.field, "gcDurationSeconds");

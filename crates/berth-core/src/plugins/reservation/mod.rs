@@ -274,7 +274,8 @@ impl Reservation {
         }
         for &i in store.on_node(node.idx) {
             let Some(other) = store.get(i) else { continue };
-            if other.phase == ReservationPhase::Available && policies_conflict(r.policy, other.policy)
+            if other.phase == ReservationPhase::Available
+                && policies_conflict(r.policy, other.policy)
             {
                 return Status::unresolvable(crate::reservation::ERR_REASON_POLICY_CONFLICT);
             }
@@ -357,11 +358,23 @@ impl Reservation {
         status
     }
 
-    /// Picks the reservation the pod takes on `node`.
-    fn nominate(&self, cx: &Cluster, st: &State, pod: &PodInfo, ns: &NodeState, node: &NodeInfo) -> Option<(RIdx, i64)> {
+    /// Picks the reservation the pod takes on `node`. `assumed`: the pod is already
+    /// counted on the node (Reserve runs after the scheduler assumed it).
+    fn nominate(
+        &self,
+        cx: &Cluster,
+        st: &State,
+        pod: &PodInfo,
+        ns: &NodeState,
+        node: &NodeInfo,
+        assumed: bool,
+    ) -> Option<(RIdx, i64)> {
         let store = &cx.reservations;
-        let free = allocate::node_free(node);
-        let mut best: Option<((bool, i64, i64, i64, Arc<str>), RIdx, i64)> = None;
+        let mut free = allocate::node_free(node);
+        if assumed {
+            free.add(&pod.requests);
+        }
+        let mut best: Option<(allocate::NominationKey, RIdx, i64)> = None;
         for &idx in &ns.matched {
             let Some(r) = store.get(idx) else { continue };
             if r.allocate_once && !r.owner_pods.is_empty() {
@@ -465,7 +478,10 @@ impl Plugin for Reservation {
             d.name_unmatched,
             "Reservation(s) didn't match the requested reservation name",
         );
-        push(d.affinity_unmatched, "Reservation(s) didn't match affinity rules");
+        push(
+            d.affinity_unmatched,
+            "Reservation(s) didn't match affinity rules",
+        );
         push(d.unschedulable, "Reservation(s) is unschedulable");
         push(d.not_exact, "Reservation(s) is not exact matched");
         for (taint, n) in &d.taints {
@@ -499,8 +515,10 @@ impl Plugin for Reservation {
         for &n in nodes {
             let Some(info) = cx.node(n) else { continue };
             let Some(ns) = st.nodes.get(&n) else { continue };
-            let nominated = self.nominate(cx, st, pod, ns, info);
-            let order = nominated.and_then(|(i, _)| cx.reservations.get(i)).and_then(|r| r.order);
+            let nominated = self.nominate(cx, st, pod, ns, info, false);
+            let order = nominated
+                .and_then(|(i, _)| cx.reservations.get(i))
+                .and_then(|r| r.order);
             if let Some(o) = order {
                 if preferred.is_none_or(|(p, pn)| (o, n) < (p, pn)) {
                     preferred = Some((o, n));
@@ -557,11 +575,13 @@ impl Plugin for Reservation {
                 Some(i) => Some(i),
                 None => cx
                     .node(node)
-                    .and_then(|info| self.nominate(cx, st, pod, ns, info))
+                    .and_then(|info| self.nominate(cx, st, pod, ns, info, true))
                     .map(|(i, _)| i),
             },
         };
-        let Some(idx) = nominated.filter(|i| cx.reservations.get(*i).is_some_and(|r| r.matchable())) else {
+        let Some(idx) =
+            nominated.filter(|i| cx.reservations.get(*i).is_some_and(|r| r.matchable()))
+        else {
             if st.has_affinity {
                 return Status::unschedulable(crate::reservation::ERR_REASON_AFFINITY);
             }
