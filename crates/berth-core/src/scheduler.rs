@@ -529,6 +529,9 @@ impl Scheduler {
         if num_all == 0 {
             return Outcome::Failed(diag);
         }
+        for &i in &prof.pre_filter {
+            prof.plugins[i].before_pre_filter(cx, &mut state, pod);
+        }
         // PreFilter.
         let mut rejected_by = None;
         for &i in &prof.pre_filter {

@@ -66,7 +66,9 @@ impl NodeAgent {
                 annotations: BTreeMap::new(),
             };
         };
-        let same = |p: &Pod| p.metadata.namespace == pod.metadata.namespace && p.metadata.name == pod.metadata.name;
+        let same = |p: &Pod| {
+            p.metadata.namespace == pod.metadata.namespace && p.metadata.name == pod.metadata.name
+        };
         let running = store
             .pods_on(node)
             .filter(|p| is_running(p) && !same(p))

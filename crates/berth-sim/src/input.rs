@@ -18,9 +18,7 @@ use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::Value;
 
-use berth_api::k8s_openapi::api::core::v1::{
-    Event as CoreEvent, Node, Pod,
-};
+use berth_api::k8s_openapi::api::core::v1::{Event as CoreEvent, Node, Pod};
 use berth_api::k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use berth_api::k8s_openapi::api::scheduling::v1::PriorityClass;
 use berth_api::k8s_openapi::api::storage::v1::CSINode;
@@ -642,7 +640,11 @@ fn check_quantity(q: &Value, field: &str, non_negative: bool) -> Result<(), Fiel
 
 /// Checks a `ResourceList` (`{cpu: 500m, memory: 1Gi}`) at `path`. A value of the wrong type
 /// is left for the typed read to report.
-fn check_resource_list(v: Option<&Value>, path: &str, non_negative: bool) -> Result<(), FieldError> {
+fn check_resource_list(
+    v: Option<&Value>,
+    path: &str,
+    non_negative: bool,
+) -> Result<(), FieldError> {
     let Some(map) = v.and_then(Value::as_object) else {
         return Ok(());
     };
@@ -846,14 +848,18 @@ mod tests {
     fn wrong_types_name_their_path() {
         let e = err("apiVersion: v1\nkind: Pod\nmetadata: {name: p, labels: {app: true}}\n");
         assert_eq!(e.field, "metadata.labels.app");
-        let e = err("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: {containers: [{image: x}]}\n");
+        let e = err(
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: {containers: [{image: x}]}\n",
+        );
         assert_eq!(e.field, "spec.containers[0].name");
         assert_eq!(e.message, "Required value");
-        let e = err("apiVersion: v1\nkind: Node\nmetadata: {name: n}\nspec: {taints: [{key: k}]}\n");
+        let e =
+            err("apiVersion: v1\nkind: Node\nmetadata: {name: n}\nspec: {taints: [{key: k}]}\n");
         assert_eq!(e.field, "spec.taints[0].effect");
         let e = err("apiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\nmetadata: {name: x}\n");
         assert_eq!(e.field, "value");
-        let e = err("apiVersion: v1\nkind: Node\nmetadata: {name: n}\nspec: {unschedulable: maybe}\n");
+        let e =
+            err("apiVersion: v1\nkind: Node\nmetadata: {name: n}\nspec: {unschedulable: maybe}\n");
         assert_eq!(e.field, "spec.unschedulable");
     }
 
@@ -869,7 +875,10 @@ mod tests {
     #[test]
     fn namespaces_default_for_namespaced_kinds_only() {
         let input = ok("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\n---\napiVersion: v1\nkind: Node\nmetadata: {name: n, namespace: x}\n");
-        assert_eq!(item_meta(&input.items[0].1).namespace.as_deref(), Some("default"));
+        assert_eq!(
+            item_meta(&input.items[0].1).namespace.as_deref(),
+            Some("default")
+        );
         assert_eq!(item_meta(&input.items[1].1).namespace, None);
     }
 
@@ -916,15 +925,14 @@ mod tests {
 
     #[test]
     fn lists_are_expanded_and_errors_point_into_them() {
-        let input = ok(&format!(
-            "apiVersion: v1\nkind: List\nitems:\n- {{apiVersion: v1, kind: Node, metadata: {{name: a}}}}\n- {{apiVersion: v1, kind: Node, metadata: {{name: b}}}}\n"
-        ));
+        let input = ok("apiVersion: v1\nkind: List\nitems:\n- {apiVersion: v1, kind: Node, metadata: {name: a}}\n- {apiVersion: v1, kind: Node, metadata: {name: b}}\n");
         assert_eq!(input.items.len(), 2);
         let e = err("apiVersion: v1\nkind: List\nitems:\n- {apiVersion: v1, kind: Node, metadata: {name: a}, status: {capacity: {cpu: x}}}\n");
         assert_eq!(e.field, "items[0].status.capacity.cpu");
     }
 
-    const SCENARIO: &str = "apiVersion: sim.berth.dev/v1alpha1\nkind: Scenario\nmetadata: {name: s}\nspec:\n";
+    const SCENARIO: &str =
+        "apiVersion: sim.berth.dev/v1alpha1\nkind: Scenario\nmetadata: {name: s}\nspec:\n";
 
     #[test]
     fn a_scenario_is_decoded_with_its_steps() {
@@ -954,13 +962,17 @@ mod tests {
         assert!(e.message.contains("unknown field `wait`"), "{e}");
         let e = err(&format!("{SCENARIO}  steps:\n  - {{}}\n"));
         assert_eq!(e.field, "spec.steps[0]");
-        let e = err(&format!("{SCENARIO}  steps:\n  - delete: [{{kind: Deployment, name: d}}]\n"));
+        let e = err(&format!(
+            "{SCENARIO}  steps:\n  - delete: [{{kind: Deployment, name: d}}]\n"
+        ));
         assert_eq!(e.field, "spec.steps[0].delete[0].kind");
     }
 
     #[test]
     fn only_one_scenario_is_allowed() {
-        let e = err(&format!("{SCENARIO}  steps: []\n---\n{SCENARIO}  steps: []\n"));
+        let e = err(&format!(
+            "{SCENARIO}  steps: []\n---\n{SCENARIO}  steps: []\n"
+        ));
         assert_eq!(e.doc, 1);
     }
 }

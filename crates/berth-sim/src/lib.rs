@@ -8,6 +8,7 @@
 
 pub mod agent;
 pub mod bench;
+pub mod bench_numa;
 pub mod error;
 pub mod input;
 pub mod numa_agent;

@@ -188,12 +188,10 @@ impl Machine {
     fn unaligned(&self, unit: &Resources) -> String {
         unit.iter()
             .find(|(name, amount)| {
-                self.listed(name.as_str()) && self.zones.iter().all(|z| z.free(name.as_str()) < *amount)
+                self.listed(name.as_str())
+                    && self.zones.iter().all(|z| z.free(name.as_str()) < *amount)
             })
-            .map_or_else(
-                || "cpu".to_string(),
-                |(n, _)| n.as_str().to_string(),
-            )
+            .map_or_else(|| "cpu".to_string(), |(n, _)| n.as_str().to_string())
     }
 
     /// Gives `unit` to the pod from zone `pos` (all of it) or, with `None`, spread over the
@@ -309,8 +307,10 @@ pub fn admit<'a>(
     for p in running {
         machine.charge_running(p);
     }
-    let info = match PodInfo::new(std::sync::Arc::new(pod.clone()), &mut ResourceNames::default())
-    {
+    let info = match PodInfo::new(
+        std::sync::Arc::new(pod.clone()),
+        &mut ResourceNames::default(),
+    ) {
         Ok(i) => i,
         Err(_) => return admit_plain,
     };
@@ -383,7 +383,8 @@ pub fn republish<'a>(
             if zone.type_ != ZONE_TYPE_NUMA_NODE {
                 continue;
             }
-            let Some(m) = numa_id(&zone.name).and_then(|id| machine.zones.iter().find(|z| z.id == id))
+            let Some(m) =
+                numa_id(&zone.name).and_then(|id| machine.zones.iter().find(|z| z.id == id))
             else {
                 continue;
             };
@@ -487,7 +488,12 @@ mod tests {
     #[test]
     fn single_numa_node_places_each_pod_in_one_zone_and_rejects_what_fits_none() {
         let nrt = nrt("single-numa-node", "container");
-        let pods = [gpod("a", "5"), gpod("b", "5"), gpod("c", "4"), gpod("d", "1")];
+        let pods = [
+            gpod("a", "5"),
+            gpod("b", "5"),
+            gpod("c", "4"),
+            gpod("d", "1"),
+        ];
         let (_, v) = admit_all(&nrt, &pods);
         // Zone 0 has CPUs 2-7 (0-1 reserved), zone 1 has 8-15.
         assert_eq!(cpuset(&v[0]).as_deref(), Some("2-6"));
@@ -497,7 +503,11 @@ mod tests {
             "{:?}",
             v[2]
         );
-        assert_eq!(cpuset(&v[3]).as_deref(), Some("7"), "1 CPU still fits zone 0");
+        assert_eq!(
+            cpuset(&v[3]).as_deref(),
+            Some("7"),
+            "1 CPU still fits zone 0"
+        );
     }
 
     #[test]
@@ -516,7 +526,10 @@ mod tests {
         let burstable = (*pod("b").req("cpu", "7").build()).clone();
         let fractional = gpod("f", "1500m");
         let (running, v) = admit_all(&nrt, &[burstable, fractional]);
-        assert!(v.iter().all(|v| *v == NumaAdmission::Admit { resource_status: None }));
+        assert!(v.iter().all(|v| *v
+            == NumaAdmission::Admit {
+                resource_status: None
+            }));
         let out = republish(&nrt, running.iter());
         assert_eq!(out.spec.zones[0].resources[0].available.0, "6");
     }
@@ -528,11 +541,23 @@ mod tests {
         let out = republish(&nrt, running.iter());
         let avail = |z: usize, r: usize| out.spec.zones[z].resources[r].available.0.clone();
         // a (5) and b (3) cannot share zone 0 (6 CPUs): b goes to zone 1.
-        assert_eq!((avail(0, 0), avail(1, 0)), ("1".to_string(), "5".to_string()));
-        assert_eq!((avail(0, 1), avail(1, 1)), ("15Gi".to_string(), "15Gi".to_string()));
+        assert_eq!(
+            (avail(0, 0), avail(1, 0)),
+            ("1".to_string(), "5".to_string())
+        );
+        assert_eq!(
+            (avail(0, 1), avail(1, 1)),
+            ("15Gi".to_string(), "15Gi".to_string())
+        );
         let want = fingerprint::sign([("default", "a"), ("default", "b")]);
-        assert_eq!(out.attribute(ATTRIBUTE_POD_FINGERPRINT), Some(want.as_str()));
-        assert_eq!(out.annotation(ANNOTATION_POD_FINGERPRINT), Some(want.as_str()));
+        assert_eq!(
+            out.attribute(ATTRIBUTE_POD_FINGERPRINT),
+            Some(want.as_str())
+        );
+        assert_eq!(
+            out.annotation(ANNOTATION_POD_FINGERPRINT),
+            Some(want.as_str())
+        );
         // Republishing the republished object replaces the attribute, it does not add one.
         let again = republish(&out, std::iter::empty());
         let n = again
@@ -565,6 +590,9 @@ mod tests {
         let (_, v) = admit_all(&nrt("single-numa-node", "container"), &[two("p")]);
         assert_eq!(cpuset(&v[0]).as_deref(), Some("2-6,8-12"));
         let (_, v) = admit_all(&nrt("single-numa-node", "pod"), &[two("p")]);
-        assert!(matches!(v[0], NumaAdmission::Reject { .. }), "10 CPUs fit no zone");
+        assert!(
+            matches!(v[0], NumaAdmission::Reject { .. }),
+            "10 CPUs fit no zone"
+        );
     }
 }

@@ -328,7 +328,10 @@ mod tests {
         let t = table(&sim(TEXT));
         assert!(t.contains("PLACEMENTS"), "{t}");
         assert!(t.contains("default     b     n1"), "{t}");
-        assert!(t.contains("0/1 nodes are available: 1 Insufficient cpu."), "{t}");
+        assert!(
+            t.contains("0/1 nodes are available: 1 Insufficient cpu."),
+            "{t}"
+        );
         assert!(t.contains("1/2 (50%)"), "{t}");
     }
 

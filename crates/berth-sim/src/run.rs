@@ -75,10 +75,7 @@ pub fn simulate(options: &Options, stdin: &mut dyn Read) -> Result<Simulation, E
         None => Vec::new(),
     };
     let input = input::read_files(&options.files, stdin)?;
-    let config = Config {
-        seed: options.seed,
-        ..Config::default()
-    };
+    let config = Config { seed: options.seed };
     Ok(Simulation::run(profiles, config, &input))
 }
 
@@ -154,11 +151,18 @@ mod tests {
             files: vec!["-".into()],
             ..Options::default()
         };
-        let mut stdin = "apiVersion: v1\nkind: Node\nmetadata: {name: n1}\n---\nkind: Widget\napiVersion: v1\n".as_bytes();
+        let mut stdin =
+            "apiVersion: v1\nkind: Node\nmetadata: {name: n1}\n---\nkind: Widget\napiVersion: v1\n"
+                .as_bytes();
         let out = run(&opts, &mut stdin);
         assert_eq!(out.code, 2);
         assert!(out.stdout.is_empty());
-        assert!(out.stderr.contains("<stdin>: document 1: kind: unknown kind"), "{}", out.stderr);
+        assert!(
+            out.stderr
+                .contains("<stdin>: document 1: kind: unknown kind"),
+            "{}",
+            out.stderr
+        );
     }
 
     #[test]

@@ -308,10 +308,7 @@ impl Simulation {
     /// simulator lets scenario files write priorities directly).
     fn resolve_priority(&self, pod: &mut Pod) -> Result<(), String> {
         let spec = pod.spec.get_or_insert_with(Default::default);
-        let class = spec
-            .priority_class_name
-            .clone()
-            .filter(|c| !c.is_empty());
+        let class = spec.priority_class_name.clone().filter(|c| !c.is_empty());
         let (value, policy) = match class {
             Some(name) => {
                 if let Some((_, v)) = SYSTEM_PRIORITY_CLASSES.iter().find(|(n, _)| *n == name) {
@@ -321,9 +318,7 @@ impl Simulation {
                         .store
                         .get(&ObjectKey::cluster(Kind::PriorityClass, &name))
                     {
-                        Some(Object::PriorityClass(pc)) => {
-                            (pc.value, pc.preemption_policy.clone())
-                        }
+                        Some(Object::PriorityClass(pc)) => (pc.value, pc.preemption_policy.clone()),
                         _ => return Err(format!("no PriorityClass with name {name} was found")),
                     }
                 }
@@ -470,7 +465,9 @@ impl Simulation {
             }
             Effect::ReservationStatus { name, status } => {
                 let Some(r) = self.store.reservation(&name) else {
-                    self.warn(format!("status for reservation {name}, which does not exist"));
+                    self.warn(format!(
+                        "status for reservation {name}, which does not exist"
+                    ));
                     return;
                 };
                 let mut r = (**r).clone();
@@ -526,12 +523,7 @@ impl Simulation {
 
     /// PreBind annotations, then the Binding: `spec.nodeName` and `PodScheduled=True`; the
     /// bound pod goes back to the scheduler, then to the kubelet.
-    fn bind(
-        &mut self,
-        key: ObjectKey,
-        node: String,
-        annotations: BTreeMap<String, String>,
-    ) {
+    fn bind(&mut self, key: ObjectKey, node: String, annotations: BTreeMap<String, String>) {
         let Some(p) = self.store.pod(&key) else {
             let message = format!("pods \"{}\" not found", key.name);
             self.core
@@ -736,19 +728,13 @@ impl Simulation {
             if let Some(want) = &e.phase {
                 let got = status.and_then(|s| s.phase.as_deref());
                 if got != Some(want.as_str()) {
-                    failures.push(format!(
-                        "pod {key}: phase is {}, want {want:?}",
-                        show(got)
-                    ));
+                    failures.push(format!("pod {key}: phase is {}, want {want:?}", show(got)));
                 }
             }
             if let Some(want) = &e.reason {
                 let got = status.and_then(|s| s.reason.as_deref());
                 if got != Some(want.as_str()) {
-                    failures.push(format!(
-                        "pod {key}: reason is {}, want {want:?}",
-                        show(got)
-                    ));
+                    failures.push(format!("pod {key}: reason is {}, want {want:?}", show(got)));
                 }
             }
         }
@@ -903,7 +889,10 @@ fn carry_over_pod(pod: &mut Pod, old: &Pod) {
         if let Some(node) = old_node {
             spec.node_name = Some(node);
             if let Some(old_ann) = &old.metadata.annotations {
-                let ann = pod.metadata.annotations.get_or_insert_with(Default::default);
+                let ann = pod
+                    .metadata
+                    .annotations
+                    .get_or_insert_with(Default::default);
                 for (k, v) in old_ann {
                     ann.entry(k.clone()).or_insert_with(|| v.clone());
                 }
@@ -988,12 +977,18 @@ mod tests {
         let status = p.status.as_ref().unwrap();
         assert_eq!(status.phase.as_deref(), Some("Running"));
         let cond = &status.conditions.as_ref().unwrap()[0];
-        assert_eq!((cond.type_.as_str(), cond.status.as_str()), ("PodScheduled", "True"));
+        assert_eq!(
+            (cond.type_.as_str(), cond.status.as_str()),
+            ("PodScheduled", "True")
+        );
         assert!(p.metadata.uid.is_some() && p.metadata.creation_timestamp.is_some());
         let events: Vec<_> = sim.store().events().collect();
         assert_eq!(events.len(), 1);
         assert_eq!(events[0].reason.as_deref(), Some("Scheduled"));
-        assert_eq!(events[0].metadata.name.as_deref(), Some("p.0000000000000001"));
+        assert_eq!(
+            events[0].metadata.name.as_deref(),
+            Some("p.0000000000000001")
+        );
         assert_eq!(
             events[0].message.as_deref(),
             Some("Successfully assigned default/p to n1")
@@ -1018,7 +1013,10 @@ mod tests {
     fn a_pod_given_on_a_node_is_running_there_without_the_scheduler() {
         let sim = run(&format!("{NODES}apiVersion: v1\nkind: Pod\nmetadata: {{name: old}}\nspec: {{nodeName: n1, containers: [{{name: c, resources: {{requests: {{cpu: 2}}}}}}]}}\n---\n{}", pod("new", "1")));
         let old = sim.store().pod(&ObjectKey::pod("default", "old")).unwrap();
-        assert_eq!(old.status.as_ref().unwrap().phase.as_deref(), Some("Running"));
+        assert_eq!(
+            old.status.as_ref().unwrap().phase.as_deref(),
+            Some("Running")
+        );
         assert_eq!(node_of(&sim, "new"), None, "n1 is full");
     }
 
@@ -1034,7 +1032,10 @@ mod tests {
         let spec = b.spec.as_ref().unwrap();
         assert_eq!(spec.priority, Some(10));
         assert_eq!(spec.priority_class_name.as_deref(), Some("low"));
-        assert_eq!(spec.preemption_policy.as_deref(), Some("PreemptLowerPriority"));
+        assert_eq!(
+            spec.preemption_policy.as_deref(),
+            Some("PreemptLowerPriority")
+        );
     }
 
     #[test]

@@ -92,7 +92,8 @@ impl Store {
     fn unindex(&mut self, key: &ObjectKey, old: &Pod) {
         let Some(node) = node_of(old) else { return };
         // The new version may sit on the same node: keep the entry if so.
-        let still_there = matches!(self.objects.get(key), Some(Object::Pod(p)) if node_of(p) == Some(node));
+        let still_there =
+            matches!(self.objects.get(key), Some(Object::Pod(p)) if node_of(p) == Some(node));
         if still_there {
             return;
         }
@@ -187,7 +188,11 @@ mod tests {
         assert_eq!(s.pods_on("n1").count(), 1);
         assert_eq!(s.pods_on("n2").count(), 1);
         s.insert(bound("b", "n1"));
-        assert_eq!(s.pods_on("n1").count(), 1, "replacing in place keeps the entry");
+        assert_eq!(
+            s.pods_on("n1").count(),
+            1,
+            "replacing in place keeps the entry"
+        );
         s.remove(&ObjectKey::pod("default", "b"));
         assert_eq!(s.pods_on("n1").count(), 0);
     }

@@ -66,11 +66,17 @@ fn a_stale_burst_has_no_topology_affinity_error_with_the_cache_and_some_without(
     assert_eq!(cached.failed_expectations(), 0, "{:?}", cached.log());
     assert_eq!(topology_errors(&cached), Vec::<String>::new());
     let m = cached.core().numa_metrics();
-    assert!(m.cache.fingerprint_matches >= 1 && m.cache.flushes >= 1, "{m:?}");
+    assert!(
+        m.cache.fingerprint_matches >= 1 && m.cache.flushes >= 1,
+        "{m:?}"
+    );
 
     let passthrough = run(file, Some("tests/configs/numa-passthrough.yaml"));
     let errors = topology_errors(&passthrough);
-    assert!(!errors.is_empty(), "the stale NRT lets the kubelet reject pods");
+    assert!(
+        !errors.is_empty(),
+        "the stale NRT lets the kubelet reject pods"
+    );
     // The rejected pods hold nothing: the node is not left over-committed.
     for name in &errors {
         let p = passthrough
@@ -94,8 +100,14 @@ fn the_agent_republishes_real_availability_and_the_fingerprint() {
         panic!("the NRT is in the output");
     };
     let want = fingerprint::sign([("default", "p1"), ("default", "p2")]);
-    assert_eq!(nrt.attribute(ATTRIBUTE_POD_FINGERPRINT), Some(want.as_str()));
-    assert_eq!(nrt.annotation(ANNOTATION_POD_FINGERPRINT), Some(want.as_str()));
+    assert_eq!(
+        nrt.attribute(ATTRIBUTE_POD_FINGERPRINT),
+        Some(want.as_str())
+    );
+    assert_eq!(
+        nrt.annotation(ANNOTATION_POD_FINGERPRINT),
+        Some(want.as_str())
+    );
     let cpu: Vec<&str> = nrt
         .spec
         .zones

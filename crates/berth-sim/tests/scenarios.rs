@@ -181,7 +181,11 @@ fn a_file_passes_only_if_its_exit_status_matches() {
     let dir = std::env::temp_dir().join(format!("berth-scenarios-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("wrong.yaml");
-    std::fs::write(&path, "# expect-exit: 0\napiVersion: apps/v1\nkind: Deployment\n").unwrap();
+    std::fs::write(
+        &path,
+        "# expect-exit: 0\napiVersion: apps/v1\nkind: Deployment\n",
+    )
+    .unwrap();
     let why = check(&path).expect("an unknown kind exits 2, not 0");
     assert!(why.contains("exit status 2, want 0"), "{why}");
 }

@@ -123,6 +123,11 @@ pub trait Plugin: std::fmt::Debug + Send + Sync {
     /// feeds with events), once, when the scheduler is built.
     fn init(&self, _cx: &mut Cluster) {}
 
+    /// Runs before every PreFilter (Koordinator's `PreFilterTransformer`): state other
+    /// plugins' PreFilter reads (the reservations a pod may use, whose stand-ins its
+    /// affinity and spread must not count). Failures are reported by this plugin's PreFilter.
+    fn before_pre_filter(&self, _cx: &Cluster, _state: &mut CycleState, _pod: &PodInfo) {}
+
     /// Computes per-pod state once. Return `Status::skip()` to skip this plugin's Filter.
     fn pre_filter(&self, _cx: &Cluster, _state: &mut CycleState, _pod: &PodInfo) -> Status {
         Status::skip()

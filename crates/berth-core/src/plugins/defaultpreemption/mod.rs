@@ -388,10 +388,14 @@ fn reprieve(
 
 impl Fit<'_> {
     /// Whether the pod fits node `idx` of `sim`: the profile's PreFilter (on `sim`, from
-    /// scratch) and Filter with nominated pods.
+    /// scratch, after the `before_pre_filter` hooks, as a cycle runs them) and Filter with
+    /// nominated pods.
     fn check(&self, sim: &Cluster, idx: NodeIdx) -> Status {
         let profile = self.profile;
         let mut state = CycleState::default();
+        for &i in &profile.pre_filter {
+            profile.plugins[i].before_pre_filter(sim, &mut state, self.pod);
+        }
         for &i in &profile.pre_filter {
             let p = &profile.plugins[i];
             let st = p.pre_filter(sim, &mut state, self.pod);

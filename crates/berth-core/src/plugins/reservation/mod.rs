@@ -77,6 +77,8 @@ pub struct State {
     claims: HashMap<ObjectKey, u32>,
     diag: Diag,
     assumed: Option<(Arc<str>, Arc<str>)>,
+    /// PreFilter's verdict, computed before every PreFilter and returned by ours.
+    pre_filter: Option<Status>,
 }
 
 impl State {
@@ -415,7 +417,7 @@ impl Plugin for Reservation {
         Some(self.args.settings())
     }
 
-    fn pre_filter(&self, cx: &Cluster, state: &mut CycleState, pod: &PodInfo) -> Status {
+    fn before_pre_filter(&self, cx: &Cluster, state: &mut CycleState, pod: &PodInfo) {
         let mut st = State::default();
         let status = if pod.is_reserve_pod() {
             st.reserve_pod = true;
@@ -423,11 +425,26 @@ impl Plugin for Reservation {
         } else {
             self.pre_filter_pod(cx, pod, &mut st)
         };
+        st.pre_filter = Some(status);
+        state.reservation = Some(Box::new(st));
+    }
+
+    fn pre_filter(&self, cx: &Cluster, state: &mut CycleState, pod: &PodInfo) -> Status {
+        if state
+            .reservation
+            .as_ref()
+            .is_none_or(|s| s.pre_filter.is_none())
+        {
+            self.before_pre_filter(cx, state, pod);
+        }
+        let Some(st) = state.reservation.as_deref_mut() else {
+            return Status::error("Reservation: no cycle state");
+        };
+        let status = st.pre_filter.take().unwrap_or_default();
         if st.has_affinity && status.is_success() {
             let nodes: Vec<NodeIdx> = st.nodes.keys().copied().collect();
             state.restrict_nodes(crate::plugins::names::RESERVATION, nodes);
         }
-        state.reservation = Some(Box::new(st));
         status
     }
 
