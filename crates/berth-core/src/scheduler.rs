@@ -315,7 +315,8 @@ impl Scheduler {
             },
             Event::Applied(Object::NodeResourceTopology(nrt)) => {
                 match self.cluster.numa.apply_nrt(&nrt, now) {
-                    Ok(()) => self.queue.move_all(now),
+                    Ok(true) => self.queue.move_all(now),
+                    Ok(false) => {}
                     Err(e) => self.record(
                         ObjectKey::cluster(Kind::NodeResourceTopology, nrt.node_name()),
                         nrt.metadata.uid.as_deref().unwrap_or(""),

@@ -146,3 +146,18 @@ pub fn format_report(r: &Report) -> String {
         r.nodes_filtered_per_cycle,
     )
 }
+
+/// Runs a named suite and returns one report line per case, printed as each finishes.
+pub fn run_suite(suite: &str, nodes: usize, pods: usize) -> Result<Vec<String>, String> {
+    let cases = match suite {
+        "basic" | "all" => default_cases(nodes, pods),
+        other => return Err(format!("unknown bench suite {other:?}; want basic or all")),
+    };
+    let mut lines = Vec::new();
+    for case in &cases {
+        let line = format_report(&run_case(case));
+        eprintln!("{line}");
+        lines.push(line);
+    }
+    Ok(lines)
+}

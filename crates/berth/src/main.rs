@@ -25,6 +25,22 @@ enum Command {
     /// Print the CustomResourceDefinitions berth reads (Reservation, NodeResourceTopology)
     /// as multi-document YAML, for `kubectl apply -f -`.
     Crd,
+    /// Measure scheduling throughput on generated clusters (kube-scheduler's
+    /// SchedulingBasic shapes) and print pods/s and per-cycle latency.
+    Bench(BenchArgs),
+}
+
+#[derive(Debug, Args)]
+struct BenchArgs {
+    /// Nodes in the generated cluster.
+    #[arg(long, default_value_t = 5000)]
+    nodes: usize,
+    /// Pods to schedule.
+    #[arg(long, default_value_t = 10000)]
+    pods: usize,
+    /// Which cases: basic, reservations, numa or all.
+    #[arg(long, default_value = "basic")]
+    suite: String,
 }
 
 #[derive(Debug, Args)]
@@ -52,6 +68,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Simulate(args) => simulate(args),
         Command::Crd => crd().map(|()| 0),
+        Command::Bench(args) => bench(&args).map(|()| 0),
     };
     match result {
         Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
@@ -96,4 +113,15 @@ fn write_ignoring_broken_pipe(w: &mut dyn Write, text: &str) -> std::io::Result<
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
         other => other,
     }
+}
+
+fn bench(args: &BenchArgs) -> anyhow::Result<()> {
+    let mut out = std::io::stdout().lock();
+    for line in berth_sim::bench::run_suite(&args.suite, args.nodes, args.pods)
+        .map_err(|e| anyhow::anyhow!(e))?
+    {
+        writeln!(out, "{line}").context("writing standard output")?;
+        out.flush().context("writing standard output")?;
+    }
+    Ok(())
 }

@@ -164,13 +164,16 @@ impl SchedulingQueue {
     /// `hint` (kube-scheduler's queueing hints, coarse: an event names the plugins it can
     /// help).
     pub fn move_if(&mut self, now: Time, hint: impl Fn(&[&'static str]) -> bool) {
-        let keys: Vec<ObjectKey> = self
+        let mut keys: Vec<(u64, ObjectKey)> = self
             .entries
             .iter()
             .filter(|(_, e)| e.place == Where::Unschedulable && hint(&e.plugins))
-            .map(|(k, _)| k.clone())
+            .map(|(k, e)| (e.seq, k.clone()))
             .collect();
-        for k in keys {
+        // Arrival order, not the HashMap's: the order decides back-off ties, and runs must
+        // be deterministic.
+        keys.sort_unstable();
+        for (_, k) in keys {
             self.requeue(&k, now);
         }
     }
@@ -202,15 +205,16 @@ impl SchedulingQueue {
                 self.push_active(&key);
             }
         }
-        let stale: Vec<ObjectKey> = self
+        let mut stale: Vec<(u64, ObjectKey)> = self
             .entries
             .iter()
             .filter(|(_, e)| {
                 e.place == Where::Unschedulable && e.since + UNSCHEDULABLE_MAX_WAIT <= now
             })
-            .map(|(k, _)| k.clone())
+            .map(|(k, e)| (e.seq, k.clone()))
             .collect();
-        for k in stale {
+        stale.sort_unstable();
+        for (_, k) in stale {
             self.requeue(&k, now);
         }
     }

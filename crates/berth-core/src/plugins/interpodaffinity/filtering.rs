@@ -6,7 +6,7 @@
 //! Filter then only looks up the node's own pairs.
 
 use crate::cache::Cluster;
-use crate::framework::Status;
+use crate::framework::{CycleState, Status};
 use crate::model::node::NodeInfo;
 use crate::model::pod::PodInfo;
 
@@ -38,7 +38,13 @@ pub struct State {
 }
 
 /// PreFilter: `Ok(None)` when there is nothing to check (Skip).
-pub(super) fn pre_filter(cx: &Cluster, pod: &PodInfo) -> Result<Option<State>, Status> {
+/// Reservation stand-ins the pod must not see (its own reservations; every reservation when
+/// the pod is itself one) are skipped ([`crate::plugins::reservation::hidden`]).
+pub(super) fn pre_filter(
+    cx: &Cluster,
+    state: &CycleState,
+    pod: &PodInfo,
+) -> Result<Option<State>, Status> {
     let affinity = required_affinity(pod);
     let anti = required_anti_affinity(pod);
     if let Err(e) = validate(affinity.iter().chain(anti)) {
@@ -50,6 +56,9 @@ pub(super) fn pre_filter(cx: &Cluster, pod: &PodInfo) -> Result<Option<State>, S
             continue;
         }
         for existing in &node.pods {
+            if crate::plugins::reservation::hidden(state, existing, node.idx) {
+                continue;
+            }
             for t in required_anti_affinity(existing) {
                 if term_matches(t, existing, pod) {
                     s.existing_anti.add(&node.labels, &t.topology_key, 1);
@@ -60,6 +69,9 @@ pub(super) fn pre_filter(cx: &Cluster, pod: &PodInfo) -> Result<Option<State>, S
     if !affinity.is_empty() || !anti.is_empty() {
         for node in cx.nodes() {
             for existing in &node.pods {
+                if crate::plugins::reservation::hidden(state, existing, node.idx) {
+                    continue;
+                }
                 if matches_all(affinity, pod, existing) {
                     for t in affinity {
                         s.affinity.add(&node.labels, &t.topology_key, 1);

@@ -60,7 +60,7 @@ impl Plugin for InterPodAffinity {
     }
 
     fn pre_filter(&self, cx: &Cluster, state: &mut CycleState, pod: &PodInfo) -> Status {
-        match filtering::pre_filter(cx, pod) {
+        match filtering::pre_filter(cx, state, pod) {
             Ok(Some(s)) => {
                 state.inter_pod_affinity = Some(Box::new(s));
                 Status::success()
@@ -85,7 +85,7 @@ impl Plugin for InterPodAffinity {
         nodes: &[NodeIdx],
     ) -> Status {
         state.inter_pod_affinity_score = None;
-        match scoring::pre_score(&self.args, cx, pod, nodes) {
+        match scoring::pre_score(&self.args, cx, state, pod, nodes) {
             Ok(s) => {
                 state.inter_pod_affinity_score = Some(Box::new(s));
                 Status::success()

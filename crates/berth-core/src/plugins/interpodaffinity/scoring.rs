@@ -57,6 +57,7 @@ impl ScoreState {
 pub(super) fn pre_score(
     args: &InterPodAffinityArgs,
     cx: &Cluster,
+    state: &crate::framework::CycleState,
     pod: &PodInfo,
     nodes: &[NodeIdx],
 ) -> Result<ScoreState, Status> {
@@ -82,6 +83,9 @@ pub(super) fn pre_score(
         }
         let labels = &node.labels;
         for existing in &node.pods {
+            if crate::plugins::reservation::hidden(state, existing, node.idx) {
+                continue;
+            }
             if !has_constraints && !has_pod_affinity(existing) {
                 continue;
             }

@@ -161,16 +161,19 @@ impl NumaCluster {
         }
     }
 
-    /// An NRT object was created or replaced. An object the scheduler cannot read (a zone
-    /// quantity that does not parse) leaves the node's previous data in place.
+    /// An NRT object was created or replaced. Returns whether Filter and Score see new
+    /// data (false when the cache holds the update back until the node resyncs, so pods
+    /// need not be retried). An object the scheduler cannot read (a zone quantity that does
+    /// not parse) leaves the node's previous data in place.
     pub fn apply_nrt(
         &mut self,
         nrt: &NodeResourceTopology,
         now: Time,
-    ) -> Result<(), NumaConvertError> {
+    ) -> Result<bool, NumaConvertError> {
         let topology = NodeTopology::from_nrt(nrt)?;
         let node = nrt.node_name();
         let had = self.cache.topology(node).is_some();
+        let generation = self.cache.generation();
         let stamp = self.next_stamp();
         self.cache.update_nrt(node, topology, stamp);
         if !had && self.cache.topology(node).is_some() {
@@ -178,7 +181,7 @@ impl NumaCluster {
         }
         self.nrt_updates += 1;
         self.arm_if_dirty(node, now);
-        Ok(())
+        Ok(self.cache.generation() != generation)
     }
 
     /// The NRT of `node` was deleted.
@@ -311,7 +314,8 @@ pub fn pod_deleted(cx: &mut Cluster, entry: &PodEntry, foreign: bool, now: Time)
 }
 
 /// Runs the resync if it is due. Returns whether scheduling decisions may differ now (a
-/// node was flushed, or why a node stays stale changed and messages should say so).
+/// node was flushed). A node whose check merely failed changes nothing: pods rejected
+/// there are not retried for it (their message catches up at their next retry).
 pub fn resync(cx: &mut Cluster, now: Time) -> bool {
     match cx.numa.next_resync {
         Some(due) if due <= now => {}
@@ -327,7 +331,7 @@ pub fn resync(cx: &mut Cluster, now: Time) -> bool {
         numa.arm(now);
     }
     cx.numa = numa;
-    !out.flushed.is_empty() || out.checks_changed > 0
+    !out.flushed.is_empty()
 }
 
 /// The pods the scheduler believes the node agent sees on `node`: bound (a bind not yet

@@ -94,6 +94,32 @@ pub(crate) fn has_all_keys(labels: &Labels, constraints: &[Constraint]) -> bool 
 
 /// Pods in `ns` matching `selector`, leaving out terminating pods (`countPodsMatchSelector`).
 /// An empty selector counts nothing, as upstream.
+/// [`count_matching`] over a node's pods, without the reservation stand-ins the incoming pod
+/// must not see ([`crate::plugins::reservation::hidden`]: its own reservations, or every
+/// reservation when it is itself one).
+pub(crate) fn count_visible(
+    state: &crate::framework::CycleState,
+    node: &crate::model::node::NodeInfo,
+    selector: Option<&Selector>,
+    ns: &str,
+) -> i64 {
+    let n = count_matching(&node.pods, selector, ns);
+    if state.reservation.is_none() || n == 0 {
+        return n;
+    }
+    let Some(sel) = selector.filter(|s| !s.is_empty()) else {
+        return n;
+    };
+    let hidden = node
+        .pods
+        .iter()
+        .filter(|p| p.is_reserve_pod() && !p.terminating && *p.key.namespace == *ns)
+        .filter(|p| sel.matches(&p.labels))
+        .filter(|p| crate::plugins::reservation::hidden(state, p, node.idx))
+        .count() as i64;
+    n - hidden
+}
+
 pub(crate) fn count_matching(pods: &[Arc<PodInfo>], selector: Option<&Selector>, ns: &str) -> i64 {
     let Some(sel) = selector.filter(|s| !s.is_empty()) else {
         return 0;

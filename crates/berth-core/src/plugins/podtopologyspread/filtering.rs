@@ -16,7 +16,7 @@ use crate::model::node::NodeInfo;
 use crate::model::pod::PodInfo;
 
 use super::common::{
-    constraints_for, count_matching, has_all_keys, Action, Constraint, RequiredNodeAffinity,
+    constraints_for, count_visible, has_all_keys, Action, Constraint, RequiredNodeAffinity,
 };
 
 /// kube-scheduler's `ErrReasonConstraintsNotMatch`.
@@ -53,6 +53,7 @@ impl State {
 pub(super) fn pre_filter(
     defaults: &[TopologySpreadConstraint],
     cx: &Cluster,
+    state: &crate::framework::CycleState,
     pod: &PodInfo,
 ) -> Result<Option<State>, Status> {
     let constraints = constraints_for(pod, defaults, Action::DoNotSchedule)
@@ -74,7 +75,7 @@ pub(super) fn pre_filter(
             let Some(value) = node.labels.get(&c.topology_key) else {
                 continue;
             };
-            let n = count_matching(&node.pods, c.selector.as_ref(), ns);
+            let n = count_visible(state, node, c.selector.as_ref(), ns);
             match counts[i].get_mut(value.as_str()) {
                 Some(sum) => *sum += n,
                 None => {

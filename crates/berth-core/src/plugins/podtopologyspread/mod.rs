@@ -59,7 +59,7 @@ impl Plugin for PodTopologySpread {
     }
 
     fn pre_filter(&self, cx: &Cluster, state: &mut CycleState, pod: &PodInfo) -> Status {
-        match filtering::pre_filter(&self.defaults, cx, pod) {
+        match filtering::pre_filter(&self.defaults, cx, state, pod) {
             Ok(Some(s)) => {
                 state.pod_topology_spread = Some(Box::new(s));
                 Status::success()
@@ -84,7 +84,7 @@ impl Plugin for PodTopologySpread {
         nodes: &[NodeIdx],
     ) -> Status {
         state.pod_topology_spread_score = None;
-        match scoring::pre_score(&self.defaults, self.system_defaulted, cx, pod, nodes) {
+        match scoring::pre_score(&self.defaults, self.system_defaulted, cx, state, pod, nodes) {
             Ok(s) => {
                 state.pod_topology_spread_score = Some(Box::new(s));
                 Status::success()

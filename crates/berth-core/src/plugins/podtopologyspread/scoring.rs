@@ -16,8 +16,8 @@ use crate::model::node::{NodeIdx, NodeInfo};
 use crate::model::pod::PodInfo;
 
 use super::common::{
-    constraints_for, count_matching, has_all_keys, Action, Constraint, RequiredNodeAffinity,
-    LABEL_HOSTNAME,
+    constraints_for, count_matching, count_visible, has_all_keys, Action, Constraint,
+    RequiredNodeAffinity, LABEL_HOSTNAME,
 };
 
 /// What PreScore computed (`preScoreState`).
@@ -90,6 +90,7 @@ pub(super) fn pre_score(
     defaults: &[TopologySpreadConstraint],
     system_defaulted: bool,
     cx: &Cluster,
+    state: &crate::framework::CycleState,
     pod: &PodInfo,
     nodes: &[NodeIdx],
 ) -> Result<ScoreState, Status> {
@@ -163,7 +164,7 @@ pub(super) fn pre_score(
             let Some(sum) = s.counts[i].get_mut(value) else {
                 continue;
             };
-            *sum += count_matching(&node.pods, c.selector.as_ref(), ns);
+            *sum += count_visible(state, node, c.selector.as_ref(), ns);
         }
     }
     Ok(s)
