@@ -8,9 +8,9 @@
 pub mod cache;
 pub mod effect;
 pub mod event;
-pub mod framework;
 #[cfg(any(test, feature = "testing"))]
 pub mod fixtures;
+pub mod framework;
 pub mod model;
 pub mod numa;
 pub mod object;

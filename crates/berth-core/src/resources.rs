@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::ops::{Index, IndexMut};
 
 /// How many distinct resource names one scheduler can track.
-pub const MAX_RESOURCES: usize = 24;
+pub const MAX_RESOURCES: usize = 16;
 
 /// A resource's slot in a [`Resources`] vector.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -77,7 +77,13 @@ impl ResourceNames {
 
     /// The slot of `name` if it was ever seen.
     pub fn get(&self, name: &str) -> Option<ResourceId> {
-        self.ids.get(name).copied()
+        // The fixed slots are answered without hashing: scorers ask per node.
+        match name {
+            "cpu" => Some(ResourceId::CPU),
+            "memory" => Some(ResourceId::MEMORY),
+            "ephemeral-storage" => Some(ResourceId::EPHEMERAL_STORAGE),
+            _ => self.ids.get(name).copied(),
+        }
     }
 
     /// The name in slot `id`.

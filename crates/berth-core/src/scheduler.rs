@@ -611,12 +611,47 @@ impl Scheduler {
             self.next_start % n
         };
         let mut processed = 0;
+        // Preferred nodes (those holding the pod's reservations) first, then the sample.
+        let preferred = std::mem::take(&mut state.preferred_nodes);
+        for &idx in &preferred {
+            if feasible.len() >= to_find {
+                break;
+            }
+            if subset.as_ref().is_some_and(|s| !s.contains(&idx)) {
+                continue;
+            }
+            let Some(node) = cx.node(idx) else { continue };
+            self.counters.nodes_filtered += 1;
+            let st = run_filter_plugins_with_nominated_pods(
+                prof,
+                cx,
+                &state,
+                pod,
+                node,
+                &self.nominator,
+            );
+            if !self.feedback[profile].is_empty() {
+                let by = if st.is_success() { "" } else { st.plugin() };
+                self.filter_log.push((idx, by));
+            }
+            if st.is_success() {
+                feasible.push(idx);
+            } else {
+                if st.code() == Code::Unschedulable {
+                    self.resolvable.push(idx);
+                }
+                diag.add(&st);
+            }
+        }
         for k in 0..n {
             if feasible.len() >= to_find {
                 break;
             }
             let idx = candidates[(start + k) % n];
             processed += 1;
+            if preferred.binary_search(&idx).is_ok() {
+                continue;
+            }
             let Some(node) = cx.node(idx) else { continue };
             self.counters.nodes_filtered += 1;
             let st = run_filter_plugins_with_nominated_pods(
@@ -675,7 +710,11 @@ impl Scheduler {
                 // kube-scheduler fails the cycle when PreScore errors.
                 self.feasible = feasible;
                 let mut diag = Diagnosis::default();
-                diag.error = Some(format!("running PreScore plugin {:?}: {}", prof.plugins[i].name(), st.message()));
+                diag.error = Some(format!(
+                    "running PreScore plugin {:?}: {}",
+                    prof.plugins[i].name(),
+                    st.message()
+                ));
                 return Outcome::Failed(diag);
             }
         }

@@ -14,8 +14,17 @@ use proptest::prelude::*;
 
 #[derive(Debug, Clone)]
 enum Op {
-    AddNode { cpu: u32, mem_gi: u32, pods: u32 },
-    AddPod { cpu_m: u32, mem_mi: u32, port: Option<u16>, priority: i32 },
+    AddNode {
+        cpu: u32,
+        mem_gi: u32,
+        pods: u32,
+    },
+    AddPod {
+        cpu_m: u32,
+        mem_mi: u32,
+        port: Option<u16>,
+        priority: i32,
+    },
     DeletePod(usize),
     DeleteNode(usize),
     FinishPod(usize),
@@ -50,7 +59,11 @@ struct World {
 
 impl World {
     fn new() -> Self {
-        Self { api: Api::default(), s: Scheduler::new(vec![Profile::default_profile()], Config { seed: 7 }), now: 0 }
+        Self {
+            api: Api::default(),
+            s: Scheduler::new(vec![Profile::default_profile()], Config { seed: 7 }),
+            now: 0,
+        }
     }
 
     fn settle(&mut self) {
@@ -61,7 +74,9 @@ impl World {
                 if let Effect::Bind { pod: key, node, .. } = e {
                     any = true;
                     let name = key.name.to_string();
-                    let Some(p) = self.api.pods.get(&name) else { continue };
+                    let Some(p) = self.api.pods.get(&name) else {
+                        continue;
+                    };
                     let mut p = (**p).clone();
                     p.spec.get_or_insert_with(Default::default).node_name = Some(node);
                     let p = Arc::new(p);
@@ -89,10 +104,18 @@ impl World {
                 self.api.nodes.insert(name, n.clone());
                 self.s.handle(self.now, Event::Applied(Object::Node(n)));
             }
-            Op::AddPod { cpu_m, mem_mi, port, priority } => {
+            Op::AddPod {
+                cpu_m,
+                mem_mi,
+                port,
+                priority,
+            } => {
                 let name = format!("p{}", self.api.seq);
                 self.api.seq += 1;
-                let mut b = pod(&name).req("cpu", &format!("{cpu_m}m")).req("memory", &format!("{mem_mi}Mi")).priority(*priority);
+                let mut b = pod(&name)
+                    .req("cpu", &format!("{cpu_m}m"))
+                    .req("memory", &format!("{mem_mi}Mi"))
+                    .priority(*priority);
                 if let Some(port) = port {
                     b = b.host_port(i32::from(*port), "TCP", "");
                 }
@@ -104,17 +127,33 @@ impl World {
                 if self.api.pods.is_empty() {
                     return;
                 }
-                let name = self.api.pods.keys().nth(i % self.api.pods.len()).cloned().unwrap_or_default();
+                let name = self
+                    .api
+                    .pods
+                    .keys()
+                    .nth(i % self.api.pods.len())
+                    .cloned()
+                    .unwrap_or_default();
                 self.api.pods.remove(&name);
-                self.s.handle(self.now, Event::Deleted(ObjectKey::pod("default", &name)));
+                self.s
+                    .handle(self.now, Event::Deleted(ObjectKey::pod("default", &name)));
             }
             Op::DeleteNode(i) => {
                 if self.api.nodes.is_empty() {
                     return;
                 }
-                let name = self.api.nodes.keys().nth(i % self.api.nodes.len()).cloned().unwrap_or_default();
+                let name = self
+                    .api
+                    .nodes
+                    .keys()
+                    .nth(i % self.api.nodes.len())
+                    .cloned()
+                    .unwrap_or_default();
                 self.api.nodes.remove(&name);
-                self.s.handle(self.now, Event::Deleted(ObjectKey::cluster(Kind::Node, &name)));
+                self.s.handle(
+                    self.now,
+                    Event::Deleted(ObjectKey::cluster(Kind::Node, &name)),
+                );
             }
             Op::FinishPod(i) => {
                 let bound: Vec<String> = self
@@ -149,7 +188,11 @@ fn accounting(s: &Scheduler) -> BTreeMap<String, (Vec<i64>, BTreeSet<String>, Ve
         .nodes()
         .map(|n| {
             let pods: BTreeSet<String> = n.pods.iter().map(|p| p.key.to_string()).collect();
-            let mut ports: Vec<String> = n.used_ports.iter().map(|p| format!("{}/{}/{}", p.ip, p.protocol, p.port)).collect();
+            let mut ports: Vec<String> = n
+                .used_ports
+                .iter()
+                .map(|p| format!("{}/{}/{}", p.ip, p.protocol, p.port))
+                .collect();
             ports.sort();
             (n.name.to_string(), (n.requested.0.to_vec(), pods, ports))
         })
@@ -162,19 +205,43 @@ fn check(w: &World) -> Result<(), TestCaseError> {
         let mut cpu = 0;
         let mut mem = 0;
         for p in &n.pods {
-            prop_assert!(!p.terminal, "terminal pod {} still counted on {}", p.key, n.name);
+            prop_assert!(
+                !p.terminal,
+                "terminal pod {} still counted on {}",
+                p.key,
+                n.name
+            );
             cpu += p.requests[ResourceId::CPU];
             mem += p.requests[ResourceId::MEMORY];
         }
         prop_assert_eq!(cpu, n.requested[ResourceId::CPU]);
         prop_assert_eq!(mem, n.requested[ResourceId::MEMORY]);
-        prop_assert!(cpu <= n.allocatable[ResourceId::CPU], "{} overcommitted cpu: {} > {}", n.name, cpu, n.allocatable[ResourceId::CPU]);
-        prop_assert!(mem <= n.allocatable[ResourceId::MEMORY], "{} overcommitted memory", n.name);
-        prop_assert!(n.pods.len() as i64 <= n.allowed_pods, "{} has too many pods", n.name);
+        prop_assert!(
+            cpu <= n.allocatable[ResourceId::CPU],
+            "{} overcommitted cpu: {} > {}",
+            n.name,
+            cpu,
+            n.allocatable[ResourceId::CPU]
+        );
+        prop_assert!(
+            mem <= n.allocatable[ResourceId::MEMORY],
+            "{} overcommitted memory",
+            n.name
+        );
+        prop_assert!(
+            n.pods.len() as i64 <= n.allowed_pods,
+            "{} has too many pods",
+            n.name
+        );
         let ports: Vec<_> = n.pods.iter().flat_map(|p| p.host_ports.iter()).collect();
         for (i, a) in ports.iter().enumerate() {
             for b in &ports[i + 1..] {
-                prop_assert!(!a.conflicts(b), "{} host port {} used twice", n.name, a.port);
+                prop_assert!(
+                    !a.conflicts(b),
+                    "{} host port {} used twice",
+                    n.name,
+                    a.port
+                );
             }
         }
     }
@@ -184,7 +251,11 @@ fn check(w: &World) -> Result<(), TestCaseError> {
         prop_assert!(entry.is_some(), "cache lost pod {}", name);
         if let Some(node) = p.spec.as_ref().and_then(|s| s.node_name.as_ref()) {
             prop_assert_eq!(entry.map(|e| e.state), Some(PodState::Bound));
-            let terminal = p.status.as_ref().and_then(|s| s.phase.as_deref()).is_some_and(|ph| ph == "Succeeded");
+            let terminal = p
+                .status
+                .as_ref()
+                .and_then(|s| s.phase.as_deref())
+                .is_some_and(|ph| ph == "Succeeded");
             if let Some(n) = w.s.cluster.node_by_name(node) {
                 let on = n.pods.iter().any(|q| &*q.key.name == name);
                 prop_assert_eq!(on, !terminal, "pod {} presence on {}", name, node);
@@ -221,10 +292,28 @@ proptest! {
 #[test]
 fn pending_pods_wait_and_do_not_count() {
     let mut w = World::new();
-    w.apply(&Op::AddNode { cpu: 1, mem_gi: 1, pods: 1 });
-    w.apply(&Op::AddPod { cpu_m: 600, mem_mi: 10, port: None, priority: 0 });
-    w.apply(&Op::AddPod { cpu_m: 600, mem_mi: 10, port: None, priority: 0 });
-    let n = w.s.cluster.nodes().next().map(|n| (n.pods.len(), n.requested[ResourceId::CPU]));
+    w.apply(&Op::AddNode {
+        cpu: 1,
+        mem_gi: 1,
+        pods: 1,
+    });
+    w.apply(&Op::AddPod {
+        cpu_m: 600,
+        mem_mi: 10,
+        port: None,
+        priority: 0,
+    });
+    w.apply(&Op::AddPod {
+        cpu_m: 600,
+        mem_mi: 10,
+        port: None,
+        priority: 0,
+    });
+    let n =
+        w.s.cluster
+            .nodes()
+            .next()
+            .map(|n| (n.pods.len(), n.requested[ResourceId::CPU]));
     assert_eq!(n, Some((1, 600)));
     check(&w).unwrap();
 }

@@ -72,7 +72,11 @@ pub fn fit_only_profile() -> Profile {
 
 /// Runs one case.
 pub fn run_case(case: &Case) -> Report {
-    let profile = if case.fit_only { fit_only_profile() } else { Profile::default_profile() };
+    let profile = if case.fit_only {
+        fit_only_profile()
+    } else {
+        Profile::default_profile()
+    };
     let mut s = Scheduler::new(vec![profile], Config { seed: 1 });
     for n in fixtures::nodes(case.nodes) {
         s.handle(0, Event::Applied(Object::Node(n)));
@@ -96,7 +100,12 @@ pub fn run_case(case: &Case) -> Report {
     let wall = wall.elapsed();
     let cycle_time = cycles.iter().sum();
     cycles.sort_unstable();
-    let pct = |q: f64| cycles.get(((cycles.len() as f64 * q) as usize).min(cycles.len().saturating_sub(1))).copied().unwrap_or_default();
+    let pct = |q: f64| {
+        cycles
+            .get(((cycles.len() as f64 * q) as usize).min(cycles.len().saturating_sub(1)))
+            .copied()
+            .unwrap_or_default()
+    };
     Report {
         case: case.clone(),
         scheduled: s.counters.scheduled,
@@ -105,7 +114,8 @@ pub fn run_case(case: &Case) -> Report {
         wall,
         p50: pct(0.50),
         p99: pct(0.99),
-        nodes_filtered_per_cycle: (s.counters.nodes_filtered - filtered0) as f64 / cycles.len().max(1) as f64,
+        nodes_filtered_per_cycle: (s.counters.nodes_filtered - filtered0) as f64
+            / cycles.len().max(1) as f64,
     }
 }
 
@@ -117,7 +127,9 @@ fn drain(s: &mut Scheduler) {
 fn confirm_binds(s: &mut Scheduler) {
     while let Some(e) = s.poll_effect() {
         if let Effect::Bind { pod, node, .. } = e {
-            let Some(entry) = s.cluster.pod(&pod) else { continue };
+            let Some(entry) = s.cluster.pod(&pod) else {
+                continue;
+            };
             let mut p = (*entry.info.pod).clone();
             p.spec.get_or_insert_with(Default::default).node_name = Some(node);
             s.handle(0, Event::Applied(Object::Pod(Arc::new(p))));
@@ -128,8 +140,18 @@ fn confirm_binds(s: &mut Scheduler) {
 /// The standard cases.
 pub fn default_cases(nodes: usize, pods: usize) -> Vec<Case> {
     vec![
-        Case { name: format!("SchedulingBasic/{nodes}Nodes_{pods}Pods/default-profile"), nodes, pods, fit_only: false },
-        Case { name: format!("SchedulingBasic/{nodes}Nodes_{pods}Pods/fit-only"), nodes, pods, fit_only: true },
+        Case {
+            name: format!("SchedulingBasic/{nodes}Nodes_{pods}Pods/default-profile"),
+            nodes,
+            pods,
+            fit_only: false,
+        },
+        Case {
+            name: format!("SchedulingBasic/{nodes}Nodes_{pods}Pods/fit-only"),
+            nodes,
+            pods,
+            fit_only: true,
+        },
     ]
 }
 

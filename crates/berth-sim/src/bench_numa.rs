@@ -108,7 +108,11 @@ impl Outcome {
 
 const START: Time = 1_704_067_200_000;
 
-fn node_object(name: &str, zones: i64, cpus: i64) -> Arc<berth_api::k8s_openapi::api::core::v1::Node> {
+fn node_object(
+    name: &str,
+    zones: i64,
+    cpus: i64,
+) -> Arc<berth_api::k8s_openapi::api::core::v1::Node> {
     let v = json!({
         "apiVersion": "v1", "kind": "Node",
         "metadata": {"name": name, "uid": format!("uid-{name}"), "labels": {"kubernetes.io/hostname": name}},
@@ -237,10 +241,13 @@ impl Driver {
             NumaAdmission::Admit { resource_status } => {
                 status.phase = Some("Running".into());
                 if let Some(rs) = resource_status {
-                    p.metadata.annotations.get_or_insert_with(Default::default).insert(
-                        berth_api::annotations::ANNOTATION_RESOURCE_STATUS.to_string(),
-                        rs,
-                    );
+                    p.metadata
+                        .annotations
+                        .get_or_insert_with(Default::default)
+                        .insert(
+                            berth_api::annotations::ANNOTATION_RESOURCE_STATUS.to_string(),
+                            rs,
+                        );
                 }
                 running.push(p.clone());
             }
@@ -286,7 +293,10 @@ pub fn run_mode(p: &Params, cache: bool) -> Outcome {
     for i in 0..p.nodes {
         let name = format!("node-{i:05}");
         let zones = 2 + (i % 7) as i64;
-        d.apply(START, Object::Node(node_object(&name, zones, p.cpus_per_zone)));
+        d.apply(
+            START,
+            Object::Node(node_object(&name, zones, p.cpus_per_zone)),
+        );
         let nrt = Arc::new(nrt_object(&name, zones, p.cpus_per_zone));
         d.nrts.insert(name, nrt.clone());
         d.apply(START, Object::NodeResourceTopology(nrt));
@@ -439,6 +449,9 @@ mod tests {
             settle: 60_000,
             ..Params::default()
         });
-        assert!(r.contains("  cache ") && r.contains("  passthrough "), "{r}");
+        assert!(
+            r.contains("  cache ") && r.contains("  passthrough "),
+            "{r}"
+        );
     }
 }

@@ -71,7 +71,7 @@ fn a_stale_burst_has_no_topology_affinity_error_with_the_cache_and_some_without(
         "{m:?}"
     );
 
-    let passthrough = run(file, Some("tests/configs/numa-passthrough.yaml"));
+    let passthrough = run(file, Some("tests/scenarios/configs/numa-passthrough.yaml"));
     let errors = topology_errors(&passthrough);
     assert!(
         !errors.is_empty(),

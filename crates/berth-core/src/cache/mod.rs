@@ -40,6 +40,24 @@ pub struct PodEntry {
     pub state: PodState,
 }
 
+/// Cluster-wide counts of placed pods with pod (anti-)affinity.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct AffinityTotals {
+    /// Pods with any pod affinity or anti-affinity.
+    pub with_affinity: i64,
+    /// Pods with required anti-affinity.
+    pub with_required_anti_affinity: i64,
+}
+
+impl AffinityTotals {
+    /// Counts `pod` in (`sign` 1) or out (`sign` -1).
+    pub fn add(&mut self, pod: &PodInfo, sign: i64) {
+        let (any, anti) = crate::model::node::affinity_flags(pod);
+        self.with_affinity += sign * i64::from(any);
+        self.with_required_anti_affinity += sign * i64::from(anti);
+    }
+}
+
 /// Every node and pod, plus the cluster objects plugins consult.
 #[derive(Debug, Default, Clone)]
 pub struct Cluster {
@@ -52,6 +70,9 @@ pub struct Cluster {
     pods: HashMap<ObjectKey, PodEntry>,
     /// Bound pods whose node is not (yet) known, by node name.
     orphans: HashMap<Arc<str>, Vec<ObjectKey>>,
+    /// Pods placed on nodes that carry any pod (anti-)affinity, and required anti-affinity:
+    /// InterPodAffinity skips its cluster-wide scans while these are zero.
+    pub affinity_totals: AffinityTotals,
     /// Claims by namespace/name.
     pub pvcs: HashMap<ObjectKey, Arc<PersistentVolumeClaim>>,
     /// How many non-terminal placed pods use each claim.
@@ -94,7 +115,10 @@ impl Cluster {
             if let Some(entry) = self.pods.get_mut(&key) {
                 entry.node = Some(idx);
                 if let Some(n) = self.nodes[idx.index()].as_mut() {
-                    n.add_pod(entry.info.clone());
+                    {
+                        self.affinity_totals.add(&entry.info, 1);
+                        n.add_pod(entry.info.clone());
+                    }
                 }
             }
         }
@@ -109,6 +133,7 @@ impl Cluster {
         self.order.retain(|i| *i != idx);
         self.free_slots.push(idx);
         for p in &info.pods {
+            self.affinity_totals.add(p, -1);
             if let Some(entry) = self.pods.get_mut(&p.key) {
                 entry.node = None;
                 self.orphans
@@ -176,7 +201,10 @@ impl Cluster {
             Some(name) if holds => {
                 let idx = self.node_idx(&name);
                 match idx.and_then(|i| self.nodes[i.index()].as_mut()) {
-                    Some(n) => n.add_pod(info.clone()),
+                    Some(n) => {
+                        self.affinity_totals.add(&info, 1);
+                        n.add_pod(info.clone())
+                    }
                     None => self.orphans.entry(name).or_default().push(key.clone()),
                 }
                 self.count_pvcs(&info, 1);
@@ -192,6 +220,7 @@ impl Cluster {
                     ..
                 }) if holds => {
                     if let Some(n) = self.nodes[idx.index()].as_mut() {
+                        self.affinity_totals.add(&info, 1);
                         n.add_pod(info.clone());
                     }
                     self.count_pvcs(&info, 1);
@@ -210,7 +239,9 @@ impl Cluster {
         if entry.state != PodState::Pending && !entry.info.terminal {
             match entry.node.and_then(|i| self.nodes[i.index()].as_mut()) {
                 Some(n) => {
-                    n.remove_pod(key);
+                    if let Some(p) = n.remove_pod(key) {
+                        self.affinity_totals.add(&p, -1);
+                    }
                 }
                 None => {
                     if let Some(name) = &entry.info.node_name {
@@ -233,7 +264,10 @@ impl Cluster {
         let Some(n) = self.nodes.get_mut(node.index()).and_then(Option::as_mut) else {
             return false;
         };
-        n.add_pod(entry.info.clone());
+        {
+            self.affinity_totals.add(&entry.info, 1);
+            n.add_pod(entry.info.clone());
+        }
         entry.node = Some(node);
         entry.state = PodState::Assumed;
         let info = entry.info.clone();
@@ -253,7 +287,9 @@ impl Cluster {
             .node
             .and_then(|i| self.nodes.get_mut(i.index()).and_then(Option::as_mut))
         {
-            n.remove_pod(key);
+            if let Some(p) = n.remove_pod(key) {
+                self.affinity_totals.add(&p, -1);
+            }
         }
         entry.node = None;
         entry.state = PodState::Pending;

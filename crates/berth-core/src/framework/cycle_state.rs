@@ -17,6 +17,10 @@ pub struct CycleState {
     pub node_subset: Option<Vec<NodeIdx>>,
     /// Plugins that narrowed [`CycleState::node_subset`], for the message about the rest.
     pub subset_plugins: Vec<&'static str>,
+    /// Nodes Filter evaluates before the rotating sample, sorted (the nodes holding the
+    /// pod's reservations: with 5,000 nodes only a tenth are sampled, and an owner must find
+    /// its reservation's node).
+    pub preferred_nodes: Vec<NodeIdx>,
     /// NodeAffinity.
     pub node_affinity: Option<Box<plugins::nodeaffinity::State>>,
     /// InterPodAffinity.

@@ -181,7 +181,8 @@ impl NodeInfo {
     }
 }
 
-fn affinity_flags(pod: &PodInfo) -> (bool, bool) {
+/// Whether a pod has any pod (anti-)affinity, and required anti-affinity.
+pub(crate) fn affinity_flags(pod: &PodInfo) -> (bool, bool) {
     let Some(aff) = pod.spec().affinity.as_ref() else {
         return (false, false);
     };

@@ -307,7 +307,10 @@ fn container_requests(
     }
     // Defaults apply to a request that is absent, not to an explicit zero
     // (kube-scheduler's `GetNonzeroRequestForResource`).
-    let present = |name: &str| requests.is_some_and(|m| m.contains_key(name)) || limits.is_some_and(|m| m.contains_key(name));
+    let present = |name: &str| {
+        requests.is_some_and(|m| m.contains_key(name))
+            || limits.is_some_and(|m| m.contains_key(name))
+    };
     let mut nz = r;
     if !present("cpu") {
         nz[ResourceId::CPU] = DEFAULT_MILLI_CPU_REQUEST;
@@ -394,7 +397,11 @@ mod tests {
     #[test]
     fn an_explicit_zero_request_is_not_defaulted_for_scoring() {
         let mut names = ResourceNames::default();
-        let info = PodInfo::new(pod(json!({"containers": [container("0", "0")]})), &mut names).unwrap();
+        let info = PodInfo::new(
+            pod(json!({"containers": [container("0", "0")]})),
+            &mut names,
+        )
+        .unwrap();
         assert_eq!(info.non_zero[ResourceId::CPU], 0);
         assert_eq!(info.non_zero[ResourceId::MEMORY], 0);
     }

@@ -494,10 +494,14 @@ fn attach(cx: &mut Cluster, idx: RIdx) {
     let Some(n) = cx.node_mut(node) else { return };
     n.reserved.add(&hold);
     n.reserved_ports.extend(ports.iter().cloned());
+    let mut counted = crate::cache::AffinityTotals::default();
     if let Some(p) = placed {
+        counted.add(&p, 1);
         n.add_pod(p);
     }
     n.generation += 1;
+    cx.affinity_totals.with_affinity += counted.with_affinity;
+    cx.affinity_totals.with_required_anti_affinity += counted.with_required_anti_affinity;
     for c in &claims {
         *cx.pvc_users.entry(c.clone()).or_insert(0) += 1;
     }
@@ -522,6 +526,7 @@ fn detach(cx: &mut Cluster, idx: RIdx) {
     let ports = r.contrib_ports.clone();
     let placed_key = r.placed.as_ref().map(|p| p.key.clone());
     let claims = r.claims.clone();
+    let mut removed = None;
     if let Some(n) = node.and_then(|n| cx.node_mut(n)) {
         n.reserved.sub(&contrib);
         for p in &ports {
@@ -530,9 +535,12 @@ fn detach(cx: &mut Cluster, idx: RIdx) {
             }
         }
         if let Some(k) = &placed_key {
-            n.remove_pod(k);
+            removed = n.remove_pod(k);
         }
         n.generation += 1;
+    }
+    if let Some(p) = &removed {
+        cx.affinity_totals.add(p, -1);
     }
     for c in &claims {
         if let Some(v) = cx.pvc_users.get_mut(c) {

@@ -50,6 +50,11 @@ pub(super) fn pre_filter(
     if let Err(e) = validate(affinity.iter().chain(anti)) {
         return Err(Status::unresolvable(format!("parsing pod: {e}")));
     }
+    if affinity.is_empty() && anti.is_empty() && cx.affinity_totals.with_required_anti_affinity <= 0
+    {
+        // Nothing to check and no existing pod's anti-affinity anywhere: skip the scan.
+        return Ok(None);
+    }
     let mut s = State::default();
     for node in cx.nodes() {
         if node.pods_with_required_anti_affinity == 0 {

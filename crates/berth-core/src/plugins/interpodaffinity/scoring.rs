@@ -74,6 +74,10 @@ pub(super) fn pre_score(
     if let Err(e) = validate(own_terms) {
         return Err(Status::error(format!("failed to parse pod: {e}")));
     }
+    if !has_constraints && cx.affinity_totals.with_affinity <= 0 {
+        // No preferred terms of its own and no pod with affinity anywhere: nothing scores.
+        return Err(Status::skip());
+    }
     let hard_weight = args.hard_pod_affinity_weight();
     let mut topo = TopologyCounts::default();
     for node in cx.nodes() {

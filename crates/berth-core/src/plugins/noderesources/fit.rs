@@ -14,7 +14,7 @@ use crate::framework::{Code, CycleState, Plugin, Points, Status};
 use crate::model::node::NodeInfo;
 use crate::model::pod::PodInfo;
 use crate::plugins::args::decode;
-use crate::resources::{ResourceId, Resources};
+use crate::resources::ResourceId;
 
 use super::args::{FitArgs, ScoringStrategy};
 use super::scoring::Scorer;
@@ -75,19 +75,6 @@ fn is_extended(name: &str) -> bool {
     name.contains('/') && !name.contains("kubernetes.io/") && !name.starts_with("requests.")
 }
 
-/// What the pod may use on the node: free capacity plus what its reservations give back.
-pub(crate) fn available_for(state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Resources {
-    let mut free = node.allocatable;
-    free.sub(&node.requested);
-    free.sub(&node.reserved);
-    if let Some(r) = state.reservation.as_ref() {
-        if let Some(back) = r.restored(pod, node.idx) {
-            free.add(back);
-        }
-    }
-    free
-}
-
 impl Plugin for Fit {
     fn name(&self) -> &'static str {
         super::super::names::NODE_RESOURCES_FIT
@@ -115,22 +102,36 @@ impl Plugin for Fit {
         if !pod.is_reserve_pod() && node.pods.len() as i64 + 1 > node.allowed_pods {
             reject(&mut status, Cow::Borrowed(TOO_MANY_PODS));
         }
-        if !pod.requests.is_zero() {
-            let free = available_for(state, pod, node);
-            for (id, want) in pod.requests.non_zero() {
-                if want <= 0 || want <= free[id] {
-                    continue;
-                }
-                let name = cx.names.name(id);
-                // `pods` is the pod-count limit, checked above, never a request to fit.
-                if name == "pods" || self.ignored(name) {
-                    continue;
-                }
-                // No preemption frees more than the node has: kube-scheduler (1.32+) makes
-                // such a rejection UnschedulableAndUnresolvable.
-                unresolvable |= want > node.allocatable[id];
-                reject(&mut status, insufficient_reason(name));
+        // Per slot, without copying vectors: free = allocatable - requested - reserved
+        // (+ what the pod's reservations give back).
+        let back = state
+            .reservation
+            .as_ref()
+            .and_then(|r| r.restored(pod, node.idx));
+        for i in 0..cx.names.len() {
+            let id = ResourceId(i as u8);
+            let want = pod.requests[id];
+            if want <= 0 {
+                continue;
             }
+            let mut free = node.allocatable[id]
+                .saturating_sub(node.requested[id])
+                .saturating_sub(node.reserved[id]);
+            if let Some(b) = back {
+                free = free.saturating_add(b[id]);
+            }
+            if want <= free {
+                continue;
+            }
+            let name = cx.names.name(id);
+            // `pods` is the pod-count limit, checked above, never a request to fit.
+            if name == "pods" || self.ignored(name) {
+                continue;
+            }
+            // No preemption frees more than the node has: kube-scheduler (1.32+) makes
+            // such a rejection UnschedulableAndUnresolvable.
+            unresolvable |= want > node.allocatable[id];
+            reject(&mut status, insufficient_reason(name));
         }
         if unresolvable {
             status.set_code(Code::UnschedulableAndUnresolvable);
@@ -151,23 +152,11 @@ impl Plugin for Fit {
     fn score(&self, cx: &Cluster, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> i64 {
         // Scoring counts reserved capacity as used for everyone, and gives an owner back what
         // its reservations hold, as Filter does.
-        let mut requested = node.requested;
-        requested[ResourceId::CPU] = node.non_zero_requested[ResourceId::CPU];
-        requested[ResourceId::MEMORY] = node.non_zero_requested[ResourceId::MEMORY];
-        requested.add(&node.reserved);
-        if let Some(r) = state.reservation.as_ref() {
-            if let Some(back) = r.restored(pod, node.idx) {
-                requested.sub(back);
-                requested.clamp_non_negative();
-            }
-        }
-        self.scorer.score(
-            &cx.names,
-            &pod.non_zero,
-            &pod.requests,
-            &requested,
-            &node.allocatable,
-        )
+        let back = state
+            .reservation
+            .as_ref()
+            .and_then(|r| r.restored(pod, node.idx));
+        self.scorer.score(&cx.names, pod, node, back)
     }
 }
 

@@ -3,6 +3,8 @@
 //! per node.
 
 use crate::framework::MAX_NODE_SCORE;
+use crate::model::node::NodeInfo;
+use crate::model::pod::PodInfo;
 use crate::resources::{ResourceId, ResourceNames, Resources};
 
 use super::args::{ScoringStrategy, ScoringStrategyType, UtilizationShapePoint};
@@ -54,33 +56,38 @@ impl Scorer {
         }
     }
 
-    /// Scores a node given what is already requested there (without the pod).
-    /// `pod_non_zero` is used for cpu and memory, `pod_requests` for the rest; `requested`
-    /// holds the node's non-zero requests for cpu and memory and its requests for the rest.
+    /// Scores `node` for `pod`. What the node has requested counts scoring requests
+    /// (100m/200Mi defaults) for cpu and memory, and everything reservations hold there,
+    /// minus `back`, what the pod's own reservations give back to it.
     pub(crate) fn score(
         &self,
         names: &ResourceNames,
-        pod_non_zero: &Resources,
-        pod_requests: &Resources,
-        requested: &Resources,
-        allocatable: &Resources,
+        pod: &PodInfo,
+        node: &NodeInfo,
+        back: Option<&Resources>,
     ) -> i64 {
         let mut total = 0i64;
         let mut weights = 0i64;
+        let allocatable = &node.allocatable;
         for (name, w) in &self.resources {
             let Some(id) = names.get(name) else { continue };
-            let pod = if id == ResourceId::CPU || id == ResourceId::MEMORY {
-                pod_non_zero[id]
+            let (want, used) = if id == ResourceId::CPU || id == ResourceId::MEMORY {
+                (pod.non_zero[id], node.non_zero_requested[id])
             } else {
-                pod_requests[id]
+                (pod.requests[id], node.requested[id])
             };
+            let mut used = used.saturating_add(node.reserved[id]);
+            if let Some(b) = back {
+                used = used.saturating_sub(b[id]).max(0);
+            }
+            let pod = want;
             let alloc = allocatable[id];
             // Resources the node does not have, and scalar resources the pod does not
             // request, are left out (`calculateResourceAllocatableRequest` returns (0, 0)).
             if alloc == 0 || (pod == 0 && is_scalar(id)) {
                 continue;
             }
-            let req = requested[id].saturating_add(pod);
+            let req = used.saturating_add(pod);
             let s = match self.kind {
                 ScoringStrategyType::LeastAllocated => least(req, alloc),
                 ScoringStrategyType::MostAllocated => most(req, alloc),

@@ -426,6 +426,11 @@ impl Plugin for Reservation {
             self.pre_filter_pod(cx, pod, &mut st)
         };
         st.pre_filter = Some(status);
+        if !st.reserve_pod && !st.ignored {
+            let mut nodes: Vec<NodeIdx> = st.nodes.keys().copied().collect();
+            nodes.sort_unstable();
+            state.preferred_nodes = nodes;
+        }
         state.reservation = Some(Box::new(st));
     }
 
