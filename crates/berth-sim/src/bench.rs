@@ -171,15 +171,24 @@ pub fn format_report(r: &Report) -> String {
 
 /// Runs a named suite and returns one report line per case, printed as each finishes.
 pub fn run_suite(suite: &str, nodes: usize, pods: usize) -> Result<Vec<String>, String> {
-    let cases = match suite {
-        "basic" | "all" => default_cases(nodes, pods),
-        other => return Err(format!("unknown bench suite {other:?}; want basic or all")),
+    let (basic, numa) = match suite {
+        "basic" => (true, false),
+        "numa" => (false, true),
+        "all" => (true, true),
+        other => {
+            return Err(format!(
+                "unknown bench suite {other:?}; want basic, numa or all"
+            ))
+        }
     };
     let mut lines = Vec::new();
-    for case in &cases {
-        let line = format_report(&run_case(case));
-        eprintln!("{line}");
-        lines.push(line);
+    if basic {
+        for case in &default_cases(nodes, pods) {
+            lines.push(format_report(&run_case(case)));
+        }
+    }
+    if numa {
+        lines.extend(crate::bench_numa::run().lines().map(str::to_string));
     }
     Ok(lines)
 }

@@ -132,12 +132,14 @@ mod tests {
 
     #[test]
     fn pre_filter_message_replaces_the_histogram_and_post_filter_is_appended() {
-        let mut d = Diagnosis::default();
-        d.pre_filter_msg = Some("node(s) didn't satisfy plugin(s) [NodeAffinity]".into());
-        d.post_filter_msg = Some(
-            "preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling"
-                .into(),
-        );
+        let d = Diagnosis {
+            pre_filter_msg: Some("node(s) didn't satisfy plugin(s) [NodeAffinity]".into()),
+            post_filter_msg: Some(
+                "preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling"
+                    .into(),
+            ),
+            ..Diagnosis::default()
+        };
         assert_eq!(
             d.render(2),
             "0/2 nodes are available: node(s) didn't satisfy plugin(s) [NodeAffinity]. preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling."

@@ -459,3 +459,32 @@ pub fn accounting(s: &Scheduler) -> BTreeMap<String, String> {
 
 /// The annotation key, re-exported for tests.
 pub const ALLOCATED: &str = ANNOTATION_RESERVATION_ALLOCATED;
+
+/// `n` reservations already Available (as a restarted scheduler finds them), 100m CPU and
+/// 100Mi each, reusable, spread round-robin over `nodes`, owned by pods labelled
+/// `app=g<i % groups>`: the reservation benchmark's cluster.
+pub fn available_reservations(nodes: &[String], n: usize, groups: usize) -> Vec<Arc<Reservation>> {
+    let groups = groups.max(1);
+    (0..n)
+        .filter_map(|i| {
+            let node = nodes.get(i % nodes.len().max(1))?;
+            let mut r = reservation(&format!("r{i:05}"))
+                .req("cpu", "100m")
+                .req("memory", "100Mi")
+                .reusable()
+                .owner_label("app", &format!("g{}", i % groups))
+                .build();
+            r.status = serde_json::from_value(json!({
+                "phase": "Available",
+                "nodeName": node,
+                "allocatable": {"cpu": "100m", "memory": "100Mi"},
+                "conditions": [
+                    {"type": "Scheduled", "status": "True", "reason": "Scheduled"},
+                    {"type": "Ready", "status": "True", "reason": "Available"}
+                ]
+            }))
+            .ok();
+            Some(Arc::new(r))
+        })
+        .collect()
+}
