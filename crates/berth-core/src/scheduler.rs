@@ -215,6 +215,24 @@ impl Scheduler {
                 let name = node.metadata.name.clone().unwrap_or_default();
                 match self.cluster.apply_node(node) {
                     Ok(idx) => {
+                        let bad = self
+                            .cluster
+                            .node(idx)
+                            .and_then(|n| n.annotation_error.clone());
+                        if let Some(message) = bad {
+                            let uid = self
+                                .cluster
+                                .node(idx)
+                                .and_then(|n| n.node.metadata.uid.clone())
+                                .unwrap_or_default();
+                            self.record(
+                                ObjectKey::cluster(Kind::Node, &name),
+                                &uid,
+                                "Warning",
+                                "InvalidNodeReservation",
+                                message,
+                            );
+                        }
                         crate::reservation::lifecycle::node_applied(&mut self.cluster, idx);
                         self.queue.move_all(now)
                     }

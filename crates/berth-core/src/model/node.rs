@@ -62,6 +62,8 @@ pub struct NodeInfo {
     pub pods_with_required_anti_affinity: u32,
     /// Bumped on every change.
     pub generation: u64,
+    /// Why `node.koordinator.sh/reservation` could not be applied, if it could not.
+    pub annotation_error: Option<String>,
 }
 
 impl NodeInfo {
@@ -89,6 +91,7 @@ impl NodeInfo {
             pods_with_affinity: 0,
             pods_with_required_anti_affinity: 0,
             generation: 0,
+            annotation_error: None,
         };
         me.set_node(node, names)?;
         Ok(me)
@@ -122,6 +125,13 @@ impl NodeInfo {
                 parsed.value()
             }
             .max(0);
+        }
+        self.annotation_error = None;
+        match trim_node_reservation(&node, names, &mut alloc) {
+            Ok(()) => {}
+            // A malformed annotation is the node owner's problem, not a reason to drop the
+            // node: it is scheduled untrimmed and the driver reports the message.
+            Err(message) => self.annotation_error = Some(message),
         }
         self.allocatable = alloc;
         self.allowed_pods = pods;
@@ -181,6 +191,43 @@ impl NodeInfo {
     }
 }
 
+/// Koordinator's node reservation (`node.koordinator.sh/reservation`, seed 004): resources
+/// kept for processes outside Kubernetes. With apply policy `Default` (or none) they are
+/// trimmed from allocatable before any plugin sees the node, as koord-scheduler's node
+/// transformer does; `kubernetes.io/batch-cpu` and `batch-memory` keep their values, and
+/// `ReservedCPUsOnly` trims nothing (kubelet already did).
+fn trim_node_reservation(
+    node: &Node,
+    names: &mut ResourceNames,
+    alloc: &mut Resources,
+) -> Result<(), String> {
+    use berth_api::annotations::NodeReservation;
+    let annotations = node.metadata.annotations.as_ref();
+    let Some(text) =
+        annotations.and_then(|a| a.get(berth_api::annotations::ANNOTATION_NODE_RESERVATION))
+    else {
+        return Ok(());
+    };
+    if text.trim().is_empty() {
+        return Ok(());
+    }
+    let r = NodeReservation::parse(text).map_err(|e| e.to_string())?;
+    if !r.trims_allocatable() {
+        return Ok(());
+    }
+    for (name, amount) in r.reserved_amounts().map_err(|e| e.to_string())? {
+        if name == "kubernetes.io/batch-cpu"
+            || name == "kubernetes.io/batch-memory"
+            || name == "pods"
+        {
+            continue;
+        }
+        let Some(id) = names.get(&name) else { continue };
+        alloc[id] = (alloc[id] - amount).max(0);
+    }
+    Ok(())
+}
+
 /// Whether a pod has any pod (anti-)affinity, and required anti-affinity.
 pub(crate) fn affinity_flags(pod: &PodInfo) -> (bool, bool) {
     let Some(aff) = pod.spec().affinity.as_ref() else {
@@ -213,4 +260,60 @@ pub enum NodeError {
     /// Too many extended resources.
     #[error(transparent)]
     TooManyResources(#[from] TooManyResources),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::resources::ResourceId;
+    use crate::testing::node;
+
+    fn info(annotation: &str) -> NodeInfo {
+        node("n")
+            .alloc("cpu", "32")
+            .alloc("memory", "64Gi")
+            .alloc("kubernetes.io/batch-cpu", "10000")
+            .annotation("node.koordinator.sh/reservation", annotation)
+            .build_info()
+    }
+
+    #[test]
+    fn node_reservation_trims_allocatable_by_default() {
+        let n =
+            info(r#"{"resources":{"cpu":"2","memory":"4Gi","kubernetes.io/batch-cpu":"1000"}}"#);
+        assert_eq!(n.allocatable[ResourceId::CPU], 30_000);
+        assert_eq!(n.allocatable[ResourceId::MEMORY], 60 << 30);
+        assert_eq!(
+            n.allocatable[ResourceId(3)],
+            10_000,
+            "batch-cpu keeps its value"
+        );
+        assert_eq!(n.annotation_error, None);
+    }
+
+    #[test]
+    fn reserved_cpus_count_instead_of_the_cpu_amount() {
+        let n = info(r#"{"resources":{"cpu":"2"},"reservedCPUs":"0-3"}"#);
+        assert_eq!(n.allocatable[ResourceId::CPU], 28_000);
+    }
+
+    #[test]
+    fn reserved_cpus_only_leaves_allocatable_alone() {
+        let n = info(r#"{"reservedCPUs":"0-3","applyPolicy":"ReservedCPUsOnly"}"#);
+        assert_eq!(n.allocatable[ResourceId::CPU], 32_000);
+    }
+
+    #[test]
+    fn a_malformed_annotation_is_reported_and_the_node_stays_usable() {
+        let n = info("{not json");
+        assert_eq!(n.allocatable[ResourceId::CPU], 32_000);
+        let msg = n.annotation_error.unwrap_or_default();
+        assert!(msg.contains("node.koordinator.sh/reservation"), "{msg}");
+    }
+
+    #[test]
+    fn trimming_never_goes_below_zero() {
+        let n = info(r#"{"resources":{"cpu":"64"}}"#);
+        assert_eq!(n.allocatable[ResourceId::CPU], 0);
+    }
 }
