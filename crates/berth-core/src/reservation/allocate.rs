@@ -171,3 +171,109 @@ pub fn bits(mask: u32) -> impl Iterator<Item = ResourceId> {
         .filter(move |i| mask & (1 << i) != 0)
         .map(ResourceId)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::reservation::store::test_support::info;
+    use berth_api::reservation::ReservationAllocatePolicy::{Aligned, Default, Restricted};
+
+    const GI: i64 = 1 << 30;
+
+    fn res(cpu: i64, mem: i64) -> Resources {
+        let mut r = Resources::ZERO;
+        r[ResourceId::CPU] = cpu;
+        r[ResourceId::MEMORY] = mem;
+        r
+    }
+
+    #[test]
+    fn policies_follow_koordinators_filter_cases() {
+        // Test_filterWithReservations: node 32C, 30C requested with a 6C reservation counted,
+        // i.e. 2C free outside the reservation.
+        let free = res(2000, 8 * GI);
+        let aligned = info("a", &[(ResourceId::CPU, 6000)], Aligned);
+        assert!(fit(&res(8000, 8 * GI), &free, &aligned).fits());
+        assert_eq!(
+            fit(&res(8000, 8 * GI), &res(0, 8 * GI), &aligned).node_short,
+            1 << ResourceId::CPU.0,
+            "32C requested: nothing left besides the reservation"
+        );
+        let restricted = info("r", &[(ResourceId::CPU, 6000)], Restricted);
+        let f = fit(&res(8000, 8 * GI), &free, &restricted);
+        assert_eq!(f.reservation_short, 1 << ResourceId::CPU.0);
+        assert_eq!(f.node_short, 0);
+        assert!(fit(&res(6000, 8 * GI), &free, &restricted).fits());
+        let mut inner = info("r", &[(ResourceId::CPU, 6000)], Restricted);
+        inner.inner_reserved[ResourceId::CPU] = 2000;
+        assert!(
+            !fit(&res(6000, 8 * GI), &free, &inner).fits(),
+            "capacity is 4C"
+        );
+    }
+
+    #[test]
+    fn only_reservations_that_can_give_something_are_considered_without_affinity() {
+        let cpu_only = mask(&res(1000, 0));
+        let mem_only = mask(&res(0, GI));
+        let mut r = info("r", &[(ResourceId::CPU, 2000)], Default);
+        assert!(considered(cpu_only, &r, false));
+        assert!(!considered(mem_only, &r, false), "no shared resource name");
+        assert!(considered(mem_only, &r, true), "affinity pods may use any");
+        r.requested[ResourceId::CPU] = 2000;
+        assert!(!considered(cpu_only, &r, false), "nothing left to give");
+        r.policy = Restricted;
+        assert!(
+            considered(cpu_only, &r, false),
+            "Restricted still binds the pod"
+        );
+    }
+
+    #[test]
+    fn score_is_koordinators_most_allocated() {
+        // TestScore: pod 2C/4Gi; R 4C8Gi -> 50; R 2C4Gi -> 100; R 2C4Gi with 2C/3Gi
+        // allocated -> 0 (both overflow).
+        let pod = res(2000, 4 * GI);
+        let big = info(
+            "big",
+            &[(ResourceId::CPU, 4000), (ResourceId::MEMORY, 8 * GI)],
+            Default,
+        );
+        assert_eq!(score(&pod, &big), 50);
+        let mut small = info(
+            "s",
+            &[(ResourceId::CPU, 2000), (ResourceId::MEMORY, 4 * GI)],
+            Default,
+        );
+        assert_eq!(score(&pod, &small), 100);
+        small.requested = res(2000, 3 * GI);
+        assert_eq!(score(&pod, &small), 0);
+        assert_eq!(score(&Resources::ZERO, &big), 0);
+    }
+
+    #[test]
+    fn nomination_prefers_order_then_score_then_age() {
+        let mut a = info("a", &[(ResourceId::CPU, 1000)], Default);
+        let mut b = info("b", &[(ResourceId::CPU, 1000)], Default);
+        a.created = 5;
+        b.created = 1;
+        assert!(
+            nomination_key(&b, 50) < nomination_key(&a, 50),
+            "earlier first"
+        );
+        assert!(
+            nomination_key(&a, 90) < nomination_key(&b, 50),
+            "fuller first"
+        );
+        a.order = Some(100);
+        assert!(
+            nomination_key(&a, 0) < nomination_key(&b, 100),
+            "ordered first"
+        );
+        b.order = Some(-1);
+        assert!(
+            nomination_key(&b, 0) < nomination_key(&a, 0),
+            "negative orders win"
+        );
+    }
+}

@@ -443,3 +443,123 @@ impl ReservationStore {
         std::mem::take(&mut self.queue_ops)
     }
 }
+
+#[cfg(test)]
+pub(crate) mod test_support {
+    use super::*;
+    use berth_api::reservation::ReservationAllocatePolicy;
+
+    /// A placed, Available reservation with `allocatable` (slot, amount) pairs.
+    pub(crate) fn info(
+        name: &str,
+        allocatable: &[(crate::resources::ResourceId, i64)],
+        policy: ReservationAllocatePolicy,
+    ) -> ReservationInfo {
+        let mut a = Resources::ZERO;
+        for (id, v) in allocatable {
+            a[*id] = *v;
+        }
+        let names = super::super::allocate::mask(&a);
+        ReservationInfo {
+            name: name.into(),
+            uid: format!("uid-{name}").into(),
+            obj: Arc::new(Reservation::default()),
+            created: 0,
+            phase: ReservationPhase::Available,
+            conditions: Vec::new(),
+            node_name: Some("n1".into()),
+            node: Some(NodeIdx(0)),
+            problem: None,
+            labels: Labels::new(),
+            owners: OwnerMatcher::default(),
+            owner_keys: Vec::new(),
+            policy,
+            allocate_once: false,
+            unschedulable: false,
+            terminating: false,
+            taints: Vec::new(),
+            order: None,
+            pre_allocation: false,
+            pre_allocation_required: false,
+            cluster_mode: false,
+            enable_multiple: false,
+            expires_at: None,
+            pinned_node: None,
+            allocatable: a,
+            allocatable_list: BTreeMap::new(),
+            names,
+            restricted: names,
+            inner_reserved: Resources::ZERO,
+            ports: SmallVec::new(),
+            claims: SmallVec::new(),
+            item: None,
+            placed: None,
+            owner_pods: BTreeMap::new(),
+            requested: Resources::ZERO,
+            contrib: Resources::ZERO,
+            contrib_ports: SmallVec::new(),
+            attached: false,
+            final_status: None,
+            terminal_since: None,
+            timer: None,
+            gc_requested: false,
+            last_status: None,
+            indexed: false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::test_support::info;
+    use super::*;
+    use crate::resources::ResourceId;
+    use berth_api::reservation::ReservationAllocatePolicy;
+
+    const GI: i64 = 1 << 30;
+
+    #[test]
+    fn taken_is_capped_at_capacity_and_the_overflow_is_not_held() {
+        let mut r = info(
+            "r",
+            &[(ResourceId::CPU, 4000), (ResourceId::MEMORY, 8 * GI)],
+            ReservationAllocatePolicy::Aligned,
+        );
+        r.requested[ResourceId::CPU] = 4000;
+        r.requested[ResourceId::MEMORY] = 9 * GI;
+        assert_eq!(r.taken()[ResourceId::MEMORY], 8 * GI);
+        assert!(r.usable().is_zero());
+        assert!(r.hold().is_zero());
+        r.inner_reserved[ResourceId::CPU] = 1000;
+        assert_eq!(r.cap()[ResourceId::CPU], 3000);
+        assert_eq!(
+            r.hold()[ResourceId::CPU],
+            1000,
+            "reserved inside stays held for nobody"
+        );
+    }
+
+    #[test]
+    fn allocate_once_with_an_owner_is_not_matchable_and_waiting_holds_nothing() {
+        let mut r = info(
+            "r",
+            &[(ResourceId::CPU, 1000)],
+            ReservationAllocatePolicy::Default,
+        );
+        assert!(r.matchable());
+        r.allocate_once = true;
+        r.owner_pods.insert(
+            ObjectKey::pod("default", "p"),
+            Owner {
+                uid: "u".into(),
+                requests: Resources::ZERO,
+                ports: SmallVec::new(),
+                bound: false,
+                pre_allocated: false,
+            },
+        );
+        assert!(!r.matchable());
+        r.phase = ReservationPhase::Waiting;
+        assert!(r.hold().is_zero() && r.is_active());
+    }
+}

@@ -643,3 +643,114 @@ impl Plugin for Reservation {
         Status::success()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::reservation::testkit::{reservation, Sim};
+    use crate::resources::{ResourceId, ResourceNames};
+    use crate::testing::{node, pod};
+
+    fn cycle(s: &Sim, p: &PodInfo) -> CycleState {
+        let pl = Reservation::new(None).unwrap();
+        let mut state = CycleState::default();
+        pl.before_pre_filter(&s.s.cluster, &mut state, p);
+        state
+    }
+
+    #[test]
+    fn owners_get_back_and_do_not_see_their_reservations_only() {
+        let mut s = Sim::default();
+        s.node(node("n1").alloc("cpu", "8").build());
+        s.reservation(
+            reservation("r")
+                .req("cpu", "2")
+                .host_port(9000)
+                .owner_label("app", "web")
+                .build(),
+        );
+        let cx = &s.s.cluster;
+        let idx = cx.node_idx("n1").unwrap();
+        let stand_in = cx
+            .node(idx)
+            .unwrap()
+            .pods
+            .iter()
+            .find(|p| p.is_reserve_pod())
+            .cloned()
+            .expect("the reservation's stand-in is on its node");
+        let mut names = ResourceNames::default();
+        let owner = pod("o")
+            .label("app", "web")
+            .req("cpu", "1")
+            .build_info_with(&mut names);
+        let state = cycle(&s, &owner);
+        let st = state.reservation.as_deref().unwrap();
+        assert_eq!(st.restored(&owner, idx).unwrap()[ResourceId::CPU], 2000);
+        assert_eq!(st.restored_ports(&owner, idx).len(), 1);
+        assert!(st.hides(&stand_in, idx));
+        assert!(hidden(&state, &stand_in, idx));
+        assert_eq!(state.preferred_nodes, vec![idx]);
+        let other = pod("x").req("cpu", "1").build_info_with(&mut names);
+        let state = cycle(&s, &other);
+        let st = state.reservation.as_deref().unwrap();
+        assert!(st.restored(&other, idx).is_none());
+        assert!(
+            !st.hides(&stand_in, idx),
+            "a non-owner sees the reservation as a pod"
+        );
+        let item =
+            s.s.cluster
+                .reservations
+                .by_name("r")
+                .unwrap()
+                .item
+                .clone()
+                .unwrap();
+        let state = cycle(&s, &item);
+        assert!(
+            hidden(&state, &stand_in, idx),
+            "a reservation is not checked against other reservations"
+        );
+        assert!(!hidden(&CycleState::default(), &stand_in, idx));
+    }
+
+    #[test]
+    fn post_filter_counts_like_koordinator() {
+        let mut s = Sim::default();
+        s.node(node("n1").alloc("cpu", "8").build());
+        s.reservation(
+            reservation("r")
+                .req("cpu", "2")
+                .owner_label("app", "web")
+                .spec("unschedulable", serde_json::json!(true))
+                .build(),
+        );
+        s.pod(pod("p").label("app", "web").req("cpu", "7").build());
+        let msg = s.message("p").unwrap();
+        assert!(
+            msg.contains("1 Reservation(s) is unschedulable, 1 Reservation(s) matched owner total"),
+            "{msg}"
+        );
+        s.pod(
+            pod("q")
+                .label("app", "web")
+                .annotation(
+                    berth_api::annotations::ANNOTATION_RESERVATION_AFFINITY,
+                    r#"{"name":"nope"}"#,
+                )
+                .build(),
+        );
+        let msg = s.message("q").unwrap();
+        assert!(
+            msg.starts_with(
+                "0/1 nodes are available: node(s) no reservations match reservation affinity. "
+            ),
+            "{msg}"
+        );
+        assert!(
+            msg.ends_with(", 0 Reservation(s) matched owner total."),
+            "{msg}"
+        );
+    }
+}
