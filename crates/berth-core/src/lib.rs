@@ -6,6 +6,7 @@
 //! domain modules ([`numa`], reservations) are usable on their own.
 
 pub mod cache;
+pub mod collections;
 pub mod effect;
 pub mod event;
 #[cfg(any(test, feature = "testing"))]

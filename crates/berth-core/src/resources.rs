@@ -6,7 +6,7 @@
 //! (GPUs, hugepages, `kubernetes.io/batch-cpu`...) are interned on first sight into the
 //! remaining slots by [`ResourceNames`].
 
-use std::collections::HashMap;
+use crate::collections::HashMap;
 use std::ops::{Index, IndexMut};
 
 /// How many distinct resource names one scheduler can track.
@@ -49,7 +49,7 @@ impl Default for ResourceNames {
     fn default() -> Self {
         let mut me = Self {
             names: Vec::new(),
-            ids: HashMap::new(),
+            ids: HashMap::default(),
         };
         for n in ["cpu", "memory", "ephemeral-storage"] {
             let _ = me.intern(n);

@@ -8,7 +8,8 @@
 //!    feeding the results back as events (a bound pod comes back as `Applied` with
 //!    `spec.nodeName`).
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
+use crate::collections::HashMap;
 use std::sync::Arc;
 
 use crate::cache::{Cluster, PodState};
@@ -130,7 +131,7 @@ impl Scheduler {
             effects: VecDeque::new(),
             rng: SplitMix64::new(config.seed),
             next_start: 0,
-            last_message: HashMap::new(),
+            last_message: HashMap::default(),
             counters: Counters::default(),
             feasible: Vec::new(),
             scores: Vec::new(),

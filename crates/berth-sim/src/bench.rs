@@ -10,6 +10,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use berth_core::framework::config::ProfileConfig;
+use berth_api::annotations::ANNOTATION_RESERVATION_ALLOCATED;
+use berth_core::reservation::testkit::available_reservations;
 use berth_core::{fixtures, Config, Effect, Event, Object, Profile, Scheduler};
 
 /// One benchmark case.
@@ -23,6 +25,9 @@ pub struct Case {
     pub pods: usize,
     /// Only NodeResourcesFit enabled (the floor of what a cycle costs).
     pub fit_only: bool,
+    /// Available reservations spread over the nodes (100m / 100Mi each, reusable); every
+    /// other pod is an owner of ten of them.
+    pub reservations: usize,
 }
 
 /// What a case measured.
@@ -44,6 +49,8 @@ pub struct Report {
     pub p99: Duration,
     /// Nodes run through Filter per cycle, on average.
     pub nodes_filtered_per_cycle: f64,
+    /// Pods that allocated from a reservation.
+    pub allocated_from_reservations: u64,
 }
 
 impl Report {
@@ -78,10 +85,26 @@ pub fn run_case(case: &Case) -> Report {
         Profile::default_profile()
     };
     let mut s = Scheduler::new(vec![profile], Config { seed: 1 });
-    for n in fixtures::nodes(case.nodes) {
+    let nodes = fixtures::nodes(case.nodes);
+    let names: Vec<String> = nodes.iter().filter_map(|n| n.metadata.name.clone()).collect();
+    for n in nodes {
         s.handle(0, Event::Applied(Object::Node(n)));
     }
-    let pods = fixtures::pods("bench", case.pods);
+    let groups = (case.reservations / 10).max(1);
+    for r in available_reservations(&names, case.reservations, groups) {
+        s.handle(0, Event::Applied(Object::Reservation(r)));
+    }
+    let pods: Vec<_> = if case.reservations == 0 {
+        fixtures::pods("bench", case.pods)
+    } else {
+        // Every other pod is an owner (`app=g<k>` matches ten reservations).
+        (0..case.pods)
+            .map(|i| {
+                let labels = if i % 2 == 0 { serde_json::json!({"app": format!("g{}", (i / 2) % groups)}) } else { serde_json::json!({}) };
+                fixtures::pod("bench", i, labels)
+            })
+            .collect()
+    };
     for p in &pods {
         s.handle(0, Event::Applied(Object::Pod(p.clone())));
     }
@@ -89,13 +112,14 @@ pub fn run_case(case: &Case) -> Report {
     let mut cycles = Vec::with_capacity(case.pods);
     let filtered0 = s.counters.nodes_filtered;
     let wall = Instant::now();
+    let mut allocated = 0;
     loop {
         let t = Instant::now();
         if !s.schedule_next(0) {
             break;
         }
         cycles.push(t.elapsed());
-        confirm_binds(&mut s);
+        allocated += confirm_binds(&mut s);
     }
     let wall = wall.elapsed();
     let cycle_time = cycles.iter().sum();
@@ -116,6 +140,7 @@ pub fn run_case(case: &Case) -> Report {
         p99: pct(0.99),
         nodes_filtered_per_cycle: (s.counters.nodes_filtered - filtered0) as f64
             / cycles.len().max(1) as f64,
+        allocated_from_reservations: allocated,
     }
 }
 
@@ -123,44 +148,61 @@ fn drain(s: &mut Scheduler) {
     while s.poll_effect().is_some() {}
 }
 
-/// Plays the API server for bind effects.
-fn confirm_binds(s: &mut Scheduler) {
+/// Plays the API server for bind effects; returns how many binds allocated from a
+/// reservation.
+fn confirm_binds(s: &mut Scheduler) -> u64 {
+    let mut allocated = 0;
     while let Some(e) = s.poll_effect() {
-        if let Effect::Bind { pod, node, .. } = e {
+        if let Effect::Bind { pod, node, annotations } = e {
             let Some(entry) = s.cluster.pod(&pod) else {
                 continue;
             };
             let mut p = (*entry.info.pod).clone();
+            if !annotations.is_empty() {
+                allocated += u64::from(annotations.contains_key(ANNOTATION_RESERVATION_ALLOCATED));
+                p.metadata.annotations.get_or_insert_with(Default::default).extend(annotations);
+            }
             p.spec.get_or_insert_with(Default::default).node_name = Some(node);
             s.handle(0, Event::Applied(Object::Pod(Arc::new(p))));
         }
     }
+    allocated
 }
 
 /// The standard cases.
 pub fn default_cases(nodes: usize, pods: usize) -> Vec<Case> {
-    vec![
-        Case {
-            name: format!("SchedulingBasic/{nodes}Nodes_{pods}Pods/default-profile"),
+    let case = |name: &str, fit_only| Case {
+        name: format!("SchedulingBasic/{nodes}Nodes_{pods}Pods/{name}"),
+        nodes,
+        pods,
+        fit_only,
+        reservations: 0,
+    };
+    vec![case("default-profile", false), case("fit-only", true)]
+}
+
+/// The reservation cases: the same cluster with 0, 1,000 and 10,000 Available reservations
+/// and half the pods owners.
+pub fn reservation_cases(nodes: usize, pods: usize) -> Vec<Case> {
+    [0usize, 1_000, 10_000]
+        .into_iter()
+        .map(|r| Case {
+            name: format!("Reservations/{nodes}Nodes_{pods}Pods_{r}Reservations/half-owners"),
             nodes,
             pods,
             fit_only: false,
-        },
-        Case {
-            name: format!("SchedulingBasic/{nodes}Nodes_{pods}Pods/fit-only"),
-            nodes,
-            pods,
-            fit_only: true,
-        },
-    ]
+            reservations: r,
+        })
+        .collect()
 }
 
 /// Formats a report line.
 pub fn format_report(r: &Report) -> String {
     format!(
-        "{:<55} {:>6} pods  {:>9.0} pods/s (cycles)  {:>9.0} pods/s (with binds)  p50 {:>8.1}us  p99 {:>8.1}us  {:>6.0} nodes filtered/cycle",
+        "{:<70} {:>6} pods ({:>5} from reservations)  {:>7.0} pods/s (cycles)  {:>7.0} pods/s (with binds)  p50 {:>7.1}us  p99 {:>7.1}us  {:>5.0} nodes filtered/cycle",
         r.case.name,
         r.scheduled,
+        r.allocated_from_reservations,
         r.pods_per_sec(),
         r.pods_per_sec_wall(),
         r.p50.as_secs_f64() * 1e6,
@@ -171,19 +213,25 @@ pub fn format_report(r: &Report) -> String {
 
 /// Runs a named suite and returns one report line per case, printed as each finishes.
 pub fn run_suite(suite: &str, nodes: usize, pods: usize) -> Result<Vec<String>, String> {
-    let (basic, numa) = match suite {
-        "basic" => (true, false),
-        "numa" => (false, true),
-        "all" => (true, true),
+    let (basic, reservations, numa) = match suite {
+        "basic" => (true, false, false),
+        "reservations" => (false, true, false),
+        "numa" => (false, false, true),
+        "all" => (true, true, true),
         other => {
             return Err(format!(
-                "unknown bench suite {other:?}; want basic, numa or all"
+                "unknown bench suite {other:?}; want basic, reservations, numa or all"
             ))
         }
     };
     let mut lines = Vec::new();
     if basic {
         for case in &default_cases(nodes, pods) {
+            lines.push(format_report(&run_case(case)));
+        }
+    }
+    if reservations {
+        for case in &reservation_cases(nodes, pods) {
             lines.push(format_report(&run_case(case)));
         }
     }

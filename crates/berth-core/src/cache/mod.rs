@@ -5,7 +5,7 @@
 //! function of this state, so the cache is the snapshot: plugins read it by shared
 //! reference during a cycle and only Reserve/Unreserve mutate it.
 
-use std::collections::HashMap;
+use crate::collections::HashMap;
 use std::sync::Arc;
 
 use berth_api::k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim};

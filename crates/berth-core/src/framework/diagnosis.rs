@@ -5,7 +5,7 @@
 //! once, when the cycle fails.
 
 use std::borrow::Cow;
-use std::collections::HashMap;
+use crate::collections::HashMap;
 
 use crate::framework::status::{Code, Status};
 

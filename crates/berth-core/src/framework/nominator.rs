@@ -9,7 +9,7 @@
 //! The common case (nobody nominated) costs one `is_empty` check per node and allocates
 //! nothing.
 
-use std::collections::HashMap;
+use crate::collections::HashMap;
 use std::sync::Arc;
 
 use crate::cache::Cluster;

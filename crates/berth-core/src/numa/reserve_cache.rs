@@ -28,7 +28,7 @@
 //!
 //! Pure state: time comes in as `now_ms` arguments, pods on a node come from a callback.
 
-use std::collections::HashMap;
+use crate::collections::HashMap;
 
 use super::fingerprint::{Fingerprint, FingerprintError, FingerprintMethod};
 use super::policy::{filter, NodeAllocatable, NumaReject};
@@ -314,7 +314,7 @@ impl ReserveCache {
         config.filtered_out_threshold = config.filtered_out_threshold.max(1);
         Self {
             config,
-            nodes: HashMap::new(),
+            nodes: HashMap::default(),
             metrics: NumaCacheMetrics::default(),
             last_resync_ms: None,
         }

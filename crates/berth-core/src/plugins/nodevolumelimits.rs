@@ -8,7 +8,7 @@
 //! driver it cannot resolve. Generic ephemeral volumes are not counted either: berth runs no
 //! ephemeral-volume controller to create their claims.
 
-use std::collections::HashMap;
+use crate::collections::HashMap;
 use std::sync::Arc;
 
 use berth_api::k8s_openapi::api::core::v1::PersistentVolumeClaim;

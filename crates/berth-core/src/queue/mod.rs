@@ -9,7 +9,8 @@
 //! when the active heap is empty a pod still backing off may be popped early.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::BinaryHeap;
+use crate::collections::HashMap;
 
 use crate::object::ObjectKey;
 use crate::time::{Time, MINUTE, SECOND};

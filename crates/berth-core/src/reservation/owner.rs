@@ -6,7 +6,7 @@
 //! whose controller owner reference (`controller: true`) is the named object, in
 //! `namespace` when set; `labelSelector` matches the pod's labels.
 
-use std::collections::HashMap;
+use crate::collections::HashMap;
 
 use berth_api::k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use berth_api::reservation::ReservationOwner;

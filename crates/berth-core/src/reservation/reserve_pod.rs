@@ -10,7 +10,8 @@
 //! a pre-allocating reservation is placed without a resource check, so its stand-in requests
 //! nothing.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+use crate::collections::HashMap;
 use std::sync::Arc;
 
 use berth_api::annotations::{
@@ -211,7 +212,7 @@ mod tests {
     #[test]
     fn the_reserve_pod_carries_the_reservations_identity() {
         let mut names = ResourceNames::default();
-        let b = build(&reservation(base()), &mut names, &HashMap::new()).unwrap();
+        let b = build(&reservation(base()), &mut names, &HashMap::default()).unwrap();
         let item = &b.item;
         assert_eq!(item.key, ObjectKey::new(Kind::Reservation, "default", "r1"));
         assert!(item.is_reserve_pod());
@@ -238,7 +239,7 @@ mod tests {
             "scheduling.koordinator.sh/reservation-resize-allocatable": "{\"resources\":{\"cpu\":\"3\"}}"
         });
         let mut names = ResourceNames::default();
-        let b = build(&reservation(v), &mut names, &HashMap::new()).unwrap();
+        let b = build(&reservation(v), &mut names, &HashMap::default()).unwrap();
         assert_eq!(b.pinned_node.as_deref(), Some("n3"));
         assert_eq!(b.item.node_name, None, "the pin is not a binding");
         assert_eq!(b.item.annotation(ANNOTATION_RESERVATION_NODE), Some("n3"));
@@ -252,19 +253,19 @@ mod tests {
         let mut names = ResourceNames::default();
         let mut v = base();
         v["spec"]["template"]["spec"]["containers"] = json!([]);
-        let err = build(&reservation(v), &mut names, &HashMap::new()).unwrap_err();
+        let err = build(&reservation(v), &mut names, &HashMap::default()).unwrap_err();
         assert!(err.contains("no containers"), "{err}");
         let mut v = base();
         v["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["cpu"] =
             json!("lots");
-        let err = build(&reservation(v), &mut names, &HashMap::new()).unwrap_err();
+        let err = build(&reservation(v), &mut names, &HashMap::default()).unwrap_err();
         assert!(
             err.starts_with("spec.template.spec.containers[0].resources.requests[cpu]"),
             "{err}"
         );
         let mut v = base();
         v["spec"]["template"] = serde_json::Value::Null;
-        let err = build(&reservation(v), &mut names, &HashMap::new()).unwrap_err();
+        let err = build(&reservation(v), &mut names, &HashMap::default()).unwrap_err();
         assert_eq!(err, "the reservation misses the template spec");
     }
 
@@ -273,7 +274,7 @@ mod tests {
         let mut v = base();
         v["spec"]["preAllocation"] = json!(true);
         let mut names = ResourceNames::default();
-        let b = build(&reservation(v), &mut names, &HashMap::new()).unwrap();
+        let b = build(&reservation(v), &mut names, &HashMap::default()).unwrap();
         assert!(b.item.requests.is_zero());
         assert_eq!(b.allocatable[ResourceId::CPU], 2000);
         assert_eq!(

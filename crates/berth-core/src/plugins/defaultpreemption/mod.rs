@@ -295,7 +295,9 @@ impl DryRun<'_> {
         let potential: Vec<Arc<PodInfo>> = node
             .pods
             .iter()
-            .filter(|p| p.priority < priority)
+            // Reservation stand-ins hold capacity for their owners; evicting one is not
+            // preemption's to decide (Koordinator never picks them either).
+            .filter(|p| p.priority < priority && !p.is_reserve_pod())
             .cloned()
             .collect();
         if potential.is_empty() {

@@ -4,7 +4,7 @@
 //! Nested by key then value so Filter and Score look pairs up by `&str` without building a
 //! key.
 
-use std::collections::HashMap;
+use crate::collections::HashMap;
 
 use crate::model::selector::Labels;
 

@@ -6,7 +6,7 @@
 //! when `count(domain) + (pod matches itself) - global minimum <= maxSkew`, where the
 //! global minimum is 0 while fewer than `minDomains` domains exist.
 
-use std::collections::HashMap;
+use crate::collections::HashMap;
 
 use berth_api::k8s_openapi::api::core::v1::TopologySpreadConstraint;
 
@@ -63,7 +63,7 @@ pub(super) fn pre_filter(
     }
     let ns = &*pod.key.namespace;
     let required = RequiredNodeAffinity::of(pod);
-    let mut counts: Vec<HashMap<String, i64>> = vec![HashMap::new(); constraints.len()];
+    let mut counts: Vec<HashMap<String, i64>> = vec![HashMap::default(); constraints.len()];
     for node in cx.nodes() {
         if !has_all_keys(&node.labels, &constraints) {
             continue;

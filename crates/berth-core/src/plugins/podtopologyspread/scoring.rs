@@ -6,7 +6,7 @@
 //! pods in Score. Normalisation reverses the scale so the emptiest domain gets 100; nodes
 //! missing a topology key score 0.
 
-use std::collections::HashMap;
+use crate::collections::HashMap;
 
 use berth_api::k8s_openapi::api::core::v1::TopologySpreadConstraint;
 
@@ -109,7 +109,7 @@ pub(super) fn pre_score(
         .is_some_and(|v| !v.is_empty());
     let mut s = ScoreState {
         require_all_topologies: own || !system_defaulted,
-        counts: vec![HashMap::new(); constraints.len()],
+        counts: vec![HashMap::default(); constraints.len()],
         constraints,
         ..Default::default()
     };

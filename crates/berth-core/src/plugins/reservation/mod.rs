@@ -16,7 +16,8 @@
 pub mod args;
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+use crate::collections::HashMap;
 use std::sync::Arc;
 
 use berth_api::annotations::{
