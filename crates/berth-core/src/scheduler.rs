@@ -8,8 +8,8 @@
 //!    feeding the results back as events (a bound pod comes back as `Applied` with
 //!    `spec.nodeName`).
 
-use std::collections::{BTreeMap, VecDeque};
 use crate::collections::HashMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
 use crate::cache::{Cluster, PodState};

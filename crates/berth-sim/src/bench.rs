@@ -9,8 +9,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use berth_core::framework::config::ProfileConfig;
 use berth_api::annotations::ANNOTATION_RESERVATION_ALLOCATED;
+use berth_core::framework::config::ProfileConfig;
 use berth_core::reservation::testkit::available_reservations;
 use berth_core::{fixtures, Config, Effect, Event, Object, Profile, Scheduler};
 
@@ -86,7 +86,10 @@ pub fn run_case(case: &Case) -> Report {
     };
     let mut s = Scheduler::new(vec![profile], Config { seed: 1 });
     let nodes = fixtures::nodes(case.nodes);
-    let names: Vec<String> = nodes.iter().filter_map(|n| n.metadata.name.clone()).collect();
+    let names: Vec<String> = nodes
+        .iter()
+        .filter_map(|n| n.metadata.name.clone())
+        .collect();
     for n in nodes {
         s.handle(0, Event::Applied(Object::Node(n)));
     }
@@ -100,7 +103,11 @@ pub fn run_case(case: &Case) -> Report {
         // Every other pod is an owner (`app=g<k>` matches ten reservations).
         (0..case.pods)
             .map(|i| {
-                let labels = if i % 2 == 0 { serde_json::json!({"app": format!("g{}", (i / 2) % groups)}) } else { serde_json::json!({}) };
+                let labels = if i % 2 == 0 {
+                    serde_json::json!({"app": format!("g{}", (i / 2) % groups)})
+                } else {
+                    serde_json::json!({})
+                };
                 fixtures::pod("bench", i, labels)
             })
             .collect()
@@ -153,14 +160,22 @@ fn drain(s: &mut Scheduler) {
 fn confirm_binds(s: &mut Scheduler) -> u64 {
     let mut allocated = 0;
     while let Some(e) = s.poll_effect() {
-        if let Effect::Bind { pod, node, annotations } = e {
+        if let Effect::Bind {
+            pod,
+            node,
+            annotations,
+        } = e
+        {
             let Some(entry) = s.cluster.pod(&pod) else {
                 continue;
             };
             let mut p = (*entry.info.pod).clone();
             if !annotations.is_empty() {
                 allocated += u64::from(annotations.contains_key(ANNOTATION_RESERVATION_ALLOCATED));
-                p.metadata.annotations.get_or_insert_with(Default::default).extend(annotations);
+                p.metadata
+                    .annotations
+                    .get_or_insert_with(Default::default)
+                    .extend(annotations);
             }
             p.spec.get_or_insert_with(Default::default).node_name = Some(node);
             s.handle(0, Event::Applied(Object::Pod(Arc::new(p))));

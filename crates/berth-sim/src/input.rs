@@ -262,6 +262,7 @@ impl Decoder {
                 normalize_meta(&mut value, true, &mut self.generated)?;
                 if let Some(spec) = value.get("spec") {
                     check_pod_spec(spec).map_err(|e| e.within("spec"))?;
+                    crate::selectors::check_pod_selectors(spec).map_err(|e| e.within("spec"))?;
                 }
                 let pod = typed::<Pod>(&value)?;
                 if let Some(class) = pod

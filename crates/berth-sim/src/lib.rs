@@ -14,6 +14,7 @@ pub mod input;
 pub mod numa_agent;
 pub mod output;
 pub mod scenario;
+mod selectors;
 pub mod sim;
 pub mod store;
 

@@ -10,8 +10,8 @@
 //! 3. `advance` fires every timer of the core and of the agent in time order, settling after
 //!    each.
 
-use std::collections::{BTreeMap, BTreeSet};
 use berth_core::collections::HashMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use berth_api::annotations::keys::ANNOTATION_RESERVATION_ALLOCATED;

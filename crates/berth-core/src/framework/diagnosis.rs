@@ -4,8 +4,8 @@
 //! over 5,000 nodes keeps a handful of counters, not 5,000 statuses; the text is rendered
 //! once, when the cycle fails.
 
-use std::borrow::Cow;
 use crate::collections::HashMap;
+use std::borrow::Cow;
 
 use crate::framework::status::{Code, Status};
 

@@ -8,9 +8,9 @@
 //! back-off is over, straight to active. Like kube-scheduler's `SchedulerPopFromBackoffQ`,
 //! when the active heap is empty a pod still backing off may be popped early.
 
+use crate::collections::HashMap;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
-use crate::collections::HashMap;
 
 use crate::object::ObjectKey;
 use crate::time::{Time, MINUTE, SECOND};

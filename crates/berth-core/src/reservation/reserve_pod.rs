@@ -10,8 +10,8 @@
 //! a pre-allocating reservation is placed without a resource check, so its stand-in requests
 //! nothing.
 
-use std::collections::BTreeMap;
 use crate::collections::HashMap;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use berth_api::annotations::{

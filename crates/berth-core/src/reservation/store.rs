@@ -2,8 +2,8 @@
 //! indexes a scheduling cycle uses (active reservations by node, by owner) and the queue of
 //! outputs (status writes, events, queue operations) the scheduler drains.
 
-use std::collections::{BTreeMap, BTreeSet};
 use crate::collections::HashMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use berth_api::k8s_openapi::api::core::v1::Taint;

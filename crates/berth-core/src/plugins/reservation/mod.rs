@@ -15,9 +15,9 @@
 
 pub mod args;
 
+use crate::collections::HashMap;
 use std::borrow::Cow;
 use std::collections::BTreeMap;
-use crate::collections::HashMap;
 use std::sync::Arc;
 
 use berth_api::annotations::{
