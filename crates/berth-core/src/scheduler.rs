@@ -353,13 +353,9 @@ impl Scheduler {
     }
 
     fn apply_pod(&mut self, now: Time, pod: Arc<berth_api::k8s_openapi::api::core::v1::Pod>) {
-        let info = match PodInfo::new(pod, &mut self.cluster.names) {
+        let info = match PodInfo::new(pod.clone(), &mut self.cluster.names) {
             Ok(i) => Arc::new(i),
-            Err(e) => {
-                let meta = &e;
-                let _ = meta;
-                return self.reject_invalid_pod(e.to_string());
-            }
+            Err(e) => return self.reject_invalid_pod(&pod, e.to_string()),
         };
         let key = info.key.clone();
         let assigned = info.node_name.is_some();
@@ -401,9 +397,55 @@ impl Scheduler {
         self.queue.add(key, info.priority, info.created, now);
     }
 
-    fn reject_invalid_pod(&mut self, _message: String) {
-        // Pods the core cannot parse never enter the queue; the driver validates input
-        // before it reaches here, so this only guards the cluster adapter.
+    /// A pod the core cannot read (an unparsable quantity that slipped past the API server,
+    /// more extended resources than the core tracks) is never queued; it gets a
+    /// PodScheduled=False condition and a warning naming the problem, and everything else
+    /// keeps being scheduled.
+    fn reject_invalid_pod(
+        &mut self,
+        pod: &berth_api::k8s_openapi::api::core::v1::Pod,
+        message: String,
+    ) {
+        let meta = &pod.metadata;
+        let key = ObjectKey::pod(
+            meta.namespace.as_deref().unwrap_or("default"),
+            meta.name.as_deref().unwrap_or(""),
+        );
+        self.queue.delete(&key);
+        if pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.as_ref())
+            .is_some()
+        {
+            // Already bound: nothing to schedule, and its usage cannot be counted.
+            self.record(
+                key,
+                meta.uid.as_deref().unwrap_or(""),
+                "Warning",
+                "InvalidPod",
+                message,
+            );
+            return;
+        }
+        let message = format!("pod cannot be scheduled: {message}");
+        if self.last_message.get(&key) == Some(&message) {
+            return;
+        }
+        self.last_message.insert(key.clone(), message.clone());
+        self.effects.push_back(Effect::PodCondition {
+            pod: key.clone(),
+            status: "False",
+            reason: "Unschedulable".into(),
+            message: message.clone(),
+        });
+        self.record(
+            key,
+            meta.uid.as_deref().unwrap_or(""),
+            "Warning",
+            "FailedScheduling",
+            message,
+        );
     }
 
     /// Schedules until the active queue is empty (popping backing-off pods early when it
@@ -1154,6 +1196,35 @@ mod tests {
         s.handle(1, Event::Deleted(ObjectKey::pod("default", "a")));
         run(&mut s, 1);
         assert_eq!(bound_node(&s, "b").as_deref(), Some("n1"));
+    }
+
+    #[test]
+    fn an_unreadable_pod_gets_a_condition_and_the_rest_is_scheduled() {
+        let mut s = Scheduler::new(vec![Profile::default_profile()], Config::default());
+        s.handle(
+            0,
+            Event::Applied(Object::Node(node("n1").alloc("cpu", "2").build())),
+        );
+        s.handle(
+            0,
+            Event::Applied(Object::Pod(pod("bad").req("cpu", "-1").build())),
+        );
+        s.handle(
+            0,
+            Event::Applied(Object::Pod(pod("good").req("cpu", "1").build())),
+        );
+        let effects = run(&mut s, 0);
+        assert_eq!(bound_node(&s, "good").as_deref(), Some("n1"));
+        let msg = effects.iter().find_map(|e| match e {
+            Effect::PodCondition { pod, message, .. } if &*pod.name == "bad" => {
+                Some(message.clone())
+            }
+            _ => None,
+        });
+        assert_eq!(
+            msg.as_deref(),
+            Some("pod cannot be scheduled: spec.containers[0].resources.requests[cpu]: must be greater than or equal to 0")
+        );
     }
 
     #[test]

@@ -48,9 +48,43 @@ pub struct KubeSchedulerConfiguration {
     /// Scheduling profiles.
     #[serde(default)]
     pub profiles: Vec<ProfileConfig>,
-    /// Fields berth does not use (leader election, client connection...), accepted.
-    #[serde(flatten)]
-    pub other: std::collections::BTreeMap<String, serde_json::Value>,
+    // The fields below have no meaning in berth (process, client and queue settings). They
+    // are accepted and ignored, as kube-scheduler's strict decoding accepts them, so that a
+    // file written for kube-scheduler (scheduler-plugins' sample sets `leaderElection` and
+    // `clientConnection`) loads unchanged; a misspelt top-level field is still an error.
+    /// Accepted and ignored.
+    #[serde(default)]
+    pub parallelism: Option<serde_json::Value>,
+    /// Accepted and ignored.
+    #[serde(default)]
+    pub leader_election: Option<serde_json::Value>,
+    /// Accepted and ignored.
+    #[serde(default)]
+    pub client_connection: Option<serde_json::Value>,
+    /// Accepted and ignored.
+    #[serde(default)]
+    pub healthz_bind_address: Option<serde_json::Value>,
+    /// Accepted and ignored.
+    #[serde(default)]
+    pub metrics_bind_address: Option<serde_json::Value>,
+    /// Accepted and ignored.
+    #[serde(default)]
+    pub enable_profiling: Option<serde_json::Value>,
+    /// Accepted and ignored.
+    #[serde(default)]
+    pub enable_contention_profiling: Option<serde_json::Value>,
+    /// Accepted and ignored.
+    #[serde(default)]
+    pub pod_initial_backoff_seconds: Option<serde_json::Value>,
+    /// Accepted and ignored.
+    #[serde(default)]
+    pub pod_max_backoff_seconds: Option<serde_json::Value>,
+    /// Accepted and ignored.
+    #[serde(default)]
+    pub extenders: Option<serde_json::Value>,
+    /// Accepted and ignored.
+    #[serde(default)]
+    pub delay_cache_until_active: Option<serde_json::Value>,
 }
 
 /// One profile.

@@ -46,11 +46,17 @@ impl Profile {
 
     /// All profiles of a configuration (the default profile when it has none).
     pub fn from_configuration(cfg: &KubeSchedulerConfiguration) -> Result<Vec<Self>, ConfigError> {
-        if !cfg.api_version.is_empty() && cfg.api_version != "kubescheduler.config.k8s.io/v1" {
+        // v1beta3 (kube-scheduler 1.23 to 1.28, still what scheduler-plugins documents) has
+        // the same profiles, plugin sets and pluginConfig as v1 for everything berth reads.
+        const ACCEPTED: [&str; 2] = [
+            "kubescheduler.config.k8s.io/v1",
+            "kubescheduler.config.k8s.io/v1beta3",
+        ];
+        if !cfg.api_version.is_empty() && !ACCEPTED.contains(&cfg.api_version.as_str()) {
             return Err(ConfigError::new(
                 "apiVersion",
                 format!(
-                    "unsupported {:?}; want kubescheduler.config.k8s.io/v1",
+                    "unsupported {:?}; want kubescheduler.config.k8s.io/v1 (or v1beta3)",
                     cfg.api_version
                 ),
             ));
@@ -254,4 +260,46 @@ fn apply_set(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: serde_json::Value) -> Result<Vec<Profile>, ConfigError> {
+        let cfg: KubeSchedulerConfiguration =
+            serde_json::from_value(text).map_err(|e| ConfigError::new("", e.to_string()))?;
+        Profile::from_configuration(&cfg)
+    }
+
+    #[test]
+    fn process_fields_of_kube_scheduler_are_accepted_and_a_typo_is_not() {
+        let ok = parse(serde_json::json!({
+            "apiVersion": "kubescheduler.config.k8s.io/v1",
+            "kind": "KubeSchedulerConfiguration",
+            "leaderElection": {"leaderElect": false},
+            "clientConnection": {"kubeconfig": "/etc/kubernetes/scheduler.conf"},
+            "podInitialBackoffSeconds": 1,
+            "profiles": [{"schedulerName": "default-scheduler"}],
+        }));
+        assert_eq!(ok.map(|p| p.len()).ok(), Some(1));
+        let typo = parse(serde_json::json!({"leaderElektion": {}}));
+        assert!(typo.is_err());
+    }
+
+    #[test]
+    fn v1beta3_reads_like_v1_and_other_versions_are_refused() {
+        for (version, ok) in [
+            ("kubescheduler.config.k8s.io/v1", true),
+            ("kubescheduler.config.k8s.io/v1beta3", true),
+            ("kubescheduler.config.k8s.io/v1beta1", false),
+        ] {
+            let got = parse(serde_json::json!({
+                "apiVersion": version,
+                "kind": "KubeSchedulerConfiguration",
+                "profiles": [{"schedulerName": "topo-aware-scheduler"}],
+            }));
+            assert_eq!(got.is_ok(), ok, "{version}: {got:?}");
+        }
+    }
 }
