@@ -672,46 +672,23 @@ impl Scheduler {
             self.next_start % n
         };
         let mut processed = 0;
-        // Preferred nodes (those holding the pod's reservations) first, then the sample.
+        // Preferred nodes (those holding the pod's reservations) first, then the rotating
+        // sample (which skips them); only the sample advances the rotation.
         let preferred = std::mem::take(&mut state.preferred_nodes);
-        for &idx in &preferred {
+        let first = preferred
+            .iter()
+            .filter(|i| subset.as_ref().is_none_or(|s| s.contains(i)))
+            .map(|&i| (i, false));
+        let sample = (0..n).map(|k| (candidates[(start + k) % n], true));
+        for (idx, sampled) in first.chain(sample) {
             if feasible.len() >= to_find {
                 break;
             }
-            if subset.as_ref().is_some_and(|s| !s.contains(&idx)) {
-                continue;
-            }
-            let Some(node) = cx.node(idx) else { continue };
-            self.counters.nodes_filtered += 1;
-            let st = run_filter_plugins_with_nominated_pods(
-                prof,
-                cx,
-                &state,
-                pod,
-                node,
-                &self.nominator,
-            );
-            if !self.feedback[profile].is_empty() {
-                let by = if st.is_success() { "" } else { st.plugin() };
-                self.filter_log.push((idx, by));
-            }
-            if st.is_success() {
-                feasible.push(idx);
-            } else {
-                if st.code() == Code::Unschedulable {
-                    self.resolvable.push(idx);
+            if sampled {
+                processed += 1;
+                if preferred.binary_search(&idx).is_ok() {
+                    continue;
                 }
-                diag.add(&st);
-            }
-        }
-        for k in 0..n {
-            if feasible.len() >= to_find {
-                break;
-            }
-            let idx = candidates[(start + k) % n];
-            processed += 1;
-            if preferred.binary_search(&idx).is_ok() {
-                continue;
             }
             let Some(node) = cx.node(idx) else { continue };
             self.counters.nodes_filtered += 1;
