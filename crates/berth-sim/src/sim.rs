@@ -265,6 +265,9 @@ impl Simulation {
             }
             _ => {}
         }
+        if let Object::Node(n) = &mut obj {
+            kubelet_node_labels(Arc::make_mut(n));
+        }
         let is_node = matches!(obj, Object::Node(_));
         self.store.insert(obj.clone());
         self.core.handle(self.now, Event::Applied(obj));
@@ -874,6 +877,24 @@ fn set_pod_scheduled(
     }
 }
 
+/// The label every kubelet puts on its Node when it registers: `kubernetes.io/hostname`,
+/// the node's name unless the object already says otherwise. Scenario authors write
+/// `nodeSelector`, spread and anti-affinity on `kubernetes.io/hostname` as they would on a
+/// real cluster, where no node lacks it (without it, spreading over hostname would reject
+/// every node as "missing required label").
+pub const LABEL_HOSTNAME: &str = "kubernetes.io/hostname";
+
+fn kubelet_node_labels(node: &mut berth_api::k8s_openapi::api::core::v1::Node) {
+    let Some(name) = node.metadata.name.clone() else {
+        return;
+    };
+    node.metadata
+        .labels
+        .get_or_insert_with(Default::default)
+        .entry(LABEL_HOSTNAME.to_string())
+        .or_insert(name);
+}
+
 /// On replace, what the API server keeps of a pod: its status (a subresource) when the new
 /// object gives none, and its node (immutable once set) and the scheduler's annotations.
 fn carry_over_pod(pod: &mut Pod, old: &Pod) {
@@ -958,6 +979,31 @@ mod tests {
 
     fn pod(name: &str, cpu: &str) -> String {
         format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}}}\nspec: {{containers: [{{name: c, resources: {{requests: {{cpu: \"{cpu}\"}}}}}}]}}\n---\n")
+    }
+
+    #[test]
+    fn nodes_get_the_kubelet_hostname_label_unless_they_set_one() {
+        let sim = run("apiVersion: v1\nkind: Node\nmetadata: {name: n1}\n---\napiVersion: v1\nkind: Node\nmetadata: {name: n2, labels: {kubernetes.io/hostname: host-2, zone: a}}\n");
+        let label = |name: &str| {
+            sim.store()
+                .node(name)
+                .and_then(|n| n.metadata.labels.as_ref()?.get(LABEL_HOSTNAME).cloned())
+        };
+        assert_eq!(label("n1").as_deref(), Some("n1"));
+        assert_eq!(label("n2").as_deref(), Some("host-2"));
+    }
+
+    #[test]
+    fn spreading_over_hostname_works_on_nodes_written_without_labels() {
+        let spread = "apiVersion: v1\nkind: Pod\nmetadata: {name: NAME, labels: {app: web}}\nspec:\n  topologySpreadConstraints: [{maxSkew: 1, topologyKey: kubernetes.io/hostname, whenUnsatisfiable: DoNotSchedule, labelSelector: {matchLabels: {app: web}}}]\n  containers: [{name: c}]\n---\n";
+        let nodes = "apiVersion: v1\nkind: Node\nmetadata: {name: n1}\nstatus: {allocatable: {cpu: 2, pods: 10}}\n---\napiVersion: v1\nkind: Node\nmetadata: {name: n2}\nstatus: {allocatable: {cpu: 2, pods: 10}}\n---\n";
+        let sim = run(&format!(
+            "{nodes}{}{}",
+            spread.replace("NAME", "a"),
+            spread.replace("NAME", "b")
+        ));
+        let (a, b) = (node_of(&sim, "a"), node_of(&sim, "b"));
+        assert!(a.is_some() && b.is_some() && a != b, "{a:?} {b:?}");
     }
 
     #[test]
