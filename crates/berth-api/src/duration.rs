@@ -261,9 +261,35 @@ fn take_fraction(v: &mut u64, precision: u32) -> String {
 /// deserializes: the API server stores any string here, and berth reports it through
 /// [`Reservation::validate`](crate::reservation::Reservation::validate) instead of failing to
 /// read the whole object.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+///
+/// A bare integer reads as its text: YAML turns `ttl: 0` (the documented way to disable
+/// expiry) into a number, and `0` is the Go duration meant; any other bare number is then
+/// refused by `validate` like any string without a unit.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
 #[serde(transparent)]
 pub struct GoDuration(String);
+
+impl<'de> Deserialize<'de> for GoDuration {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Text;
+        impl serde::de::Visitor<'_> for Text {
+            type Value = GoDuration;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a duration such as \"24h\"")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<GoDuration, E> {
+                Ok(GoDuration::new(v))
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<GoDuration, E> {
+                Ok(GoDuration::new(v.to_string()))
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<GoDuration, E> {
+                Ok(GoDuration::new(v.to_string()))
+            }
+        }
+        d.deserialize_any(Text)
+    }
+}
 
 impl GoDuration {
     /// Wraps text without checking it; use [`GoDuration::millis`] to interpret it.
@@ -324,6 +350,19 @@ mod tests {
     use super::*;
 
     const SECOND: i64 = 1_000_000_000;
+
+    #[test]
+    fn a_bare_integer_reads_as_its_text_and_only_zero_is_a_duration() {
+        let zero: GoDuration = serde_json::from_str("0").unwrap();
+        assert_eq!((zero.as_str(), zero.millis().ok()), ("0", Some(0)));
+        let five: GoDuration = serde_json::from_str("5").unwrap();
+        assert!(
+            five.millis().is_err(),
+            "a number without a unit is not a duration"
+        );
+        assert!(serde_json::from_str::<GoDuration>("true").is_err());
+        assert!(serde_json::from_str::<GoDuration>("1.5").is_err());
+    }
 
     #[test]
     fn parses_the_forms_koordinator_users_write() {

@@ -19,6 +19,18 @@ impl SplitMix64 {
         z ^ (z >> 31)
     }
 
+    /// Where the generator is in its sequence. The difference of two positions, given to
+    /// [`SplitMix64::advance`], replays the draws made between them.
+    pub fn position(&self) -> u64 {
+        self.0
+    }
+
+    /// Moves the generator forward as the draws between two [`SplitMix64::position`]s
+    /// `step` apart did (each draw adds the same constant to the state).
+    pub fn advance(&mut self, step: u64) {
+        self.0 = self.0.wrapping_add(step);
+    }
+
     /// A uniform value in `0..n` (`n > 0`).
     pub fn below(&mut self, n: u64) -> u64 {
         self.next_u64() % n.max(1)

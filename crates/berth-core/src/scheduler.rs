@@ -23,6 +23,7 @@ use crate::framework::{Code, CycleState, Diagnosis, Profile, Status};
 use crate::model::node::NodeIdx;
 use crate::model::pod::{PodInfo, PodKind};
 use crate::object::{Kind, Object, ObjectKey};
+use crate::queue::hints::{self, ClusterEvent};
 use crate::queue::SchedulingQueue;
 use crate::rng::SplitMix64;
 use crate::time::Time;
@@ -47,6 +48,9 @@ pub struct Counters {
     pub errors: u64,
     /// Nodes run through Filter.
     pub nodes_filtered: u64,
+    /// Retries answered without a cycle: nothing changed since the item's last failure,
+    /// so a cycle would have failed the same way.
+    pub replayed: u64,
 }
 
 /// The scheduler.
@@ -83,6 +87,9 @@ pub struct Scheduler {
     /// The cycle's `skip_filter` bits, for the feedback.
     filter_log_skip: u64,
     feedback_buf: Vec<(NodeIdx, bool)>,
+    /// Bumped by every input and every cycle that changed anything: a pod that failed at
+    /// the current epoch would fail again the same way ([`SchedulingQueue::replayable`]).
+    epoch: u64,
 }
 
 /// The outcome of one scheduling cycle.
@@ -144,6 +151,7 @@ impl Scheduler {
             filter_log: Vec::new(),
             filter_log_skip: 0,
             feedback_buf: Vec::new(),
+            epoch: 0,
         }
     }
 
@@ -194,13 +202,29 @@ impl Scheduler {
 
     /// Runs everything due at `now`.
     pub fn handle_timeout(&mut self, now: Time) {
+        let due = |t: Option<Time>| t.is_some_and(|t| t <= now);
+        if due(self.cluster.reservations.next_timer()) || due(self.cluster.numa.next_resync()) {
+            self.epoch += 1;
+        }
         self.queue.flush(now);
         crate::reservation::lifecycle::on_timeout(&mut self.cluster, now);
         self.sync_reservations(now);
         // NUMA reserve cache resync: flushed nodes may fit pods now.
-        if crate::plugins::numatopology::resync(&mut self.cluster, now) {
-            self.queue.move_all(now);
+        for node in crate::plugins::numatopology::resync(&mut self.cluster, now) {
+            if let Some(idx) = self.cluster.node_idx(&node) {
+                self.requeue(now, ClusterEvent::topology(idx));
+            }
         }
+    }
+
+    /// Moves the unschedulable items `event` may help out of the pool (queueing hints).
+    fn requeue(&mut self, now: Time, event: ClusterEvent) {
+        hints::requeue(&mut self.queue, &self.cluster, &self.profiles, now, &event);
+    }
+
+    /// Why queued items left the unschedulable pool (events or the maximum wait).
+    pub fn queue_stats(&self) -> crate::queue::QueueStats {
+        self.queue.stats()
     }
 
     /// Number of items waiting in the queue (including in-flight ones).
@@ -210,10 +234,12 @@ impl Scheduler {
 
     /// Applies an observed change.
     pub fn handle(&mut self, now: Time, event: Event) {
+        self.epoch += 1;
         self.cluster.reservations.set_now(now);
         match event {
             Event::Applied(Object::Node(node)) => {
                 let name = node.metadata.name.clone().unwrap_or_default();
+                let before = self.cluster.node_by_name(&name).map(hints::NodeBefore::of);
                 match self.cluster.apply_node(node) {
                     Ok(idx) => {
                         let bad = self
@@ -235,7 +261,13 @@ impl Scheduler {
                             );
                         }
                         crate::reservation::lifecycle::node_applied(&mut self.cluster, idx);
-                        self.queue.move_all(now)
+                        let event = match (&before, self.cluster.node(idx)) {
+                            (Some(b), Some(n)) => {
+                                ClusterEvent::node_updated(idx, hints::node_change(b, n))
+                            }
+                            _ => ClusterEvent::node_added(idx),
+                        };
+                        self.requeue(now, event)
                     }
                     Err(e) => self.record(
                         ObjectKey::cluster(Kind::Node, &name),
@@ -251,6 +283,7 @@ impl Scheduler {
                 self.cluster.delete_node(&key.name);
                 self.cluster.numa.delete_node(&key.name);
                 crate::reservation::lifecycle::node_deleted(&mut self.cluster, idx, &key.name);
+                self.requeue(now, ClusterEvent::node_deleted());
             }
             Event::Applied(Object::Pod(pod)) => {
                 let meta = &pod.metadata;
@@ -268,14 +301,24 @@ impl Scheduler {
                 if let Some(e) = self.cluster.remove_pod(&key) {
                     let foreign = self.is_foreign(&e.info);
                     crate::plugins::numatopology::pod_deleted(&mut self.cluster, &e, foreign, now);
-                    if e.state != PodState::Pending {
-                        self.queue.move_all(now);
+                    if e.state != PodState::Pending && !e.info.terminal {
+                        self.requeue(now, ClusterEvent::assigned_pod_deleted(e.node));
                     }
                 }
                 crate::reservation::lifecycle::pod_removed(&mut self.cluster, &key);
             }
             Event::BindFailed { pod, message } => {
+                // The room the pod was assumed to take is free again (upstream requeues
+                // with AssignedPodDelete).
+                let assumed = self
+                    .cluster
+                    .pod(&pod)
+                    .filter(|e| e.state == PodState::Assumed)
+                    .map(|e| e.node);
                 self.cluster.forget(&pod);
+                if let Some(node) = assumed {
+                    self.requeue(now, ClusterEvent::assigned_pod_deleted(node));
+                }
                 crate::reservation::lifecycle::forget_owner(&mut self.cluster, &pod);
                 if let Some(e) = self.cluster.pod(&pod) {
                     let info = e.info.clone();
@@ -294,12 +337,12 @@ impl Scheduler {
             Event::Applied(Object::PersistentVolumeClaim(pvc)) => {
                 let key = Object::PersistentVolumeClaim(pvc.clone()).key();
                 self.cluster.pvcs.insert(key, pvc);
-                self.queue.move_all(now);
+                self.requeue(now, ClusterEvent::pvc());
             }
             Event::Applied(Object::CsiNode(c)) => {
                 let name: Arc<str> = c.metadata.name.as_deref().unwrap_or("").into();
                 self.cluster.csi_nodes.insert(name, c);
-                self.queue.move_all(now);
+                self.requeue(now, ClusterEvent::csi_node());
             }
             Event::Applied(Object::PriorityClass(pc)) => {
                 let name = pc.metadata.name.clone().unwrap_or_default();
@@ -315,7 +358,7 @@ impl Scheduler {
                 }
                 Kind::CsiNode => {
                     self.cluster.csi_nodes.remove(&*key.name);
-                    self.queue.move_all(now);
+                    self.requeue(now, ClusterEvent::csi_node());
                 }
                 Kind::PriorityClass => {
                     self.cluster.priority_classes.remove(&*key.name);
@@ -328,13 +371,19 @@ impl Scheduler {
                 }
                 Kind::NodeResourceTopology => {
                     self.cluster.numa.delete_nrt(&key.name);
-                    self.queue.move_all(now);
+                    if let Some(idx) = self.cluster.node_idx(&key.name) {
+                        self.requeue(now, ClusterEvent::topology(idx));
+                    }
                 }
                 _ => {}
             },
             Event::Applied(Object::NodeResourceTopology(nrt)) => {
                 match self.cluster.numa.apply_nrt(&nrt, now) {
-                    Ok(true) => self.queue.move_all(now),
+                    Ok(true) => {
+                        if let Some(idx) = self.cluster.node_idx(nrt.node_name()) {
+                            self.requeue(now, ClusterEvent::topology(idx));
+                        }
+                    }
                     Ok(false) => {}
                     Err(e) => self.record(
                         ObjectKey::cluster(Kind::NodeResourceTopology, nrt.node_name()),
@@ -372,11 +421,31 @@ impl Scheduler {
             self.queue.delete(&key);
             self.nominator.delete(&key);
             self.last_message.remove(&key);
-            let was_placed = prev.as_ref().is_some_and(|p| p.state != PodState::Pending);
-            let moved_resources = !was_placed || info.terminal;
-            if moved_resources || prev.is_none() {
-                // A pod landing (bound by someone else) or finishing changes what fits.
-                self.queue.move_all(now);
+            // A pod landing (bound by someone else) or leaving its node changes what fits.
+            let held = prev
+                .as_ref()
+                .filter(|p| p.state != PodState::Pending && !p.info.terminal);
+            let holds = (!info.terminal)
+                .then(|| self.cluster.pod(&key).map(|e| e.node))
+                .flatten();
+            match (held, holds) {
+                (Some(p), Some(node)) if p.node == node => {
+                    // A bind confirmed: with `discardReservedNodes` the node's NUMA data is
+                    // usable again.
+                    let discard = self.cluster.numa.cache().config().mode
+                        == crate::numa::CacheMode::DiscardReserved;
+                    if let (true, PodState::Assumed, Some(idx)) = (discard, p.state, node) {
+                        self.requeue(now, ClusterEvent::topology(idx));
+                    }
+                }
+                (held, holds) => {
+                    if let Some(p) = held {
+                        self.requeue(now, ClusterEvent::assigned_pod_deleted(p.node));
+                    }
+                    if let Some(node) = holds {
+                        self.requeue(now, ClusterEvent::assigned_pod_added(node));
+                    }
+                }
             }
             return;
         }
@@ -497,10 +566,22 @@ impl Scheduler {
             self.queue.done(&key);
             return;
         };
+        if let Some(step) = self.queue.replayable(&key, self.epoch) {
+            // Nothing changed since this pod failed: the cycle would fail the same way, with
+            // the same message (so no new condition or event) and the same random draws.
+            self.rng.advance(step);
+            self.queue.failed_again(&key, now);
+            self.counters.replayed += 1;
+            return;
+        }
         self.counters.attempts += 1;
+        let epoch = self.epoch;
+        let rng_at = self.rng.position();
+        let nominated = self.nominator.node_of(&key).cloned();
         let profile = self.profile_for(&pod);
         let outcome = self.find_node(profile, &pod);
-        self.filter_feedback(profile, &pod, now);
+        let fed = self.filter_feedback(profile, &pod, now);
+        let mut changed = true;
         match outcome {
             Outcome::Placed(node, mut state) => {
                 if let Err(status) = self.reserve_and_bind(profile, &mut state, &pod, node, now) {
@@ -510,16 +591,35 @@ impl Scheduler {
                     self.fail(now, &pod, d);
                 }
             }
-            Outcome::Failed(diag) => self.fail(now, &pod, diag),
+            Outcome::Failed(diag) => {
+                let preempting = self
+                    .post_filter_result
+                    .as_ref()
+                    .is_some_and(|r| matches!(r.nomination, Nomination::Node(_)));
+                changed = diag.error.is_some() || preempting || fed;
+                self.fail(now, &pod, diag);
+            }
+        }
+        let unchanged = !changed
+            && key.kind == Kind::Pod
+            && self.epoch == epoch
+            && self.nominator.node_of(&key) == nominated.as_ref();
+        if unchanged {
+            let step = self.rng.position().wrapping_sub(rng_at);
+            self.queue.remember_failure(&key, epoch, step);
+        } else {
+            self.epoch += 1;
         }
     }
 
     /// Hands each feedback plugin its Filter verdicts of the cycle that just ran. A node
     /// another plugin rejected counts as passed by this one only if this one ran first.
-    fn filter_feedback(&mut self, profile: usize, pod: &PodInfo, now: Time) {
+    /// Returns whether any plugin was handed verdicts (its state changed).
+    fn filter_feedback(&mut self, profile: usize, pod: &PodInfo, now: Time) -> bool {
         if self.filter_log.is_empty() {
-            return;
+            return false;
         }
+        let mut fed = false;
         let prof = &self.profiles[profile];
         for &j in &self.feedback[profile] {
             let i = prof.filter[j];
@@ -546,8 +646,10 @@ impl Scheduler {
                 self.feedback_buf.push((idx, passed));
             }
             p.filter_feedback(&mut self.cluster, pod, &self.feedback_buf, now);
+            fed = true;
         }
         self.filter_log.clear();
+        fed
     }
 
     fn item(&self, key: &ObjectKey) -> Option<Arc<PodInfo>> {
@@ -724,6 +826,14 @@ impl Scheduler {
                     state.subset_plugins.join(" ")
                 );
                 diag.add_absent(reason, num_all.saturating_sub(s.len()) as u32);
+                // A change to those nodes can help only through those plugins' events.
+                if s.len() < num_all {
+                    for p in &state.subset_plugins {
+                        if !diag.unschedulable_plugins.contains(p) {
+                            diag.unschedulable_plugins.push(p);
+                        }
+                    }
+                }
             }
             self.feasible = feasible;
             self.run_post_filter(profile, &state, pod, &mut diag);
@@ -842,8 +952,9 @@ impl Scheduler {
         self.queue.done(&pod.key);
         self.nominator.delete(&pod.key);
         self.last_message.remove(&pod.key);
-        let _ = now;
         if is_pod {
+            // Upstream's AssignedPodAdd: the pod counts for affinity and spreading from now.
+            self.requeue(now, ClusterEvent::assigned_pod_added(Some(node)));
             self.effects.push_back(Effect::Bind {
                 pod: pod.key.clone(),
                 node: node_name.clone(),
@@ -933,7 +1044,9 @@ impl Scheduler {
                     created,
                 } => self.queue.add(key, priority, created, now),
                 crate::reservation::QueueOp::Delete(key) => self.queue.delete(&key),
-                crate::reservation::QueueOp::MoveAll => self.queue.move_all(now),
+                crate::reservation::QueueOp::MoveAll => {
+                    self.requeue(now, ClusterEvent::reservation())
+                }
             }
         }
         self.effects.extend(effects);

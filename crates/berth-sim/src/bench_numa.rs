@@ -79,6 +79,11 @@ pub struct Outcome {
     pub pending: u64,
     /// Scheduling cycles run.
     pub cycles: u64,
+    /// Retries answered without a cycle (nothing changed since the pod failed).
+    pub replayed: u64,
+    /// Why pods left the unschedulable pool: an event that may have helped, or the
+    /// five-minute maximum wait.
+    pub requeues: berth_core::queue::QueueStats,
     /// Time spent in scheduling cycles.
     pub cycle_time: Duration,
     /// Wall time of the whole run (driver, kubelet and publisher included).
@@ -348,6 +353,8 @@ pub fn run_mode(p: &Params, cache: bool) -> Outcome {
         topology_errors: d.errors,
         pending: d.pods.len() as u64,
         cycles: d.cycles,
+        replayed: d.core.counters.replayed,
+        requeues: d.core.queue_stats(),
         cycle_time: d.cycle_time,
         wall: wall.elapsed(),
         metrics: d.core.numa_metrics(),
@@ -361,7 +368,8 @@ pub fn format_outcome(o: &Outcome) -> String {
     format!(
         "{:<12} bound {:>6}  TopologyAffinityError {:>5}  pending {:>5}  {:>8.0} pods/s (cycles, {} cycles)  \
          wait {:>5.1}s  NRT reads/pod {:>7.2} (reference GETs)  {:>5.2} (watched)  \
-         resyncs {} matched {} mismatched {} flushes {}  wall {:.1}s",
+         resyncs {} matched {} mismatched {} flushes {}  \
+         requeued {} by events, {} by the 5m wait, {} retries replayed  wall {:.1}s",
         if o.cache { "cache" } else { "passthrough" },
         o.bound,
         o.topology_errors,
@@ -375,6 +383,9 @@ pub fn format_outcome(o: &Outcome) -> String {
         m.cache.fingerprint_matches,
         m.cache.fingerprint_mismatches,
         m.cache.flushes,
+        o.requeues.moved_by_event,
+        o.requeues.moved_by_max_wait,
+        o.replayed,
         o.wall.as_secs_f64(),
     )
 }

@@ -556,6 +556,11 @@ impl Simulation {
                 .extend(annotations);
         }
         p.spec.get_or_insert_with(Default::default).node_name = Some(node);
+        // The binding subresource clears the nomination (kube-apiserver since KEP-5278;
+        // the scheduler itself did before): a bound pod has no nominated node.
+        if let Some(status) = p.status.as_mut() {
+            status.nominated_node_name = None;
+        }
         set_pod_scheduled(&mut p, "True", None, None, self.now);
         let obj = Object::Pod(Arc::new(p));
         self.store.insert(obj.clone());
@@ -1004,6 +1009,19 @@ mod tests {
         ));
         let (a, b) = (node_of(&sim, "a"), node_of(&sim, "b"));
         assert!(a.is_some() && b.is_some() && a != b, "{a:?} {b:?}");
+    }
+
+    #[test]
+    fn a_preemptor_once_bound_keeps_no_nominated_node() {
+        let text = "apiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\nmetadata: {name: high}\nvalue: 1000\n---\napiVersion: v1\nkind: Node\nmetadata: {name: n1}\nstatus: {allocatable: {cpu: 2, pods: 10}}\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: low}\nspec: {nodeName: n1, containers: [{name: c, resources: {requests: {cpu: 2}}}]}\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: vip}\nspec: {priorityClassName: high, containers: [{name: c, resources: {requests: {cpu: 2}}}]}\n";
+        let sim = run(text);
+        assert_eq!(node_of(&sim, "vip").as_deref(), Some("n1"));
+        let vip = sim.store().pod(&ObjectKey::pod("default", "vip")).unwrap();
+        let nominated = vip
+            .status
+            .as_ref()
+            .and_then(|s| s.nominated_node_name.clone());
+        assert_eq!(nominated, None);
     }
 
     #[test]

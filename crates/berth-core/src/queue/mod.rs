@@ -15,6 +15,8 @@ use std::collections::BinaryHeap;
 use crate::object::ObjectKey;
 use crate::time::{Time, MINUTE, SECOND};
 
+pub mod hints;
+
 /// First back-off after a failure.
 pub const INITIAL_BACKOFF: Time = SECOND;
 /// Longest back-off.
@@ -42,6 +44,10 @@ struct Entry {
     place: Where,
     /// Plugins that rejected the item last time, for queueing hints.
     plugins: Vec<&'static str>,
+    /// The scheduler's epoch at the item's last failure, when a cycle run again with no
+    /// change in between would fail the same way, and the random draws that cycle made
+    /// ([`SchedulingQueue::remember_failure`]).
+    replay: Option<(u64, u64)>,
     /// Generation for lazy deletion from the heaps.
     gen: u64,
 }
@@ -59,6 +65,16 @@ impl Entry {
 
 type ActiveKey = (Reverse<i32>, Time, u64);
 
+/// Why items left the unschedulable pool, for benchmarks: the events that may have made
+/// them fit, or the maximum wait (which should stay the exception).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct QueueStats {
+    /// Items a cluster event moved.
+    pub moved_by_event: u64,
+    /// Items moved after [`UNSCHEDULABLE_MAX_WAIT`] without a helpful event.
+    pub moved_by_max_wait: u64,
+}
+
 /// The queue of pods (and reservations) waiting to be scheduled.
 #[derive(Debug, Default, Clone)]
 pub struct SchedulingQueue {
@@ -67,6 +83,7 @@ pub struct SchedulingQueue {
     backoff: BinaryHeap<Reverse<(Time, u64, u64, ObjectKey)>>,
     seq: u64,
     gen: u64,
+    stats: QueueStats,
 }
 
 impl SchedulingQueue {
@@ -75,6 +92,7 @@ impl SchedulingQueue {
     pub fn add(&mut self, key: ObjectKey, priority: i32, created: Time, now: Time) {
         if let Some(e) = self.entries.get_mut(&key) {
             let changed = e.priority != priority;
+            e.replay = None;
             e.priority = priority;
             e.created = created;
             match e.place {
@@ -94,6 +112,7 @@ impl SchedulingQueue {
             since: now,
             place: Where::Active,
             plugins: Vec::new(),
+            replay: None,
             gen: 0,
         };
         self.entries.insert(key.clone(), entry);
@@ -146,6 +165,7 @@ impl SchedulingQueue {
         };
         e.plugins.clear();
         e.plugins.extend_from_slice(plugins);
+        e.replay = None;
         e.last_attempt = now;
         e.since = now;
         if unschedulable {
@@ -165,18 +185,61 @@ impl SchedulingQueue {
     /// `hint` (kube-scheduler's queueing hints, coarse: an event names the plugins it can
     /// help).
     pub fn move_if(&mut self, now: Time, hint: impl Fn(&[&'static str]) -> bool) {
+        self.move_matching(now, |_, plugins| hint(plugins));
+    }
+
+    /// Like [`SchedulingQueue::move_if`], with the item's key (for hints that look at the
+    /// pod, see [`hints`]). Returns how many items moved.
+    pub fn move_matching(
+        &mut self,
+        now: Time,
+        mut hint: impl FnMut(&ObjectKey, &[&'static str]) -> bool,
+    ) -> usize {
         let mut keys: Vec<(u64, ObjectKey)> = self
             .entries
             .iter()
-            .filter(|(_, e)| e.place == Where::Unschedulable && hint(&e.plugins))
+            .filter(|(k, e)| e.place == Where::Unschedulable && hint(k, &e.plugins))
             .map(|(k, e)| (e.seq, k.clone()))
             .collect();
         // Arrival order, not the HashMap's: the order decides back-off ties, and runs must
         // be deterministic.
         keys.sort_unstable();
-        for (_, k) in keys {
-            self.requeue(&k, now);
+        for (_, k) in &keys {
+            self.requeue(k, now);
         }
+        self.stats.moved_by_event += keys.len() as u64;
+        keys.len()
+    }
+
+    /// Records that the in-flight item just failed as unschedulable at scheduler epoch
+    /// `epoch` with `draws` (random-generator steps) in its cycle and nothing else changed:
+    /// a retry at the same epoch would fail the same way.
+    pub fn remember_failure(&mut self, key: &ObjectKey, epoch: u64, draws: u64) {
+        if let Some(e) = self.entries.get_mut(key) {
+            e.replay = Some((epoch, draws));
+        }
+    }
+
+    /// The random draws of the item's last failure if it happened at `epoch` (nothing
+    /// changed since), so the retry can be answered without a cycle.
+    pub fn replayable(&self, key: &ObjectKey, epoch: u64) -> Option<u64> {
+        let (at, draws) = self.entries.get(key)?.replay?;
+        (at == epoch).then_some(draws)
+    }
+
+    /// Sends the in-flight item back to the unschedulable pool, rejected by the same plugins
+    /// as last time (a retry answered by [`SchedulingQueue::replayable`]).
+    pub fn failed_again(&mut self, key: &ObjectKey, now: Time) {
+        if let Some(e) = self.entries.get_mut(key) {
+            e.last_attempt = now;
+            e.since = now;
+            e.place = Where::Unschedulable;
+        }
+    }
+
+    /// The plugins that rejected the item last time.
+    pub fn rejected_by(&self, key: &ObjectKey) -> &[&'static str] {
+        self.entries.get(key).map_or(&[], |e| &e.plugins)
     }
 
     fn requeue(&mut self, key: &ObjectKey, now: Time) {
@@ -215,6 +278,7 @@ impl SchedulingQueue {
             .map(|(k, e)| (e.seq, k.clone()))
             .collect();
         stale.sort_unstable();
+        self.stats.moved_by_max_wait += stale.len() as u64;
         for (_, k) in stale {
             self.requeue(&k, now);
         }
@@ -272,6 +336,11 @@ impl SchedulingQueue {
             .iter()
             .filter(|(_, e)| e.place == Where::Unschedulable)
             .map(|(k, _)| k)
+    }
+
+    /// Why items left the unschedulable pool so far.
+    pub fn stats(&self) -> QueueStats {
+        self.stats
     }
 
     /// Number of items the queue knows.

@@ -600,8 +600,24 @@ fn schedule_timer(cx: &mut Cluster, idx: RIdx) {
         if settings.disable_gc || r.gc_requested {
             None
         } else {
-            r.terminal_since
-                .map(|t| t.saturating_add(settings.gc_duration))
+            let aged = r
+                .terminal_since
+                .map(|t| t.saturating_add(settings.gc_duration));
+            // Koordinator's collector also deletes a terminal reservation whose node is
+            // gone, on its next run (`missingNode`), whatever its age.
+            let node_gone = r
+                .node_name
+                .as_deref()
+                .is_some_and(|n| cx.node_idx(n).is_none());
+            let orphaned = node_gone.then(|| {
+                let next_run = now(cx).saturating_add(settings.gc_interval);
+                // An earlier run already planned stays planned.
+                r.timer.map_or(next_run, |t| t.min(next_run))
+            });
+            match (aged, orphaned) {
+                (Some(a), Some(o)) => Some(a.min(o)),
+                (a, o) => a.or(o),
+            }
         }
     } else {
         r.expires_at
@@ -1109,6 +1125,11 @@ pub fn node_deleted(cx: &mut Cluster, node: Option<NodeIdx>, name: &str) {
             m.attached = false;
         }
         fail(cx, idx, MSG_NODE_DELETED);
+    }
+    // Succeeded and Failed reservations that were on the node are collected on the
+    // collector's next run (`fail` above planned that for the ones it just failed).
+    for idx in cx.reservations.terminal_on(name) {
+        schedule_timer(cx, idx);
     }
 }
 

@@ -32,12 +32,18 @@ use crate::time::Time;
 /// Koordinator's default `gcDurationSeconds`: terminal reservations are deleted a day after
 /// they ended.
 pub const DEFAULT_GC_DURATION: Time = 24 * 60 * 60 * 1000;
+/// Koordinator's default `gcIntervalSeconds`: how often the garbage collector looks, which
+/// bounds how long a terminal reservation whose node is gone survives.
+pub const DEFAULT_GC_INTERVAL: Time = 60 * 1000;
 
 /// Reservation settings from the Reservation plugin's args (`ReservationArgs`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Settings {
     /// How long Succeeded and Failed reservations are kept before deletion.
     pub gc_duration: Time,
+    /// How often the garbage collector runs (`gcIntervalSeconds`): a Succeeded or Failed
+    /// reservation whose node no longer exists is deleted on the next run.
+    pub gc_interval: Time,
     /// `disableGarbageCollection`.
     pub disable_gc: bool,
     /// `preAllocationConfig.enableClusterMode`: `Cluster`-mode pre-allocation is allowed.
@@ -48,6 +54,7 @@ impl Default for Settings {
     fn default() -> Self {
         Self {
             gc_duration: DEFAULT_GC_DURATION,
+            gc_interval: DEFAULT_GC_INTERVAL,
             disable_gc: false,
             enable_cluster_mode: false,
         }

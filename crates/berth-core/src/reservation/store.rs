@@ -281,6 +281,18 @@ impl ReservationStore {
         v.into_iter()
     }
 
+    /// Succeeded and Failed reservations whose status names `node`. Walks every
+    /// reservation: only a node deletion asks, never a scheduling cycle.
+    pub(crate) fn terminal_on(&self, node: &str) -> Vec<RIdx> {
+        (0..self.slots.len())
+            .filter_map(|i| RIdx::try_from(i).ok())
+            .filter(|&i| {
+                self.get(i)
+                    .is_some_and(|r| r.phase.is_terminal() && r.node_name.as_deref() == Some(node))
+            })
+            .collect()
+    }
+
     /// How many reservations are known.
     pub fn len(&self) -> usize {
         self.by_name.len()

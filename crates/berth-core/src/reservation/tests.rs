@@ -787,6 +787,39 @@ fn a_deleted_node_fails_its_reservations_and_pending_pods_get_the_capacity() {
 }
 
 #[test]
+fn terminal_reservations_of_a_deleted_node_are_collected_on_the_next_gc_run() {
+    let mut s = Sim::default();
+    s.node(node("n1").alloc("cpu", "8").build());
+    s.node(node("n2").alloc("cpu", "8").build());
+    let pinned = |name: &str, node: &str| {
+        reservation(name)
+            .req("cpu", "2")
+            .owner(json!({"object": {"namespace": "default", "name": format!("{name}-owner")}}))
+            .template_spec("nodeName", json!(node))
+            .build()
+    };
+    s.reservation(pinned("avail", "n1"));
+    s.reservation(pinned("used", "n1"));
+    s.reservation(pinned("elsewhere", "n2"));
+    s.pod(pod("used-owner").req("cpu", "2").build());
+    assert_eq!(s.phase("used"), "Succeeded");
+    s.delete_node("n1");
+    assert_eq!(s.phase("avail"), "Failed");
+    assert_eq!(
+        s.phase("used"),
+        "Succeeded",
+        "the controller skips terminal ones"
+    );
+    s.advance(59_000);
+    assert_eq!(s.phase("avail"), "Failed", "not before the collector runs");
+    s.advance(1_000);
+    // Koordinator's gcReservations: expired or succeeded, and the node is missing.
+    assert_eq!(s.phase("avail"), "<deleted>");
+    assert_eq!(s.phase("used"), "<deleted>");
+    assert_eq!(s.phase("elsewhere"), "Available");
+}
+
+#[test]
 fn deleting_an_owner_of_a_reusable_reservation_returns_its_share() {
     let mut s = sim_with_nodes(&["n1"]);
     s.reservation(

@@ -313,13 +313,13 @@ pub fn pod_deleted(cx: &mut Cluster, entry: &PodEntry, foreign: bool, now: Time)
     }
 }
 
-/// Runs the resync if it is due. Returns whether scheduling decisions may differ now (a
-/// node was flushed). A node whose check merely failed changes nothing: pods rejected
+/// Runs the resync if it is due. Returns the nodes whose data Filter sees changed (the
+/// flushed ones), sorted. A node whose check merely failed changes nothing: pods rejected
 /// there are not retried for it (their message catches up at their next retry).
-pub fn resync(cx: &mut Cluster, now: Time) -> bool {
+pub fn resync(cx: &mut Cluster, now: Time) -> Vec<String> {
     match cx.numa.next_resync {
         Some(due) if due <= now => {}
-        _ => return false,
+        _ => return Vec::new(),
     }
     let mut numa = std::mem::take(&mut cx.numa);
     let mode = numa.informer_mode;
@@ -331,7 +331,7 @@ pub fn resync(cx: &mut Cluster, now: Time) -> bool {
         numa.arm(now);
     }
     cx.numa = numa;
-    !out.flushed.is_empty()
+    out.flushed
 }
 
 /// The pods the scheduler believes the node agent sees on `node`: bound (a bind not yet

@@ -101,6 +101,25 @@ impl NodeAllocatable for Allocatable<'_> {
     }
 }
 
+/// Whether Filter could pass `node` for `pod` now, for queueing hints: the check Filter runs,
+/// on the node's current view. A request that cannot be read may fit (Filter reports it).
+pub fn may_fit(cx: &Cluster, pod: &PodInfo, node: &NodeInfo) -> bool {
+    if !cx.numa.has_topology() {
+        return true;
+    }
+    let Ok(request) = pod_numa_request(pod) else {
+        return true;
+    };
+    let alloc = Allocatable {
+        names: &cx.names,
+        node,
+    };
+    match filter_node(cx.numa.view(&node.name), &request, &alloc) {
+        Ok(()) => true,
+        Err(r) => r.is_internal_error(),
+    }
+}
+
 /// The reason for an alignment failure: fixed strings for the common cases so the
 /// per-node path does not format.
 fn align_reason(r: &NumaReject) -> Cow<'static, str> {

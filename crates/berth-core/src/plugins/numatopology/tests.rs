@@ -80,6 +80,16 @@ fn add_node(s: &mut Scheduler, name: &str, cpu: &str) {
     );
 }
 
+/// Adds a cordoned node with room for any pod: the node-add event retries the pods waiting
+/// (queueing hints skip pods a new node cannot hold), and none lands there.
+fn add_cordoned(s: &mut Scheduler, name: &str) {
+    let n = node(name)
+        .alloc("cpu", "64")
+        .alloc("memory", "256Gi")
+        .unschedulable();
+    s.handle(T0, Event::Applied(Object::Node(n.build())));
+}
+
 /// Schedules what can be, confirming binds as the API server would; returns the effects.
 fn run(s: &mut Scheduler, now: Time) -> Vec<Effect> {
     s.run_until_idle(now);
@@ -178,7 +188,7 @@ fn the_reserve_cache_blocks_a_burst_until_the_node_republishes() {
     s.handle_timeout(T0 + 5 * SEC);
     // The held-back NRT and the failed check retry nobody; b's next retry says why.
     assert!(run(&mut s, T0 + 5 * SEC).is_empty());
-    add_node(&mut s, "tiny", "1");
+    add_cordoned(&mut s, "cordoned");
     let effects = run(&mut s, T0 + 5 * SEC);
     assert_eq!(bound(&s, "b"), None);
     let m = message(&effects, "b").unwrap_or_default();
@@ -239,7 +249,7 @@ fn an_nrt_without_fingerprint_never_resyncs_and_the_message_says_so() {
     s.handle(T0, Event::Applied(Object::Pod(gpod("b", "3").build())));
     run(&mut s, T0);
     s.handle_timeout(T0 + 5 * SEC);
-    add_node(&mut s, "tiny", "1");
+    add_cordoned(&mut s, "cordoned");
     let effects = run(&mut s, T0 + 5 * SEC);
     assert_eq!(bound(&s, "b"), None);
     let m = message(&effects, "b").unwrap_or_default();
@@ -398,7 +408,7 @@ fn rejections_in_a_row_make_a_node_dirty_only_at_the_threshold() {
     assert!(!s.cluster.numa.cache().is_dirty("n1"), "one rejection");
     assert_eq!(s.cluster.numa.next_resync(), None);
     // A node added requeues b: its retry is a second rejection in a row on n1.
-    add_node(&mut s, "tiny", "1");
+    add_cordoned(&mut s, "cordoned");
     run(&mut s, T0 + 2 * SEC);
     assert!(s.cluster.numa.cache().is_dirty("n1"));
 }

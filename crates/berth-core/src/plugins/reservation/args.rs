@@ -104,6 +104,9 @@ impl ReservationArgs {
             gc_duration: self
                 .gc_duration_seconds
                 .map_or(d.gc_duration, |s| s.saturating_mul(1000)),
+            gc_interval: self
+                .gc_interval_seconds
+                .map_or(d.gc_interval, |s| s.saturating_mul(1000)),
             disable_gc: self.disable_garbage_collection,
             enable_cluster_mode: self
                 .pre_allocation_config
@@ -127,6 +130,7 @@ mod tests {
         ))
         .unwrap();
         assert_eq!(a.settings().gc_duration, 60_000);
+        assert_eq!(a.settings().gc_interval, 60_000, "the default interval");
         assert!(a.settings().enable_cluster_mode);
         let e =
             ReservationArgs::new(Some(&json!({"minCandidateNodesPercentage": 101}))).unwrap_err();
