@@ -61,16 +61,22 @@ enum NodeChange {
 }
 
 fn node_spec() -> impl Strategy<Value = NodeSpec> {
-    (1u32..4, 1u32..5, 0usize..2, any::<bool>(), prop::bool::weighted(0.2), any::<bool>()).prop_map(
-        |(cpu, pods, zone, tainted, cordoned, disk)| NodeSpec {
+    (
+        1u32..4,
+        1u32..5,
+        0usize..2,
+        any::<bool>(),
+        prop::bool::weighted(0.2),
+        any::<bool>(),
+    )
+        .prop_map(|(cpu, pods, zone, tainted, cordoned, disk)| NodeSpec {
             cpu,
             pods,
             zone,
             tainted,
             cordoned,
             disk,
-        },
-    )
+        })
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -193,7 +199,9 @@ impl World {
 
     fn nth_node(&self, i: usize) -> Option<String> {
         let n = self.api.nodes.len();
-        (n > 0).then(|| self.api.nodes.keys().nth(i % n).cloned()).flatten()
+        (n > 0)
+            .then(|| self.api.nodes.keys().nth(i % n).cloned())
+            .flatten()
     }
 
     fn put_node(&mut self, name: String, spec: NodeSpec) {
@@ -215,7 +223,9 @@ impl World {
                 self.put_node(name, spec.clone());
             }
             Op::UpdateNode(i, change) => {
-                let Some(name) = self.nth_node(*i) else { return };
+                let Some(name) = self.nth_node(*i) else {
+                    return;
+                };
                 let (mut spec, old) = self.api.nodes[&name].clone();
                 match change {
                     NodeChange::Cpu(c) => spec.cpu = *c,
@@ -238,7 +248,9 @@ impl World {
                 self.put_node(name, spec);
             }
             Op::DeleteNode(i) => {
-                let Some(name) = self.nth_node(*i) else { return };
+                let Some(name) = self.nth_node(*i) else {
+                    return;
+                };
                 self.api.nodes.remove(&name);
                 self.s.handle(
                     self.now,
@@ -255,7 +267,9 @@ impl World {
             } => {
                 let name = format!("p{}", self.api.seq);
                 self.api.seq += 1;
-                let mut b = pod(&name).req("cpu", &format!("{cpu_m}m")).req("memory", "1Gi");
+                let mut b = pod(&name)
+                    .req("cpu", &format!("{cpu_m}m"))
+                    .req("memory", "1Gi");
                 if let Some(port) = port {
                     b = b.host_port(i32::from(*port), "TCP", "");
                 }
@@ -383,4 +397,3 @@ proptest! {
         prop_assert!(stranded.is_empty(), "stranded: {:?}", stranded);
     }
 }
-

@@ -89,13 +89,19 @@ fn an_owner_carries_the_reservation_allocated_annotation_and_the_reservation_its
     assert_eq!(r["status"]["currentOwners"][0]["name"], "p1");
     assert_eq!(r["status"]["currentOwners"][0]["uid"], p["metadata"]["uid"]);
     let ready = condition(r, "Ready");
-    assert_eq!((&ready["status"], &ready["reason"]), (&"False".into(), &"Succeeded".into()));
+    assert_eq!(
+        (&ready["status"], &ready["reason"]),
+        (&"False".into(), &"Succeeded".into())
+    );
     assert_eq!(condition(r, "Scheduled")["status"], "True");
 }
 
 #[test]
 fn a_reservation_that_fits_nowhere_is_pending_with_scheduled_false_unschedulable() {
-    let text = with_steps("res-18-pending-unschedulable-condition.yaml", "    - advance: 1s\n");
+    let text = with_steps(
+        "res-18-pending-unschedulable-condition.yaml",
+        "    - advance: 1s\n",
+    );
     let items = items_of_text("res-18-variant.yaml", &text);
     let r = get(&items, "Reservation", "big");
     assert_eq!(r["status"]["phase"], "Pending");
@@ -124,7 +130,10 @@ fn an_expired_reservation_is_failed_expired_then_collected_after_a_day() {
     let r = get(&items, "Reservation", "r1");
     assert_eq!(r["status"]["phase"], "Failed");
     let ready = condition(r, "Ready");
-    assert_eq!((&ready["status"], &ready["reason"]), (&"False".into(), &"Expired".into()));
+    assert_eq!(
+        (&ready["status"], &ready["reason"]),
+        (&"False".into(), &"Expired".into())
+    );
     let text = with_steps(
         "res-08-gc-after-expiry.yaml",
         "    - advance: 1h\n    - advance: 24h1m\n",
@@ -173,8 +182,7 @@ fn an_exclusive_cpu_pod_gets_a_cpuset_in_resource_status() {
     assert_eq!(status["cpuset"], "0-2", "three CPUs of one zone");
     let burstable = get(&items, "Pod", "burstable-wide");
     assert!(
-        burstable["metadata"]["annotations"]["scheduling.koordinator.sh/resource-status"]
-            .is_null(),
+        burstable["metadata"]["annotations"]["scheduling.koordinator.sh/resource-status"].is_null(),
         "no exclusive CPUs for a Burstable pod"
     );
 }
@@ -185,7 +193,10 @@ fn the_kubelet_rejects_an_unalignable_pod_with_topology_affinity_error() {
     let forced = get(&items, "Pod", "forced");
     assert_eq!(forced["status"]["phase"], "Failed");
     assert_eq!(forced["status"]["reason"], "TopologyAffinityError");
-    assert_eq!(get(&items, "Pod", "whole-node")["status"]["phase"], "Running");
+    assert_eq!(
+        get(&items, "Pod", "whole-node")["status"]["phase"],
+        "Running"
+    );
 }
 
 #[test]

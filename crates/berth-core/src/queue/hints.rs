@@ -154,10 +154,12 @@ pub fn node_change(before: &NodeBefore, after: &NodeInfo) -> u32 {
         kinds |= kind::NODE_LABEL;
     }
     let taints = |n: &berth_api::k8s_openapi::api::core::v1::Node| {
-        n.spec.as_ref().and_then(|s| s.taints.clone()).unwrap_or_default()
+        n.spec
+            .as_ref()
+            .and_then(|s| s.taints.clone())
+            .unwrap_or_default()
     };
-    if before.unschedulable != after.unschedulable || taints(&before.node) != taints(&after.node)
-    {
+    if before.unschedulable != after.unschedulable || taints(&before.node) != taints(&after.node) {
         kinds |= kind::NODE_TAINT;
     }
     kinds
@@ -192,10 +194,9 @@ pub fn registered(plugin: &str) -> (u32, bool) {
             true,
         ),
         names::VOLUME_RESTRICTIONS => (NODE_ADD | ASSIGNED_POD_DELETE | RESERVATION | PVC, false),
-        names::VOLUME_BINDING | names::VOLUME_ZONE => (
-            NODE_ADD | NODE_LABEL | NODE_TAINT | PVC | CSI_NODE,
-            false,
-        ),
+        names::VOLUME_BINDING | names::VOLUME_ZONE => {
+            (NODE_ADD | NODE_LABEL | NODE_TAINT | PVC | CSI_NODE, false)
+        }
         names::INTER_POD_AFFINITY => (
             NODE_ADD | NODE_LABEL | ASSIGNED_POD_ADD | ASSIGNED_POD_DELETE | RESERVATION,
             false,
@@ -316,12 +317,16 @@ fn fits_resources(pod: &PodInfo, node: &NodeInfo) -> bool {
     if node.pods.len() as i64 + 1 > node.allowed_pods {
         return false;
     }
-    [ResourceId::CPU, ResourceId::MEMORY, ResourceId::EPHEMERAL_STORAGE]
-        .into_iter()
-        .all(|id| {
-            let want = pod.requests[id];
-            want <= 0 || want <= node.allocatable[id].saturating_sub(node.requested[id])
-        })
+    [
+        ResourceId::CPU,
+        ResourceId::MEMORY,
+        ResourceId::EPHEMERAL_STORAGE,
+    ]
+    .into_iter()
+    .all(|id| {
+        let want = pod.requests[id];
+        want <= 0 || want <= node.allocatable[id].saturating_sub(node.requested[id])
+    })
 }
 
 /// Moves to back-off or active the unschedulable items `event` may help.

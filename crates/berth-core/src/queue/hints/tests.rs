@@ -18,7 +18,12 @@ fn cluster() -> (Cluster, NodeIdx, NodeIdx, ObjectKey) {
         .apply_node(node("big").alloc("cpu", "4").alloc("memory", "8Gi").build())
         .unwrap();
     let small = cx
-        .apply_node(node("small").alloc("cpu", "1").alloc("memory", "8Gi").build())
+        .apply_node(
+            node("small")
+                .alloc("cpu", "1")
+                .alloc("memory", "8Gi")
+                .build(),
+        )
         .unwrap();
     let info = pod("p").req("cpu", "2").build_info_with(&mut cx.names);
     let key = info.key.clone();
@@ -35,34 +40,164 @@ const BOTH: Checks = Checks {
 fn each_event_moves_only_pods_a_plugin_it_concerns_rejected() {
     let (cx, big, _, key) = cluster();
     let cases: &[(&str, ClusterEvent, &[&'static str], bool)] = &[
-        ("numa flush, numa rejection", ClusterEvent::topology(big), &[NRT], true),
-        ("numa flush, resources", ClusterEvent::topology(big), &[FIT], false),
-        ("numa flush, taint", ClusterEvent::topology(big), &[names::TAINT_TOLERATION], false),
-        ("numa flush, reservation", ClusterEvent::topology(big), &[names::RESERVATION], false),
-        ("numa flush, no plugin", ClusterEvent::topology(big), &[], false),
-        ("pod added, resources", ClusterEvent::assigned_pod_added(Some(big)), &[FIT], false),
-        ("pod added, affinity", ClusterEvent::assigned_pod_added(Some(big)), &[names::INTER_POD_AFFINITY], true),
-        ("pod added, spread", ClusterEvent::assigned_pod_added(Some(big)), &[names::POD_TOPOLOGY_SPREAD], true),
-        ("pod deleted, resources", ClusterEvent::assigned_pod_deleted(Some(big)), &[FIT], true),
-        ("pod deleted, ports", ClusterEvent::assigned_pod_deleted(Some(big)), &[names::NODE_PORTS], true),
-        ("pod deleted, node affinity", ClusterEvent::assigned_pod_deleted(Some(big)), &[names::NODE_AFFINITY], false),
-        ("labels, node affinity", ClusterEvent::node_updated(big, kind::NODE_LABEL), &[names::NODE_AFFINITY], true),
-        ("labels, taints", ClusterEvent::node_updated(big, kind::NODE_LABEL), &[names::TAINT_TOLERATION], false),
-        ("taints, unschedulable", ClusterEvent::node_updated(big, kind::NODE_TAINT), &[names::NODE_UNSCHEDULABLE], true),
-        ("allocatable, resources", ClusterEvent::node_updated(big, kind::NODE_ALLOCATABLE), &[FIT], true),
-        ("allocatable, node affinity", ClusterEvent::node_updated(big, kind::NODE_ALLOCATABLE), &[names::NODE_AFFINITY], false),
-        ("nothing read changed", ClusterEvent::node_updated(big, 0), &[FIT], false),
-        ("node added, anything", ClusterEvent::node_added(big), &[names::NODE_NAME, FIT], true),
-        ("node deleted, spread", ClusterEvent::node_deleted(), &[names::POD_TOPOLOGY_SPREAD], true),
-        ("node deleted, resources", ClusterEvent::node_deleted(), &[FIT], false),
-        ("reservation, resources", ClusterEvent::reservation(), &[FIT], true),
-        ("reservation, taints", ClusterEvent::reservation(), &[names::TAINT_TOLERATION], false),
-        ("claim, volumes", ClusterEvent::pvc(), &[names::VOLUME_RESTRICTIONS], true),
+        (
+            "numa flush, numa rejection",
+            ClusterEvent::topology(big),
+            &[NRT],
+            true,
+        ),
+        (
+            "numa flush, resources",
+            ClusterEvent::topology(big),
+            &[FIT],
+            false,
+        ),
+        (
+            "numa flush, taint",
+            ClusterEvent::topology(big),
+            &[names::TAINT_TOLERATION],
+            false,
+        ),
+        (
+            "numa flush, reservation",
+            ClusterEvent::topology(big),
+            &[names::RESERVATION],
+            false,
+        ),
+        (
+            "numa flush, no plugin",
+            ClusterEvent::topology(big),
+            &[],
+            false,
+        ),
+        (
+            "pod added, resources",
+            ClusterEvent::assigned_pod_added(Some(big)),
+            &[FIT],
+            false,
+        ),
+        (
+            "pod added, affinity",
+            ClusterEvent::assigned_pod_added(Some(big)),
+            &[names::INTER_POD_AFFINITY],
+            true,
+        ),
+        (
+            "pod added, spread",
+            ClusterEvent::assigned_pod_added(Some(big)),
+            &[names::POD_TOPOLOGY_SPREAD],
+            true,
+        ),
+        (
+            "pod deleted, resources",
+            ClusterEvent::assigned_pod_deleted(Some(big)),
+            &[FIT],
+            true,
+        ),
+        (
+            "pod deleted, ports",
+            ClusterEvent::assigned_pod_deleted(Some(big)),
+            &[names::NODE_PORTS],
+            true,
+        ),
+        (
+            "pod deleted, node affinity",
+            ClusterEvent::assigned_pod_deleted(Some(big)),
+            &[names::NODE_AFFINITY],
+            false,
+        ),
+        (
+            "labels, node affinity",
+            ClusterEvent::node_updated(big, kind::NODE_LABEL),
+            &[names::NODE_AFFINITY],
+            true,
+        ),
+        (
+            "labels, taints",
+            ClusterEvent::node_updated(big, kind::NODE_LABEL),
+            &[names::TAINT_TOLERATION],
+            false,
+        ),
+        (
+            "taints, unschedulable",
+            ClusterEvent::node_updated(big, kind::NODE_TAINT),
+            &[names::NODE_UNSCHEDULABLE],
+            true,
+        ),
+        (
+            "allocatable, resources",
+            ClusterEvent::node_updated(big, kind::NODE_ALLOCATABLE),
+            &[FIT],
+            true,
+        ),
+        (
+            "allocatable, node affinity",
+            ClusterEvent::node_updated(big, kind::NODE_ALLOCATABLE),
+            &[names::NODE_AFFINITY],
+            false,
+        ),
+        (
+            "nothing read changed",
+            ClusterEvent::node_updated(big, 0),
+            &[FIT],
+            false,
+        ),
+        (
+            "node added, anything",
+            ClusterEvent::node_added(big),
+            &[names::NODE_NAME, FIT],
+            true,
+        ),
+        (
+            "node deleted, spread",
+            ClusterEvent::node_deleted(),
+            &[names::POD_TOPOLOGY_SPREAD],
+            true,
+        ),
+        (
+            "node deleted, resources",
+            ClusterEvent::node_deleted(),
+            &[FIT],
+            false,
+        ),
+        (
+            "reservation, resources",
+            ClusterEvent::reservation(),
+            &[FIT],
+            true,
+        ),
+        (
+            "reservation, taints",
+            ClusterEvent::reservation(),
+            &[names::TAINT_TOLERATION],
+            false,
+        ),
+        (
+            "claim, volumes",
+            ClusterEvent::pvc(),
+            &[names::VOLUME_RESTRICTIONS],
+            true,
+        ),
         ("claim, resources", ClusterEvent::pvc(), &[FIT], false),
-        ("csinode, limits", ClusterEvent::csi_node(), &[names::NODE_VOLUME_LIMITS], true),
-        ("unknown plugin, any event", ClusterEvent::pvc(), &["SomeoneElses"], true),
+        (
+            "csinode, limits",
+            ClusterEvent::csi_node(),
+            &[names::NODE_VOLUME_LIMITS],
+            true,
+        ),
+        (
+            "unknown plugin, any event",
+            ClusterEvent::pvc(),
+            &["SomeoneElses"],
+            true,
+        ),
         ("no plugin, any event", ClusterEvent::pvc(), &[], true),
-        ("one of several plugins", ClusterEvent::node_updated(big, kind::NODE_LABEL), &[FIT, names::NODE_AFFINITY], true),
+        (
+            "one of several plugins",
+            ClusterEvent::node_updated(big, kind::NODE_LABEL),
+            &[FIT, names::NODE_AFFINITY],
+            true,
+        ),
     ];
     for (name, event, plugins, want) in cases {
         let got = worth_requeuing(&cx, Checks::default(), event, &key, plugins);
@@ -74,20 +209,69 @@ fn each_event_moves_only_pods_a_plugin_it_concerns_rejected() {
 fn a_node_scoped_event_skips_pods_that_node_cannot_hold() {
     let (cx, big, small, key) = cluster();
     let cases: &[(&str, ClusterEvent, &[&'static str], bool)] = &[
-        ("room on the node", ClusterEvent::assigned_pod_deleted(Some(big)), &[FIT], true),
-        ("no room on the node", ClusterEvent::assigned_pod_deleted(Some(small)), &[FIT], false),
-        ("no room, rejected elsewhere by taints too", ClusterEvent::node_updated(small, kind::NODE_TAINT), &[FIT, names::TAINT_TOLERATION], false),
-        ("no room, node unknown", ClusterEvent::assigned_pod_deleted(None), &[FIT], true),
-        ("no room, but spread reads other nodes", ClusterEvent::assigned_pod_deleted(Some(small)), &[FIT, names::POD_TOPOLOGY_SPREAD], true),
-        ("no room, numa flush, resources rejected too", ClusterEvent::topology(small), &[NRT, FIT], false),
+        (
+            "room on the node",
+            ClusterEvent::assigned_pod_deleted(Some(big)),
+            &[FIT],
+            true,
+        ),
+        (
+            "no room on the node",
+            ClusterEvent::assigned_pod_deleted(Some(small)),
+            &[FIT],
+            false,
+        ),
+        (
+            "no room, rejected elsewhere by taints too",
+            ClusterEvent::node_updated(small, kind::NODE_TAINT),
+            &[FIT, names::TAINT_TOLERATION],
+            false,
+        ),
+        (
+            "no room, node unknown",
+            ClusterEvent::assigned_pod_deleted(None),
+            &[FIT],
+            true,
+        ),
+        (
+            "no room, but spread reads other nodes",
+            ClusterEvent::assigned_pod_deleted(Some(small)),
+            &[FIT, names::POD_TOPOLOGY_SPREAD],
+            true,
+        ),
+        (
+            "no room, numa flush, resources rejected too",
+            ClusterEvent::topology(small),
+            &[NRT, FIT],
+            false,
+        ),
         // Nothing yet says resources block the pod: skipping now would leave it out when
         // the node grows, which only NodeResourcesFit hears about.
-        ("no room, numa flush, resources not rejected", ClusterEvent::topology(small), &[NRT], true),
-        ("no room, node added, only a cordon rejected", ClusterEvent::node_added(small), &[names::NODE_UNSCHEDULABLE], true),
-        ("no room, node added, resources rejected too", ClusterEvent::node_added(small), &[names::NODE_UNSCHEDULABLE, FIT], false),
+        (
+            "no room, numa flush, resources not rejected",
+            ClusterEvent::topology(small),
+            &[NRT],
+            true,
+        ),
+        (
+            "no room, node added, only a cordon rejected",
+            ClusterEvent::node_added(small),
+            &[names::NODE_UNSCHEDULABLE],
+            true,
+        ),
+        (
+            "no room, node added, resources rejected too",
+            ClusterEvent::node_added(small),
+            &[names::NODE_UNSCHEDULABLE, FIT],
+            false,
+        ),
     ];
     for (name, event, plugins, want) in cases {
-        assert_eq!(worth_requeuing(&cx, BOTH, event, &key, plugins), *want, "{name}");
+        assert_eq!(
+            worth_requeuing(&cx, BOTH, event, &key, plugins),
+            *want,
+            "{name}"
+        );
     }
     // Without NodeResourcesFit in every profile size says nothing.
     let ev = ClusterEvent::assigned_pod_deleted(Some(small));
@@ -106,7 +290,13 @@ fn a_full_pod_slot_is_no_room() {
     let key = info.key.clone();
     cx.apply_pod(Arc::new(info));
     let ev = ClusterEvent::node_updated(n, kind::NODE_LABEL);
-    assert!(!worth_requeuing(&cx, BOTH, &ev, &key, &[names::NODE_AFFINITY, FIT]));
+    assert!(!worth_requeuing(
+        &cx,
+        BOTH,
+        &ev,
+        &key,
+        &[names::NODE_AFFINITY, FIT]
+    ));
 }
 
 #[test]
@@ -117,9 +307,17 @@ fn node_change_names_what_plugins_read() {
         ("annotation only", base().annotation("x", "y"), 0),
         ("more cpu", base().alloc("cpu", "4"), kind::NODE_ALLOCATABLE),
         ("less cpu", base().alloc("cpu", "1"), kind::NODE_ALLOCATABLE),
-        ("pod capacity", base().alloc("pods", "5"), kind::NODE_ALLOCATABLE),
+        (
+            "pod capacity",
+            base().alloc("pods", "5"),
+            kind::NODE_ALLOCATABLE,
+        ),
         ("label", base().label("zone", "b"), kind::NODE_LABEL),
-        ("taint", base().taint("k", "v", "NoSchedule"), kind::NODE_TAINT),
+        (
+            "taint",
+            base().taint("k", "v", "NoSchedule"),
+            kind::NODE_TAINT,
+        ),
         ("cordon", base().unschedulable(), kind::NODE_TAINT),
         (
             "label and cpu",
@@ -165,7 +363,8 @@ fn run(s: &mut Scheduler, now: Time) -> Vec<Effect> {
 
 fn bound(s: &Scheduler, name: &str) -> Option<String> {
     let e = s.cluster.pod(&ObjectKey::pod("default", name))?;
-    (e.state == crate::cache::PodState::Bound).then(|| e.info.node_name.as_deref().unwrap_or("").to_string())
+    (e.state == crate::cache::PodState::Bound)
+        .then(|| e.info.node_name.as_deref().unwrap_or("").to_string())
 }
 
 fn scheduler() -> Scheduler {
@@ -183,10 +382,16 @@ fn a_label_that_makes_a_pod_fit_schedules_it_at_once() {
     assert_eq!(bound(&s, "p"), None);
     // A change no plugin reads runs no cycle; the label does, at once.
     let attempts = s.counters.attempts;
-    s.handle(1, Event::Applied(Object::Node(n().annotation("a", "b").build())));
+    s.handle(
+        1,
+        Event::Applied(Object::Node(n().annotation("a", "b").build())),
+    );
     run(&mut s, 1);
     assert_eq!(s.counters.attempts, attempts);
-    s.handle(2, Event::Applied(Object::Node(n().label("disk", "ssd").build())));
+    s.handle(
+        2,
+        Event::Applied(Object::Node(n().label("disk", "ssd").build())),
+    );
     run(&mut s, 2);
     assert_eq!(bound(&s, "p").as_deref(), Some("n"));
 }
@@ -194,13 +399,22 @@ fn a_label_that_makes_a_pod_fit_schedules_it_at_once() {
 #[test]
 fn a_pod_leaving_a_node_too_small_for_the_waiting_pod_runs_no_cycle() {
     let mut s = scheduler();
-    s.handle(0, Event::Applied(Object::Node(node("big").alloc("cpu", "4").build())));
-    s.handle(0, Event::Applied(Object::Node(node("small").alloc("cpu", "1").build())));
+    s.handle(
+        0,
+        Event::Applied(Object::Node(node("big").alloc("cpu", "4").build())),
+    );
+    s.handle(
+        0,
+        Event::Applied(Object::Node(node("small").alloc("cpu", "1").build())),
+    );
     for (name, n) in [("a", "big"), ("b", "small")] {
         let p = pod(name).req("cpu", "1").node_name(n).build();
         s.handle(0, Event::Applied(Object::Pod(p)));
     }
-    s.handle(0, Event::Applied(Object::Pod(pod("p").req("cpu", "4").build())));
+    s.handle(
+        0,
+        Event::Applied(Object::Pod(pod("p").req("cpu", "4").build())),
+    );
     run(&mut s, 0);
     assert_eq!(bound(&s, "p"), None);
     let attempts = s.counters.attempts;
@@ -215,9 +429,18 @@ fn a_pod_leaving_a_node_too_small_for_the_waiting_pod_runs_no_cycle() {
 #[test]
 fn a_failed_bind_frees_the_room_for_a_waiting_pod() {
     let mut s = scheduler();
-    s.handle(0, Event::Applied(Object::Node(node("n").alloc("cpu", "1").build())));
-    s.handle(0, Event::Applied(Object::Pod(pod("a").req("cpu", "1").build())));
-    s.handle(0, Event::Applied(Object::Pod(pod("b").req("cpu", "1").build())));
+    s.handle(
+        0,
+        Event::Applied(Object::Node(node("n").alloc("cpu", "1").build())),
+    );
+    s.handle(
+        0,
+        Event::Applied(Object::Pod(pod("a").req("cpu", "1").build())),
+    );
+    s.handle(
+        0,
+        Event::Applied(Object::Pod(pod("b").req("cpu", "1").build())),
+    );
     s.run_until_idle(0);
     let effects = drain(&mut s);
     let first = effects
@@ -244,11 +467,20 @@ fn a_failed_bind_frees_the_room_for_a_waiting_pod() {
 #[test]
 fn a_bind_failure_alone_requeues_pods_waiting_for_its_room() {
     let mut s = scheduler();
-    s.handle(0, Event::Applied(Object::Node(node("n").alloc("cpu", "1").build())));
-    s.handle(0, Event::Applied(Object::Pod(pod("a").req("cpu", "1").build())));
+    s.handle(
+        0,
+        Event::Applied(Object::Node(node("n").alloc("cpu", "1").build())),
+    );
+    s.handle(
+        0,
+        Event::Applied(Object::Pod(pod("a").req("cpu", "1").build())),
+    );
     s.run_until_idle(0);
     drain(&mut s);
-    s.handle(0, Event::Applied(Object::Pod(pod("b").req("cpu", "1").build())));
+    s.handle(
+        0,
+        Event::Applied(Object::Pod(pod("b").req("cpu", "1").build())),
+    );
     s.run_until_idle(0);
     drain(&mut s);
     let attempts = s.counters.attempts;
@@ -267,7 +499,10 @@ fn a_bind_failure_alone_requeues_pods_waiting_for_its_room() {
 #[test]
 fn a_retry_with_nothing_changed_runs_no_cycle_and_says_nothing_new() {
     let mut s = scheduler();
-    s.handle(0, Event::Applied(Object::Node(node("n").alloc("cpu", "2").build())));
+    s.handle(
+        0,
+        Event::Applied(Object::Node(node("n").alloc("cpu", "2").build())),
+    );
     for (name, priority) in [("low", 0), ("high", 100)] {
         let p = pod(name).req("cpu", "1").node_name("n").priority(priority);
         s.handle(0, Event::Applied(Object::Pod(p.build())));
@@ -286,7 +521,10 @@ fn a_retry_with_nothing_changed_runs_no_cycle_and_says_nothing_new() {
     assert_eq!(s.counters.attempts, attempts);
     assert_eq!(s.counters.replayed, 3);
     // Any input makes the next retry a real cycle.
-    s.handle(now, Event::Applied(Object::Pod(pod("other").node_name("n").build())));
+    s.handle(
+        now,
+        Event::Applied(Object::Pod(pod("other").node_name("n").build())),
+    );
     let t = s.poll_timeout().unwrap();
     s.handle_timeout(t);
     run(&mut s, t);
@@ -300,12 +538,21 @@ fn a_pod_skipped_for_a_small_new_node_is_retried_when_that_node_grows() {
     let mut s = scheduler();
     let cordoned = node("cordoned").alloc("cpu", "4").unschedulable();
     s.handle(0, Event::Applied(Object::Node(cordoned.build())));
-    s.handle(0, Event::Applied(Object::Pod(pod("p").req("cpu", "2").build())));
+    s.handle(
+        0,
+        Event::Applied(Object::Pod(pod("p").req("cpu", "2").build())),
+    );
     run(&mut s, 0);
-    s.handle(1, Event::Applied(Object::Node(node("small").alloc("cpu", "1").build())));
+    s.handle(
+        1,
+        Event::Applied(Object::Node(node("small").alloc("cpu", "1").build())),
+    );
     run(&mut s, 1);
     assert_eq!(bound(&s, "p"), None);
-    s.handle(2, Event::Applied(Object::Node(node("small").alloc("cpu", "2").build())));
+    s.handle(
+        2,
+        Event::Applied(Object::Node(node("small").alloc("cpu", "2").build())),
+    );
     run(&mut s, 2);
     assert_eq!(bound(&s, "p").as_deref(), Some("small"));
 }
