@@ -522,6 +522,8 @@ impl Scheduler {
     pub fn run_until_idle(&mut self, now: Time) -> usize {
         let mut cycles = 0;
         self.cluster.reservations.set_now(now);
+        crate::reservation::lifecycle::expire_on_missing_nodes(&mut self.cluster);
+        self.sync_reservations(now);
         self.queue.flush(now);
         loop {
             match self.queue.pop() {

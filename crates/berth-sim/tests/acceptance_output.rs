@@ -17,11 +17,17 @@ fn acceptance(name: &str) -> PathBuf {
 
 /// Runs `berth simulate FILE... -o json` and returns the items of the `List`.
 fn items_of(files: &[PathBuf]) -> Vec<Value> {
+    items_with_config(files, None)
+}
+
+/// Runs `berth simulate FILE... --config CONFIG -o json` and returns the items.
+fn items_with_config(files: &[PathBuf], config: Option<PathBuf>) -> Vec<Value> {
     let options = Options {
         files: files
             .iter()
             .map(|f| f.to_string_lossy().into_owned())
             .collect(),
+        config: config.map(|c| c.to_string_lossy().into_owned()),
         output: Format::Json,
         ..Options::default()
     };
@@ -226,4 +232,24 @@ fn the_sample_reservation_is_accepted_with_its_defaults_applied() {
     assert_eq!(r["spec"]["allocateOnce"], true);
     assert_eq!(r["status"]["allocatable"]["cpu"], "200m");
     assert_eq!(r["status"]["allocatable"]["memory"], "400Mi");
+}
+
+#[test]
+fn the_gc_duration_of_the_reservation_args_is_honoured() {
+    let config = acceptance("../configs/reservation-gc-1m.yaml");
+    let items = items_with_config(
+        &[acceptance("res-39-gc-duration-config.yaml")],
+        Some(config),
+    );
+    assert!(
+        find(&items, "Reservation", "r").is_none(),
+        "collected after 1m"
+    );
+    assert_eq!(get(&items, "Pod", "owner")["spec"]["nodeName"], "n1");
+    // Without the config the default (a day) keeps it.
+    let items = items_of(&[acceptance("res-39-gc-duration-config.yaml")]);
+    assert_eq!(
+        get(&items, "Reservation", "r")["status"]["phase"],
+        "Succeeded"
+    );
 }

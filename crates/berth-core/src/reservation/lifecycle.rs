@@ -38,6 +38,8 @@ use super::QueueOp;
 
 /// Condition message when a reservation's node is deleted.
 pub const MSG_NODE_DELETED: &str = "the node of the reservation was deleted";
+/// The `Ready` condition message of a reservation found placed on a node that does not exist.
+pub const MSG_NODE_MISSING: &str = "the node of the reservation does not exist";
 
 fn now(cx: &Cluster) -> Time {
     cx.reservations.now
@@ -630,10 +632,14 @@ fn adopt_orphans(cx: &mut Cluster, idx: RIdx) {
     let Some(r) = cx.reservations.get(idx) else {
         return;
     };
-    let uid = r.uid.clone();
-    let Some(keys) = cx.reservations.orphan_pods.remove(&uid) else {
-        return;
-    };
+    let (uid, by_name) = (r.uid.clone(), orphan_name_key(&r.name));
+    let mut keys = cx.reservations.orphan_pods.remove(&uid).unwrap_or_default();
+    keys.extend(
+        cx.reservations
+            .orphan_pods
+            .remove(&by_name)
+            .unwrap_or_default(),
+    );
     for k in keys {
         cx.reservations.pod_orphan.remove(&k);
         pod_changed(cx, &k);
@@ -697,6 +703,9 @@ pub fn place(cx: &mut Cluster, name: &str, node: NodeIdx) -> Result<(), String> 
     } else {
         cx.reservations.waiting.insert(name.into());
     }
+    // Bound pods that already named this reservation (and were waiting for it to be
+    // placed) are its owners if they run on its node, as the status controller counts them.
+    adopt_orphans(cx, idx);
     cx.reservations.queue_ops.push(QueueOp::MoveAll);
     cx.reservations.mark_dirty(idx);
     Ok(())
@@ -977,7 +986,7 @@ pub fn pod_changed(cx: &mut Cluster, key: &ObjectKey) {
                 ReservationAllocated::from_annotations(info.pod.metadata.annotations.as_ref())
                     .ok()
                     .flatten()
-                    .filter(|a| !a.uid.is_empty());
+                    .filter(|a| !a.uid.is_empty() || !a.name.is_empty());
             let Some(a) = allocated else {
                 // Not (or no longer) annotated: only a pre-allocation in flight keeps it.
                 let keep = current
@@ -990,7 +999,18 @@ pub fn pod_changed(cx: &mut Cluster, key: &ObjectKey) {
                 unorphan(cx, key);
                 return;
             };
-            let uid: Arc<str> = a.uid.as_str().into();
+            // The scheduler always writes the UID; an annotation written by hand with only
+            // the name (the UID of a reservation created from a file is not known to its
+            // author) identifies it by name, reservation names being unique. An unknown
+            // name waits under a name key, as an unknown UID does.
+            let uid: Arc<str> = if a.uid.is_empty() {
+                match cx.reservations.by_name(&a.name) {
+                    Some(r) => r.uid.clone(),
+                    None => orphan_name_key(&a.name),
+                }
+            } else {
+                a.uid.as_str().into()
+            };
             let target = cx.reservations.idx_by_uid(&uid);
             unorphan(cx, key);
             let Some(t) = target else {
@@ -1051,6 +1071,12 @@ pub fn pod_changed(cx: &mut Cluster, key: &ObjectKey) {
             }
         }
     }
+}
+
+/// The orphan key of a pod whose annotation names a reservation by name only (`/` cannot
+/// start a UID or a reservation name, so it collides with neither).
+fn orphan_name_key(name: &str) -> Arc<str> {
+    format!("/name/{name}").into()
 }
 
 fn unorphan(cx: &mut Cluster, key: &ObjectKey) {
@@ -1130,6 +1156,27 @@ pub fn node_deleted(cx: &mut Cluster, node: Option<NodeIdx>, name: &str) {
     // collector's next run (`fail` above planned that for the ones it just failed).
     for idx in cx.reservations.terminal_on(name) {
         schedule_timer(cx, idx);
+    }
+}
+
+/// Fails the Available and Waiting reservations whose `status.nodeName` names a node that
+/// does not exist, as Koordinator's status controller does on its next sync (a restarted
+/// scheduler finding a reservation on a node that is gone). Called once the objects of an
+/// input batch are all known, so that a Reservation written before its Node in the same
+/// batch still finds it.
+pub fn expire_on_missing_nodes(cx: &mut Cluster) {
+    if cx.reservations.awaiting_node.is_empty() {
+        return;
+    }
+    let mut waiting: Vec<(Arc<str>, Vec<RIdx>)> = cx.reservations.awaiting_node.drain().collect();
+    waiting.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    for (_, list) in waiting {
+        for idx in list {
+            let active = cx.reservations.get(idx).is_some_and(|r| r.is_active());
+            if active {
+                fail(cx, idx, MSG_NODE_MISSING);
+            }
+        }
     }
 }
 

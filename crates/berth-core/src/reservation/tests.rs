@@ -1116,3 +1116,82 @@ fn restart_rebuilds_the_same_state_from_objects() {
     let _ = std::iter::from_fn(|| rebuilt.poll_effect()).count();
     assert_eq!(accounting(&rebuilt), accounting(&s.s));
 }
+
+#[test]
+fn a_reservation_found_placed_on_a_missing_node_fails_once_the_batch_is_known() {
+    // Koordinator's controller (reference §4.2 case 43): an Available reservation whose node
+    // no longer exists is expired. A node that comes in the same batch, after the
+    // reservation, is not missing.
+    let placed = |name: &str, node: &str| {
+        let mut r = reservation(name)
+            .req("cpu", "2")
+            .owner_label("app", "x")
+            .ttl("0")
+            .build();
+        r.status = Some(berth_api::reservation::ReservationStatus {
+            phase: Some(berth_api::reservation::ReservationPhase::Available),
+            node_name: Some(node.into()),
+            ..Default::default()
+        });
+        std::sync::Arc::new(r)
+    };
+    let mut s = crate::Scheduler::new(vec![Profile::default_profile()], crate::Config::default());
+    let now = 1_000_000;
+    for r in [placed("later-node", "n1"), placed("gone", "n9")] {
+        s.handle(now, crate::Event::Applied(crate::Object::Reservation(r)));
+    }
+    s.handle(
+        now,
+        crate::Event::Applied(crate::Object::Node(node("n1").alloc("cpu", "4").build())),
+    );
+    s.run_until_idle(now);
+    let phase = |name: &str| {
+        s.cluster
+            .reservations
+            .by_name(name)
+            .map(|r| r.phase.as_str().to_string())
+    };
+    assert_eq!(phase("later-node").as_deref(), Some("Available"));
+    assert_eq!(phase("gone").as_deref(), Some("Failed"));
+    assert_eq!(
+        s.cluster.node_by_name("n1").unwrap().reserved[ResourceId::CPU],
+        2000,
+        "the one on n1 holds its capacity"
+    );
+}
+
+#[test]
+fn an_allocated_annotation_without_uid_names_its_reservation_by_name() {
+    const KEY: &str = "scheduling.koordinator.sh/reservation-allocated";
+    let owner = |name: &str, value: &str| {
+        pod(name)
+            .label("app", "web")
+            .req("cpu", "1")
+            .node_name("n1")
+            .annotation(KEY, value)
+            .build()
+    };
+    let mut s = Sim::default();
+    s.node(node("n1").alloc("cpu", "8").build());
+    // Known before the reservation exists: waits under the name.
+    s.pod(owner("early", r#"{"name":"r"}"#));
+    s.reservation(
+        reservation("r")
+            .req("cpu", "4")
+            .owner_label("app", "web")
+            .reusable()
+            .template_spec("nodeName", json!("n1"))
+            .build(),
+    );
+    s.pod(owner("late", r#"{"name":"r"}"#));
+    // A name that matches nothing is no owner of anything.
+    s.pod(owner("stray", r#"{"name":"nope"}"#));
+    let mut owners = s.owners("r");
+    owners.sort();
+    assert_eq!(owners, ["default/early", "default/late"]);
+    assert_eq!(
+        s.s.cluster.node_by_name("n1").unwrap().reserved[ResourceId::CPU],
+        2000,
+        "4 reserved, 2 taken by the owners"
+    );
+}
