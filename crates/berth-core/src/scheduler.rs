@@ -1038,6 +1038,9 @@ impl Scheduler {
     /// writes, events, deletions), after every input.
     fn sync_reservations(&mut self, now: Time) {
         let (ops, effects) = crate::reservation::lifecycle::drain(&mut self.cluster);
+        if !ops.is_empty() || !effects.is_empty() {
+            self.epoch += 1;
+        }
         for op in ops {
             match op {
                 crate::reservation::QueueOp::Add {

@@ -165,7 +165,10 @@ fn problems(path: &Path) -> Vec<String> {
                         str_at(r, &["metadata", "name"]) == rname
                             && str_at(r, &["metadata", "uid"]) != ruid
                     });
-                    if rname.is_empty() || ruid.is_empty() || (!known && same_name_other_uid) {
+                    // The scheduler writes both; an annotation given in the input may
+                    // carry the name alone.
+                    let bad_uid = !ruid.is_empty() && !known && same_name_other_uid;
+                    if rname.is_empty() || bad_uid {
                         out.push(format!("pod {name}: bad reservation-allocated {allocated}"));
                     }
                 }
