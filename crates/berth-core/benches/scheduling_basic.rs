@@ -8,7 +8,13 @@ use berth_core::{fixtures, Config, Effect, Event, Object, Profile, Scheduler};
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
 
 fn cluster(nodes: usize, pods: usize) -> Scheduler {
-    let mut s = Scheduler::new(vec![Profile::default_profile()], Config { seed: 1 });
+    let mut s = Scheduler::new(
+        vec![Profile::default_profile()],
+        Config {
+            seed: 1,
+            ..Config::default()
+        },
+    );
     for n in fixtures::nodes(nodes) {
         s.handle(0, Event::Applied(Object::Node(n)));
     }

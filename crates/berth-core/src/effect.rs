@@ -15,6 +15,9 @@ pub enum Effect {
     Bind {
         /// The pod.
         pod: ObjectKey,
+        /// The pod's UID: the `Binding`'s `metadata.uid` precondition, so a pod deleted and
+        /// recreated under the same name is never bound by a decision made for the old one.
+        uid: String,
         /// The chosen node.
         node: String,
         /// Annotations to merge into the pod before binding (for example
@@ -33,17 +36,30 @@ pub enum Effect {
         /// kube-scheduler's message.
         message: String,
     },
-    /// Replace the reservation's status.
+    /// Replace the reservation's status (`/status` subresource).
     ReservationStatus {
         /// The reservation's name.
         name: String,
-        /// Its new status.
+        /// Its UID as the core knows it: a precondition, so the status of a deleted
+        /// reservation is never written onto a new one of the same name.
+        uid: String,
+        /// Its new status. The driver retries a conflict by re-reading the object and
+        /// writing this status again (the core's view is the source of truth for status).
         status: ReservationStatus,
     },
     /// Create a reservation (dynamic provisioning).
     CreateReservation(Box<Reservation>),
-    /// Delete an object (a preemption victim, a garbage-collected reservation).
-    Delete(ObjectKey),
+    /// Delete an object (a preemption victim, a garbage-collected reservation), with the
+    /// UID precondition so that only the incarnation the core decided about is deleted.
+    Delete {
+        /// The object.
+        key: ObjectKey,
+        /// Its UID (`DeleteOptions.preconditions.uid`); empty when unknown.
+        uid: String,
+        /// Its resourceVersion when the decision depends on the exact version (a
+        /// reservation expired on what it held); `None` deletes any version.
+        resource_version: Option<String>,
+    },
     /// Set (or, with `None`, clear) the pod's `status.nominatedNodeName`: preemption chose
     /// `node` for it and evicts its victims there (or preemption cannot help it any more).
     /// Comes after the cycle's `PodCondition`, if one is sent: kube-scheduler writes both in

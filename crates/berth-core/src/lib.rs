@@ -26,7 +26,7 @@ pub mod testing;
 pub mod time;
 
 pub use effect::{Effect, Record};
-pub use event::Event;
+pub use event::{BindFailure, Event};
 pub use framework::{Code, Profile, Status};
 pub use object::{Kind, Object, ObjectKey};
 #[doc(alias = "Framework")]

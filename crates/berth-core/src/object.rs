@@ -3,10 +3,12 @@
 use std::fmt;
 use std::sync::Arc;
 
-use berth_api::k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Pod};
+use berth_api::k8s_openapi::api::core::v1::{
+    Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod,
+};
 use berth_api::k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use berth_api::k8s_openapi::api::scheduling::v1::PriorityClass;
-use berth_api::k8s_openapi::api::storage::v1::CSINode;
+use berth_api::k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use berth_api::nrt::NodeResourceTopology;
 use berth_api::reservation::Reservation;
 
@@ -15,10 +17,14 @@ use berth_api::reservation::Reservation;
 pub enum Kind {
     /// `v1` `CSINode` (storage.k8s.io).
     CsiNode,
+    /// `v1` `Namespace` (its labels are what `namespaceSelector` selects on).
+    Namespace,
     /// `v1` `Node`.
     Node,
     /// `topology.node.k8s.io` `NodeResourceTopology`.
     NodeResourceTopology,
+    /// `v1` `PersistentVolume`.
+    PersistentVolume,
     /// `v1` `PersistentVolumeClaim`.
     PersistentVolumeClaim,
     /// `v1` `Pod`.
@@ -29,6 +35,8 @@ pub enum Kind {
     PriorityClass,
     /// `scheduling.koordinator.sh/v1alpha1` `Reservation`.
     Reservation,
+    /// `storage.k8s.io/v1` `StorageClass`.
+    StorageClass,
 }
 
 impl Kind {
@@ -36,13 +44,16 @@ impl Kind {
     pub fn as_str(self) -> &'static str {
         match self {
             Kind::CsiNode => "CSINode",
+            Kind::Namespace => "Namespace",
             Kind::Node => "Node",
             Kind::NodeResourceTopology => "NodeResourceTopology",
+            Kind::PersistentVolume => "PersistentVolume",
             Kind::PersistentVolumeClaim => "PersistentVolumeClaim",
             Kind::Pod => "Pod",
             Kind::PodDisruptionBudget => "PodDisruptionBudget",
             Kind::PriorityClass => "PriorityClass",
             Kind::Reservation => "Reservation",
+            Kind::StorageClass => "StorageClass",
         }
     }
 
@@ -53,6 +64,23 @@ impl Kind {
             Kind::Pod | Kind::PersistentVolumeClaim | Kind::PodDisruptionBudget
         )
     }
+}
+
+impl Kind {
+    /// Every kind, in order.
+    pub const ALL: [Kind; 11] = [
+        Kind::CsiNode,
+        Kind::Namespace,
+        Kind::Node,
+        Kind::NodeResourceTopology,
+        Kind::PersistentVolume,
+        Kind::PersistentVolumeClaim,
+        Kind::Pod,
+        Kind::PodDisruptionBudget,
+        Kind::PriorityClass,
+        Kind::Reservation,
+        Kind::StorageClass,
+    ];
 }
 
 impl fmt::Display for Kind {
@@ -122,6 +150,12 @@ pub enum Object {
     PriorityClass(Arc<PriorityClass>),
     /// A disruption budget.
     PodDisruptionBudget(Arc<PodDisruptionBudget>),
+    /// A namespace.
+    Namespace(Arc<Namespace>),
+    /// A persistent volume.
+    PersistentVolume(Arc<PersistentVolume>),
+    /// A storage class.
+    StorageClass(Arc<StorageClass>),
 }
 
 impl Object {
@@ -136,6 +170,9 @@ impl Object {
             Object::CsiNode(_) => Kind::CsiNode,
             Object::PriorityClass(_) => Kind::PriorityClass,
             Object::PodDisruptionBudget(_) => Kind::PodDisruptionBudget,
+            Object::Namespace(_) => Kind::Namespace,
+            Object::PersistentVolume(_) => Kind::PersistentVolume,
+            Object::StorageClass(_) => Kind::StorageClass,
         }
     }
 
@@ -150,6 +187,9 @@ impl Object {
             Object::CsiNode(o) => &o.metadata,
             Object::PriorityClass(o) => &o.metadata,
             Object::PodDisruptionBudget(o) => &o.metadata,
+            Object::Namespace(o) => &o.metadata,
+            Object::PersistentVolume(o) => &o.metadata,
+            Object::StorageClass(o) => &o.metadata,
         }
     }
 

@@ -33,6 +33,10 @@ use crate::time::Time;
 pub struct Config {
     /// Seed for tie-breaking between equally scored nodes.
     pub seed: u64,
+    /// Kinds whose first LIST must be in ([`Event::Listed`]) before anything is scheduled,
+    /// expired or failed. Empty (the simulator) means synced from the start; the cluster
+    /// adapter names every kind it watches.
+    pub wait_for_sync: Vec<Kind>,
 }
 
 /// Counters for benchmarks and metrics.
@@ -90,6 +94,8 @@ pub struct Scheduler {
     /// Bumped by every input and every cycle that changed anything: a pod that failed at
     /// the current epoch would fail again the same way ([`SchedulingQueue::replayable`]).
     epoch: u64,
+    /// Kinds of [`Config::wait_for_sync`] whose first LIST is not complete yet.
+    unsynced: std::collections::BTreeSet<Kind>,
 }
 
 /// The outcome of one scheduling cycle.
@@ -152,7 +158,14 @@ impl Scheduler {
             filter_log_skip: 0,
             feedback_buf: Vec::new(),
             epoch: 0,
+            unsynced: config.wait_for_sync.iter().copied().collect(),
         }
+    }
+
+    /// Whether the first LIST of every kind [`Config::wait_for_sync`] names is in: until
+    /// then nothing is scheduled, expired or failed (the cluster adapter's readiness).
+    pub fn synced(&self) -> bool {
+        self.unsynced.is_empty()
     }
 
     /// NUMA figures: the reserve cache's counters (dirty nodes by reason, resync attempts,
@@ -307,7 +320,13 @@ impl Scheduler {
                 }
                 crate::reservation::lifecycle::pod_removed(&mut self.cluster, &key);
             }
-            Event::BindFailed { pod, message } => {
+            Event::BindFailed {
+                pod,
+                uid: _,
+                node: _,
+                class: _,
+                message,
+            } => {
                 // The room the pod was assumed to take is free again (upstream requeues
                 // with AssignedPodDelete).
                 let assumed = self
@@ -344,6 +363,22 @@ impl Scheduler {
                 self.cluster.csi_nodes.insert(name, c);
                 self.requeue(now, ClusterEvent::csi_node());
             }
+            Event::Applied(Object::Namespace(ns)) => {
+                let name: Arc<str> = ns.metadata.name.as_deref().unwrap_or("").into();
+                self.cluster.namespaces.insert(name, ns);
+            }
+            Event::Applied(Object::PersistentVolume(pv)) => {
+                let name: Arc<str> = pv.metadata.name.as_deref().unwrap_or("").into();
+                self.cluster.pvs.insert(name, pv);
+            }
+            Event::Applied(Object::StorageClass(sc)) => {
+                let name: Arc<str> = sc.metadata.name.as_deref().unwrap_or("").into();
+                self.cluster.storage_classes.insert(name, sc);
+            }
+            Event::ListStarted(_) => {}
+            Event::Listed(kind) => {
+                self.unsynced.remove(&kind);
+            }
             Event::Applied(Object::PriorityClass(pc)) => {
                 let name = pc.metadata.name.clone().unwrap_or_default();
                 self.cluster.priority_classes.insert(name, pc);
@@ -365,6 +400,15 @@ impl Scheduler {
                 }
                 Kind::PodDisruptionBudget => {
                     self.cluster.pdbs.remove(&key);
+                }
+                Kind::Namespace => {
+                    self.cluster.namespaces.remove(&*key.name);
+                }
+                Kind::PersistentVolume => {
+                    self.cluster.pvs.remove(&*key.name);
+                }
+                Kind::StorageClass => {
+                    self.cluster.storage_classes.remove(&*key.name);
                 }
                 Kind::Reservation => {
                     crate::reservation::lifecycle::delete(&mut self.cluster, &key.name);
@@ -959,6 +1003,7 @@ impl Scheduler {
             self.requeue(now, ClusterEvent::assigned_pod_added(Some(node)));
             self.effects.push_back(Effect::Bind {
                 pod: pod.key.clone(),
+                uid: pod.uid.to_string(),
                 node: node_name.clone(),
                 annotations,
             });
@@ -1121,7 +1166,11 @@ impl Scheduler {
             if info.terminating {
                 continue;
             }
-            self.effects.push_back(Effect::Delete(victim.clone()));
+            self.effects.push_back(Effect::Delete {
+                key: victim.clone(),
+                uid: info.uid.to_string(),
+                resource_version: None,
+            });
             self.record(
                 victim.clone(),
                 &info.uid,

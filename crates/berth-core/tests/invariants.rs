@@ -61,7 +61,13 @@ impl World {
     fn new() -> Self {
         Self {
             api: Api::default(),
-            s: Scheduler::new(vec![Profile::default_profile()], Config { seed: 7 }),
+            s: Scheduler::new(
+                vec![Profile::default_profile()],
+                Config {
+                    seed: 7,
+                    ..Config::default()
+                },
+            ),
             now: 0,
         }
     }
@@ -263,7 +269,13 @@ fn check(w: &World) -> Result<(), TestCaseError> {
         }
     }
     // Rebuild from the API server's objects: nodes first, then pods.
-    let mut fresh = Scheduler::new(vec![Profile::default_profile()], Config { seed: 7 });
+    let mut fresh = Scheduler::new(
+        vec![Profile::default_profile()],
+        Config {
+            seed: 7,
+            ..Config::default()
+        },
+    );
     for n in w.api.nodes.values() {
         fresh.handle(w.now, Event::Applied(Object::Node(n.clone())));
     }

@@ -185,7 +185,13 @@ fn settle(s: &mut Scheduler, api: &mut Api, now: i64) {
 }
 
 fn scheduler() -> Scheduler {
-    Scheduler::new(vec![Profile::default_profile()], Config { seed: 3 })
+    Scheduler::new(
+        vec![Profile::default_profile()],
+        Config {
+            seed: 3,
+            ..Config::default()
+        },
+    )
 }
 
 impl World {

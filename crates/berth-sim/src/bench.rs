@@ -84,7 +84,13 @@ pub fn run_case(case: &Case) -> Report {
     } else {
         Profile::default_profile()
     };
-    let mut s = Scheduler::new(vec![profile], Config { seed: 1 });
+    let mut s = Scheduler::new(
+        vec![profile],
+        Config {
+            seed: 1,
+            ..Config::default()
+        },
+    );
     let nodes = fixtures::nodes(case.nodes);
     let names: Vec<String> = nodes
         .iter()
@@ -164,6 +170,7 @@ fn confirm_binds(s: &mut Scheduler) -> u64 {
             pod,
             node,
             annotations,
+            ..
         } = e
         {
             let Some(entry) = s.cluster.pod(&pod) else {

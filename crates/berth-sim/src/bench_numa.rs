@@ -285,7 +285,13 @@ impl Driver {
 pub fn run_mode(p: &Params, cache: bool) -> Outcome {
     let wall = Instant::now();
     let mut d = Driver {
-        core: Scheduler::new(vec![profile(cache)], Config { seed: 1 }),
+        core: Scheduler::new(
+            vec![profile(cache)],
+            Config {
+                seed: 1,
+                ..Config::default()
+            },
+        ),
         nrts: BTreeMap::new(),
         running: BTreeMap::new(),
         pods: BTreeMap::new(),

@@ -82,6 +82,9 @@ pub fn list(sim: &Simulation) -> Result<Value, serde_json::Error> {
             Object::CsiNode(o) => serde_json::to_value(&**o)?,
             Object::PriorityClass(o) => serde_json::to_value(&**o)?,
             Object::PodDisruptionBudget(o) => serde_json::to_value(&**o)?,
+            Object::Namespace(o) => serde_json::to_value(&**o)?,
+            Object::PersistentVolume(o) => serde_json::to_value(&**o)?,
+            Object::StorageClass(o) => serde_json::to_value(&**o)?,
         };
         items.push((
             key.kind.as_str(),

@@ -75,7 +75,10 @@ pub fn simulate(options: &Options, stdin: &mut dyn Read) -> Result<Simulation, E
         None => Vec::new(),
     };
     let input = input::read_files(&options.files, stdin)?;
-    let config = Config { seed: options.seed };
+    let config = Config {
+        seed: options.seed,
+        ..Config::default()
+    };
     Ok(Simulation::run(profiles, config, &input))
 }
 

@@ -23,7 +23,9 @@ use berth_api::k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time
 use berth_api::k8s_openapi::jiff::Timestamp;
 use berth_api::reservation::ReservationPhase;
 use berth_core::time::{rfc3339, Time};
-use berth_core::{Config, Effect, Event, Kind, Object, ObjectKey, Profile, Record, Scheduler};
+use berth_core::{
+    BindFailure, Config, Effect, Event, Kind, Object, ObjectKey, Profile, Record, Scheduler,
+};
 
 use crate::agent::{Admission, NodeAgent};
 use crate::input::{Input, Item, SYSTEM_PRIORITY_CLASSES};
@@ -450,9 +452,10 @@ impl Simulation {
         match effect {
             Effect::Bind {
                 pod,
+                uid,
                 node,
                 annotations,
-            } => self.bind(pod, node, annotations),
+            } => self.bind(pod, uid, node, annotations),
             Effect::PodCondition {
                 pod,
                 status,
@@ -467,13 +470,18 @@ impl Simulation {
                 set_pod_scheduled(&mut p, status, Some(reason), Some(message), now);
                 self.store.insert(Object::Pod(Arc::new(p)));
             }
-            Effect::ReservationStatus { name, status } => {
+            Effect::ReservationStatus { name, uid, status } => {
                 let Some(r) = self.store.reservation(&name) else {
                     self.warn(format!(
                         "status for reservation {name}, which does not exist"
                     ));
                     return;
                 };
+                if !uid.is_empty() && r.metadata.uid.as_deref() != Some(uid.as_str()) {
+                    // The UID precondition: the status was meant for an earlier
+                    // reservation of that name.
+                    return;
+                }
                 let mut r = (**r).clone();
                 r.status = Some(status);
                 let obj = Object::Reservation(Arc::new(r));
@@ -494,7 +502,18 @@ impl Simulation {
                 self.store.insert(obj.clone());
                 self.core.handle(self.now, Event::Applied(obj));
             }
-            Effect::Delete(key) => self.delete(key),
+            Effect::Delete { key, uid, .. } => {
+                // The UID precondition, as the API server checks it (the simulator keeps no
+                // resourceVersions, so that precondition always holds).
+                let stale = !uid.is_empty()
+                    && self
+                        .store
+                        .get(&key)
+                        .is_some_and(|o| o.meta().uid.as_deref() != Some(uid.as_str()));
+                if !stale {
+                    self.delete(key);
+                }
+            }
             Effect::NominatePod { pod, node } => {
                 // A status-only patch: kube-scheduler ignores such updates of its own
                 // pods, so the result is not fed back.
@@ -527,13 +546,41 @@ impl Simulation {
 
     /// PreBind annotations, then the Binding: `spec.nodeName` and `PodScheduled=True`; the
     /// bound pod goes back to the scheduler, then to the kubelet.
-    fn bind(&mut self, key: ObjectKey, node: String, annotations: BTreeMap<String, String>) {
+    fn bind(
+        &mut self,
+        key: ObjectKey,
+        uid: String,
+        node: String,
+        annotations: BTreeMap<String, String>,
+    ) {
         let Some(p) = self.store.pod(&key) else {
             let message = format!("pods \"{}\" not found", key.name);
-            self.core
-                .handle(self.now, Event::BindFailed { pod: key, message });
+            let failed = Event::BindFailed {
+                pod: key,
+                uid,
+                node,
+                class: BindFailure::NotFound,
+                message,
+            };
+            self.core.handle(self.now, failed);
             return;
         };
+        if p.metadata.uid.as_deref() != Some(uid.as_str()) {
+            let message = format!(
+                "Operation cannot be fulfilled on pods/binding \"{}\": the UID in the precondition ({uid}) does not match the UID in record ({}). The object might have been deleted and then recreated",
+                key.name,
+                p.metadata.uid.as_deref().unwrap_or("")
+            );
+            let failed = Event::BindFailed {
+                pod: key,
+                uid,
+                node,
+                class: BindFailure::Conflict,
+                message,
+            };
+            self.core.handle(self.now, failed);
+            return;
+        }
         if let Some(current) = p
             .spec
             .as_ref()
@@ -544,8 +591,14 @@ impl Simulation {
                 "Operation cannot be fulfilled on pods/binding \"{}\": pod {} is already assigned to node \"{current}\"",
                 key.name, key.name
             );
-            self.core
-                .handle(self.now, Event::BindFailed { pod: key, message });
+            let failed = Event::BindFailed {
+                pod: key,
+                uid,
+                node,
+                class: BindFailure::Conflict,
+                message,
+            };
+            self.core.handle(self.now, failed);
             return;
         }
         let mut p = (**p).clone();
@@ -938,6 +991,9 @@ fn meta_mut(obj: &mut Object) -> &mut ObjectMeta {
         Object::CsiNode(o) => &mut Arc::make_mut(o).metadata,
         Object::PriorityClass(o) => &mut Arc::make_mut(o).metadata,
         Object::PodDisruptionBudget(o) => &mut Arc::make_mut(o).metadata,
+        Object::Namespace(o) => &mut Arc::make_mut(o).metadata,
+        Object::PersistentVolume(o) => &mut Arc::make_mut(o).metadata,
+        Object::StorageClass(o) => &mut Arc::make_mut(o).metadata,
     }
 }
 
@@ -946,10 +1002,14 @@ pub fn api_version_of(kind: Kind) -> &'static str {
     match kind {
         Kind::Reservation => "scheduling.koordinator.sh/v1alpha1",
         Kind::NodeResourceTopology => "topology.node.k8s.io/v1alpha2",
-        Kind::CsiNode => "storage.k8s.io/v1",
+        Kind::CsiNode | Kind::StorageClass => "storage.k8s.io/v1",
         Kind::PriorityClass => "scheduling.k8s.io/v1",
         Kind::PodDisruptionBudget => "policy/v1",
-        Kind::Node | Kind::Pod | Kind::PersistentVolumeClaim => "v1",
+        Kind::Node
+        | Kind::Pod
+        | Kind::PersistentVolumeClaim
+        | Kind::Namespace
+        | Kind::PersistentVolume => "v1",
     }
 }
 
@@ -1120,7 +1180,13 @@ mod tests {
         let text = "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: {nodeName: n1, containers: [{name: c}]}\n";
         let input = parse_str("t.yaml", text).unwrap();
         sim.apply_item(&input.items[0].1, true);
-        sim.bind(ObjectKey::pod("default", "p"), "n2".into(), BTreeMap::new());
+        let uid = derive_uid("Pod", "default", "p");
+        sim.bind(
+            ObjectKey::pod("default", "p"),
+            uid,
+            "n2".into(),
+            BTreeMap::new(),
+        );
         assert_eq!(node_of(&sim, "p").as_deref(), Some("n1"));
     }
 

@@ -8,10 +8,12 @@
 use crate::collections::HashMap;
 use std::sync::Arc;
 
-use berth_api::k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim};
+use berth_api::k8s_openapi::api::core::v1::{
+    Namespace, Node, PersistentVolume, PersistentVolumeClaim,
+};
 use berth_api::k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use berth_api::k8s_openapi::api::scheduling::v1::PriorityClass;
-use berth_api::k8s_openapi::api::storage::v1::CSINode;
+use berth_api::k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 
 use crate::model::node::{NodeError, NodeIdx, NodeInfo};
 use crate::model::pod::PodInfo;
@@ -83,6 +85,14 @@ pub struct Cluster {
     pub priority_classes: HashMap<String, Arc<PriorityClass>>,
     /// Disruption budgets by namespace/name.
     pub pdbs: HashMap<ObjectKey, Arc<PodDisruptionBudget>>,
+    /// Namespaces by name: their labels are what a pod affinity term's `namespaceSelector`
+    /// selects on. A namespace the driver never sent (the simulator sends none) is taken
+    /// to carry only `kubernetes.io/metadata.name`, the label the API server always sets.
+    pub namespaces: HashMap<Arc<str>, Arc<Namespace>>,
+    /// Persistent volumes by name (kept for the volume plugins: a bound claim's volume).
+    pub pvs: HashMap<Arc<str>, Arc<PersistentVolume>>,
+    /// Storage classes by name (kept for the volume plugins: a claim's binding mode).
+    pub storage_classes: HashMap<Arc<str>, Arc<StorageClass>>,
     /// Koordinator reservations, indexed by node and owner.
     pub reservations: crate::reservation::ReservationStore,
     /// NUMA topology per node through the reserve cache (NodeResourceTopologyMatch).

@@ -1200,10 +1200,16 @@ pub fn on_timeout(cx: &mut Cluster, now: Time) {
         if r.phase.is_terminal() {
             if !r.gc_requested {
                 let key = r.object_key();
+                let uid = r.uid.to_string();
+                let resource_version = r.obj.metadata.resource_version.clone();
                 if let Some(m) = cx.reservations.get_mut(idx) {
                     m.gc_requested = true;
                 }
-                cx.reservations.effects.push(Effect::Delete(key));
+                cx.reservations.effects.push(Effect::Delete {
+                    key,
+                    uid,
+                    resource_version,
+                });
             }
         } else if r.expires_at.is_some_and(|e| e <= now) {
             fail(cx, idx, "");
@@ -1277,12 +1283,14 @@ pub fn drain(cx: &mut Cluster) -> (Vec<QueueOp>, Vec<Effect>) {
         if r.last_status.as_ref() == Some(&s) {
             continue;
         }
+        let uid = r.uid.to_string();
         if let Some(m) = cx.reservations.get_mut(idx) {
             m.last_status = Some(s.clone());
             Arc::make_mut(&mut m.obj).status = Some(s.clone());
         }
         effects.push(Effect::ReservationStatus {
             name: name.to_string(),
+            uid,
             status: s,
         });
     }

@@ -148,7 +148,13 @@ impl Sim {
     /// An empty cluster at time 1,000,000 s.
     pub fn new(profile: Profile) -> Self {
         Self {
-            s: Scheduler::new(vec![profile], Config { seed: 1 }),
+            s: Scheduler::new(
+                vec![profile],
+                Config {
+                    seed: 1,
+                    ..Config::default()
+                },
+            ),
             now: 1_000_000_000,
             nodes: BTreeMap::new(),
             pods: BTreeMap::new(),
@@ -280,6 +286,7 @@ impl Sim {
                 pod,
                 node,
                 annotations,
+                ..
             } => {
                 let k = key_of(&pod.namespace, &pod.name);
                 let Some(p) = self.pods.get(&k) else {
@@ -309,7 +316,7 @@ impl Sim {
                 self.pods.insert(k, p.clone());
                 self.s.handle(now, Event::Applied(Object::Pod(p)));
             }
-            Effect::ReservationStatus { name, status } => {
+            Effect::ReservationStatus { name, status, .. } => {
                 let Some(r) = self.reservations.get(&name) else {
                     return;
                 };
@@ -319,7 +326,7 @@ impl Sim {
                 self.reservations.insert(name, r.clone());
                 self.s.handle(now, Event::Applied(Object::Reservation(r)));
             }
-            Effect::Delete(key) => match key.kind {
+            Effect::Delete { key, .. } => match key.kind {
                 Kind::Pod => {
                     self.pods.remove(&key_of(&key.namespace, &key.name));
                     self.s.handle(now, Event::Deleted(key));
@@ -399,7 +406,13 @@ impl Sim {
 
     /// A scheduler that starts from the API server's objects, as after a restart.
     pub fn rebuilt(&self, profile: Profile) -> Scheduler {
-        let mut s = Scheduler::new(vec![profile], Config { seed: 1 });
+        let mut s = Scheduler::new(
+            vec![profile],
+            Config {
+                seed: 1,
+                ..Config::default()
+            },
+        );
         for n in self.nodes.values() {
             s.handle(self.now, Event::Applied(Object::Node(n.clone())));
         }

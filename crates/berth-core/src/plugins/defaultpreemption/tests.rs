@@ -853,7 +853,7 @@ fn deleted(effects: &[Effect]) -> Vec<String> {
     effects
         .iter()
         .filter_map(|e| match e {
-            Effect::Delete(k) => Some(k.name.to_string()),
+            Effect::Delete { key, .. } => Some(key.name.to_string()),
             _ => None,
         })
         .collect()

@@ -456,7 +456,10 @@ fn a_failed_bind_frees_the_room_for_a_waiting_pod() {
     s.handle(
         1,
         Event::BindFailed {
+            uid: format!("uid-{}", first.name),
             pod: first,
+            node: "n".into(),
+            class: crate::BindFailure::NotFound,
             message: "gone".into(),
         },
     );
@@ -488,7 +491,10 @@ fn a_bind_failure_alone_requeues_pods_waiting_for_its_room() {
         1,
         Event::BindFailed {
             pod: ObjectKey::pod("default", "a"),
-            message: "conflict".into(),
+            uid: "uid-a".into(),
+            node: "n".into(),
+            class: crate::BindFailure::Transient,
+            message: "timeout".into(),
         },
     );
     s.run_until_idle(1);
