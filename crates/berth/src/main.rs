@@ -22,12 +22,37 @@ enum Command {
     /// Schedule the objects of FILE... in a simulated cluster, in virtual time, and print
     /// the result.
     Simulate(SimulateArgs),
+    /// Schedule a real cluster: watch it through the API server and bind the pods whose
+    /// `schedulerName` names one of the profiles, until SIGTERM.
+    Run(RunArgs),
     /// Print the CustomResourceDefinitions berth reads (Reservation, NodeResourceTopology)
     /// as multi-document YAML, for `kubectl apply -f -`.
     Crd,
     /// Measure scheduling throughput on generated clusters (kube-scheduler's
     /// SchedulingBasic shapes) and print pods/s and per-cycle latency.
     Bench(BenchArgs),
+}
+
+#[derive(Debug, Args)]
+struct RunArgs {
+    /// A kubeconfig file (default: `clientConnection.kubeconfig`, then the in-cluster
+    /// configuration, then `$KUBECONFIG` / `~/.kube/config`).
+    #[arg(long, value_name = "FILE")]
+    kubeconfig: Option<String>,
+    /// A kubescheduler.config.k8s.io/v1 KubeSchedulerConfiguration: profiles and plugin args
+    /// as for `simulate`, plus `clientConnection` (qps, burst, kubeconfig) and
+    /// `leaderElection`.
+    #[arg(long, value_name = "FILE")]
+    config: Option<String>,
+    /// Where to serve /metrics, /healthz, /livez and /readyz (empty: not served).
+    #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:10259")]
+    metrics_bind_address: String,
+    /// Log format.
+    #[arg(long, value_name = "FORMAT", default_value = "text", value_parser = ["text", "json"])]
+    log_format: String,
+    /// Binds in flight at most; past it new scheduling cycles wait for a slot.
+    #[arg(long, value_name = "N", default_value_t = 256)]
+    max_binds_in_flight: usize,
 }
 
 #[derive(Debug, Args)]
@@ -67,6 +92,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Simulate(args) => simulate(args),
+        Command::Run(args) => run(args),
         Command::Crd => crd().map(|()| 0),
         Command::Bench(args) => bench(&args).map(|()| 0),
     };
@@ -96,6 +122,87 @@ fn simulate(args: SimulateArgs) -> anyhow::Result<i32> {
     write_ignoring_broken_pipe(&mut std::io::stderr().lock(), &out.stderr)
         .context("writing standard error")?;
     Ok(out.code)
+}
+
+fn run(args: RunArgs) -> anyhow::Result<i32> {
+    init_logging(&args.log_format);
+    let settings = match &args.config {
+        Some(path) => match berth_kube::Settings::load(path) {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("error: {e}");
+                return Ok(2);
+            }
+        },
+        None => berth_kube::Settings::builtin(),
+    };
+    let metrics_addr = if args.metrics_bind_address.is_empty() {
+        None
+    } else {
+        match args.metrics_bind_address.parse() {
+            Ok(a) => Some(a),
+            Err(e) => {
+                eprintln!(
+                    "error: --metrics-bind-address {:?}: {e}",
+                    args.metrics_bind_address
+                );
+                return Ok(2);
+            }
+        }
+    };
+    if settings.leader_election.leader_elect {
+        tracing::warn!(
+            "leaderElection.leaderElect is set but berth does not elect a leader yet: run a single replica"
+        );
+    }
+    let mut options = berth_kube::RunOptions::new(settings);
+    options.kubeconfig = args.kubeconfig;
+    options.metrics_addr = metrics_addr;
+    options.max_binds_in_flight = args.max_binds_in_flight;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(berth_kube::run(options, shutdown_signal()))?;
+    Ok(0)
+}
+
+/// SIGTERM (what the kubelet sends) or Ctrl-C.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {}
+        () = term => {}
+    }
+}
+
+/// Logs to standard error, as text or JSON lines; `RUST_LOG` filters (default `info`).
+fn init_logging(format: &str) {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let _ = if format == "json" {
+        builder.json().try_init()
+    } else {
+        builder.try_init()
+    };
 }
 
 fn crd() -> anyhow::Result<()> {

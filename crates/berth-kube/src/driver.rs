@@ -1,0 +1,548 @@
+//! The controller loop: one task owns the core and is the only one that touches it.
+//!
+//! Each round takes every input that is ready (watch events, finished effects), hands it to
+//! the core with `now` from the wall clock, fires the core's timers when due, runs the
+//! scheduling cycles that can run, and hands the effects to the [`Executor`]. kube-scheduler's
+//! `scheduleOne` loop and its binding goroutines map onto this loop and the executor's tasks.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use berth_core::cache::PodState;
+use berth_core::collections::HashMap;
+use berth_core::object::{Kind, Object, ObjectKey};
+use berth_core::scheduler::Counters;
+use berth_core::{Config, Event, Record, Scheduler};
+use kube::runtime::events::Reporter;
+use kube::Client;
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::task::JoinSet;
+
+use crate::effects::{Completion, Executor, Outcome};
+use crate::error::Error;
+use crate::http::{self, Health};
+use crate::kinds::Served;
+use crate::metrics::Metrics;
+use crate::settings::Settings;
+use crate::watch::{self as watching, Input};
+
+/// How `berth run` runs.
+#[derive(Debug)]
+pub struct RunOptions {
+    /// `--kubeconfig` (wins over `clientConnection.kubeconfig`).
+    pub kubeconfig: Option<String>,
+    /// The configuration file's contents.
+    pub settings: Settings,
+    /// Where to serve `/metrics` and the health endpoints (`None`: not served).
+    pub metrics_addr: Option<SocketAddr>,
+    /// Binds in flight at most; past it new cycles wait.
+    pub max_binds_in_flight: usize,
+    /// This instance's name in events (`reportingInstance`) and, later, in its lease.
+    pub identity: String,
+    /// Seed for tie-breaking between equally scored nodes.
+    pub seed: u64,
+    /// Keep, per object, the UID of the last version the core was handed (tests wait on
+    /// it with [`Handle::seen`] to hand the core objects in a known order).
+    pub track_objects: bool,
+}
+
+/// Per object, the UID the core last saw applied (`None` once deleted).
+type Seen = Arc<std::sync::Mutex<HashMap<ObjectKey, Option<String>>>>;
+
+impl RunOptions {
+    /// Options with the built-in configuration.
+    pub fn new(settings: Settings) -> Self {
+        Self {
+            kubeconfig: None,
+            settings,
+            metrics_addr: None,
+            max_binds_in_flight: 256,
+            identity: default_identity(),
+            seed: 0,
+            track_objects: false,
+        }
+    }
+}
+
+/// `$POD_NAME`, else the host name, else `berth`.
+pub fn default_identity() -> String {
+    std::env::var("POD_NAME")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "berth".into())
+}
+
+/// What the loop looks like from outside, published after every round (tests wait on it;
+/// `/readyz` reads `synced`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Snapshot {
+    /// The first LIST of every watched kind is in.
+    pub synced: bool,
+    /// Scheduling is held ([`Handle::hold`]).
+    pub held: bool,
+    /// Watch events handed to the core so far.
+    pub events: u64,
+    /// Scheduling cycles run so far.
+    pub cycles: u64,
+    /// Items in the scheduling queue (active, backing off and unschedulable).
+    pub pending: usize,
+    /// Effects running or waiting.
+    pub outstanding: usize,
+    /// Binds running or waiting for a slot.
+    pub binds: usize,
+    /// Pods assumed and not yet confirmed by the watch.
+    pub assumed: usize,
+    /// Nothing more will happen without a new input or a timer: synced, not held, no
+    /// effect outstanding, no assumed pod waiting for its confirmation, inputs drained.
+    pub idle: bool,
+    /// The address `/metrics` is served on.
+    pub metrics_addr: Option<SocketAddr>,
+}
+
+/// A running `berth run`.
+#[derive(Debug)]
+pub struct Handle {
+    snapshot: watch::Receiver<Snapshot>,
+    hold: watch::Sender<bool>,
+    stop: Option<oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<Result<(), Error>>,
+    seen: Option<Seen>,
+}
+
+impl Handle {
+    /// With [`RunOptions::track_objects`]: `Some(Some(uid))` when the core's last input for
+    /// `key` applied the object with that UID, `Some(None)` when it deleted it, `None` when
+    /// it has heard nothing of it (or tracking is off).
+    pub fn seen(&self, key: &ObjectKey) -> Option<Option<String>> {
+        let seen = self.seen.as_ref()?;
+        let map = seen.lock().unwrap_or_else(|p| p.into_inner());
+        map.get(key).cloned()
+    }
+
+    /// The latest snapshot.
+    pub fn snapshot(&self) -> Snapshot {
+        self.snapshot.borrow().clone()
+    }
+
+    /// Waits until `pred` holds for a snapshot, or `timeout` passes (then the last snapshot
+    /// is the error).
+    pub async fn wait_for(
+        &mut self,
+        timeout: Duration,
+        pred: impl Fn(&Snapshot) -> bool,
+    ) -> Result<Snapshot, Snapshot> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            {
+                let s = self.snapshot.borrow_and_update();
+                if pred(&s) {
+                    return Ok(s.clone());
+                }
+            }
+            match tokio::time::timeout_at(deadline, self.snapshot.changed()).await {
+                Ok(Ok(())) => {}
+                _ => return Err(self.snapshot()),
+            }
+        }
+    }
+
+    /// Holds scheduling (`true`) or lets it go on: while held, inputs are applied but no
+    /// cycle runs. For tests that must hand the core a whole step before it schedules, as
+    /// the simulator does.
+    pub fn hold(&self, on: bool) {
+        self.hold.send_replace(on);
+    }
+
+    /// Stops new cycles, finishes the binds in flight, and returns.
+    pub async fn stop(mut self) -> Result<(), Error> {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        match self.task.await {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::error!(error = %e, "the scheduler task ended abnormally");
+                Ok(())
+            }
+        }
+    }
+}
+
+/// `berth run`: connects, schedules until `shutdown` resolves, then finishes binds in flight.
+pub async fn run(options: RunOptions, shutdown: impl Future<Output = ()>) -> Result<(), Error> {
+    let client =
+        crate::client::connect(options.kubeconfig.as_deref(), &options.settings.client).await?;
+    let handle = start(client, options).await?;
+    shutdown.await;
+    tracing::info!("stopping: no new cycles; finishing binds in flight");
+    handle.stop().await
+}
+
+/// Starts the watchers, the loop and the endpoints with `client`; returns at once.
+pub async fn start(client: Client, options: RunOptions) -> Result<Handle, Error> {
+    let metrics = Arc::new(Metrics::new());
+    let ready = Arc::new(AtomicBool::new(false));
+    let (stop_tx, stop_rx) = oneshot::channel();
+    let (hold_tx, hold_rx) = watch::channel(false);
+    let (snap_tx, snap_rx) = watch::channel(Snapshot::default());
+
+    let served = Served::discover(&client).await;
+    let (tx, rx) = mpsc::channel(4096);
+    let mut watchers = JoinSet::new();
+    let kinds = watching::spawn_all(&client, &served, &tx, &metrics, &mut watchers);
+    tracing::info!(kinds = ?kinds, "watching");
+
+    let (http_stop_tx, http_stop_rx) = oneshot::channel::<()>();
+    let metrics_addr = match options.metrics_addr {
+        Some(addr) => {
+            let health = Health {
+                metrics: metrics.clone(),
+                ready: ready.clone(),
+            };
+            let (bound, _task) = http::serve(addr, health, async {
+                let _ = http_stop_rx.await;
+            })
+            .await?;
+            tracing::info!(%bound, "serving /metrics, /healthz, /livez, /readyz");
+            Some(bound)
+        }
+        None => None,
+    };
+
+    let profiles = options.settings.profiles;
+    let profile_label = match profiles.as_slice() {
+        [one] => one.scheduler_name.clone(),
+        _ => "all".into(),
+    };
+    let scheduler = Scheduler::new(
+        profiles,
+        Config {
+            seed: options.seed,
+            wait_for_sync: kinds,
+        },
+    );
+    let reporter = Reporter {
+        controller: "berth".into(),
+        instance: Some(options.identity.clone()),
+    };
+    let executor = Executor::new(
+        client,
+        reporter,
+        metrics.clone(),
+        tx.clone(),
+        options.max_binds_in_flight,
+    );
+    let seen: Option<Seen> = options.track_objects.then(Default::default);
+    let driver = Driver {
+        seen: seen.clone(),
+        scheduler,
+        executor,
+        metrics,
+        ready,
+        rx,
+        hold: hold_rx,
+        snapshot: snap_tx,
+        profile_label,
+        last: Counters::default(),
+        first_seen: HashMap::default(),
+        events: 0,
+        cycles: 0,
+        metrics_addr,
+        _watchers: watchers,
+    };
+    let task = tokio::spawn(async move {
+        let r = driver.run(stop_rx).await;
+        let _ = http_stop_tx.send(());
+        r
+    });
+    Ok(Handle {
+        snapshot: snap_rx,
+        hold: hold_tx,
+        stop: Some(stop_tx),
+        task,
+        seen,
+    })
+}
+
+/// How many ready inputs one round takes at most before it schedules.
+const BATCH: usize = 1024;
+/// How long a stop waits for binds in flight.
+const DRAIN: Duration = Duration::from_secs(30);
+
+struct Driver {
+    seen: Option<Seen>,
+    scheduler: Scheduler,
+    executor: Executor,
+    metrics: Arc<Metrics>,
+    ready: Arc<AtomicBool>,
+    rx: mpsc::Receiver<Input>,
+    hold: watch::Receiver<bool>,
+    snapshot: watch::Sender<Snapshot>,
+    profile_label: String,
+    last: Counters,
+    /// When each unbound pod of ours was first seen (the SLI's start).
+    first_seen: HashMap<ObjectKey, Instant>,
+    events: u64,
+    cycles: u64,
+    metrics_addr: Option<SocketAddr>,
+    /// Dropping the set aborts the watchers.
+    _watchers: JoinSet<()>,
+}
+
+/// The wall clock in the core's unit.
+fn now() -> berth_core::time::Time {
+    crate::effects::wall_clock_ms()
+}
+
+impl Driver {
+    async fn run(mut self, mut stop: oneshot::Receiver<()>) -> Result<(), Error> {
+        loop {
+            let timer = self.scheduler.poll_timeout().map(|t| {
+                let wait = u64::try_from(t.saturating_sub(now())).unwrap_or(0);
+                tokio::time::Instant::now() + Duration::from_millis(wait)
+            });
+            tokio::select! {
+                biased;
+                _ = &mut stop => break,
+                input = self.rx.recv() => {
+                    let Some(input) = input else { break };
+                    self.input(input);
+                    for _ in 1..BATCH {
+                        match self.rx.try_recv() {
+                            Ok(input) => self.input(input),
+                            Err(_) => break,
+                        }
+                    }
+                }
+                _ = sleep_until(timer), if timer.is_some() => {
+                    self.scheduler.handle_timeout(now());
+                }
+                changed = self.hold.changed() => {
+                    if changed.is_err() {
+                        // The handle is gone; nobody can release a hold any more.
+                        let _ = self.hold.borrow_and_update();
+                    }
+                }
+            }
+            self.schedule();
+            self.publish();
+        }
+        self.drain().await;
+        Ok(())
+    }
+
+    fn input(&mut self, input: Input) {
+        match input {
+            Input::Event(event) => {
+                self.events += 1;
+                self.track_sli(&event);
+                if let Some(seen) = &self.seen {
+                    let mut map = seen.lock().unwrap_or_else(|p| p.into_inner());
+                    match &event {
+                        Event::Applied(o) => {
+                            map.insert(o.key(), Some(o.meta().uid.clone().unwrap_or_default()));
+                        }
+                        Event::Deleted(k) => {
+                            map.insert(k.clone(), None);
+                        }
+                        _ => {}
+                    }
+                }
+                self.scheduler.handle(now(), event);
+            }
+            Input::Unreadable(bad) => {
+                self.metrics.unreadable(bad.kind);
+                tracing::warn!(%bad, "object not read");
+                self.executor.submit(berth_core::Effect::Record(Record {
+                    involved: ObjectKey::cluster(bad.kind, &bad.name),
+                    uid: bad.uid,
+                    type_: "Warning",
+                    reason: "Invalid".into(),
+                    message: format!("berth cannot read this object: {}", bad.message),
+                }));
+            }
+            Input::Done(c) => self.done(c),
+        }
+    }
+
+    fn done(&mut self, c: Completion) {
+        self.executor.done(&c);
+        if let Outcome::BindFailed {
+            pod,
+            uid,
+            node,
+            class,
+            message,
+        } = c.outcome
+        {
+            self.scheduler.handle(
+                now(),
+                Event::BindFailed {
+                    pod,
+                    uid,
+                    node,
+                    class,
+                    message,
+                },
+            );
+        }
+    }
+
+    /// The SLI runs from the first sight of an unbound pod to the watch's confirmation of
+    /// its binding.
+    fn track_sli(&mut self, event: &Event) {
+        match event {
+            Event::Applied(Object::Pod(p)) => {
+                let key = Object::Pod(p.clone()).key();
+                let bound = p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some();
+                if bound {
+                    if let Some(t) = self.first_seen.remove(&key) {
+                        self.metrics.scheduled_after(t.elapsed());
+                    }
+                } else {
+                    self.first_seen.entry(key).or_insert_with(Instant::now);
+                }
+            }
+            Event::Deleted(key) if key.kind == Kind::Pod => {
+                self.first_seen.remove(key);
+            }
+            _ => {}
+        }
+    }
+
+    fn schedule(&mut self) {
+        let synced = self.scheduler.synced();
+        if synced && !self.ready.swap(true, Ordering::AcqRel) {
+            tracing::info!("synced: every watched kind listed; scheduling");
+        }
+        let held = *self.hold.borrow();
+        if synced && !held && !self.executor.saturated() {
+            let start = Instant::now();
+            let cycles = self.scheduler.run_until_idle(now());
+            self.cycles += cycles as u64;
+            self.attempt_metrics(start.elapsed(), cycles);
+        }
+        while let Some(effect) = self.scheduler.poll_effect() {
+            self.executor.submit(effect);
+        }
+        self.metrics.binds_in_flight(self.executor.binds());
+        self.metrics.pending("all", self.scheduler.pending());
+    }
+
+    fn attempt_metrics(&mut self, elapsed: Duration, cycles: usize) {
+        let c = self.scheduler.counters.clone();
+        if cycles == 0 && c == self.last {
+            return;
+        }
+        let each = elapsed / u32::try_from(cycles.max(1)).unwrap_or(u32::MAX);
+        let p = &self.profile_label;
+        self.metrics
+            .attempts(p, "scheduled", c.scheduled - self.last.scheduled, each);
+        self.metrics.attempts(
+            p,
+            "unschedulable",
+            c.unschedulable - self.last.unschedulable,
+            each,
+        );
+        self.metrics
+            .attempts(p, "error", c.errors - self.last.errors, each);
+        self.last = c;
+        let mut phases: [(&'static str, usize); 5] = [
+            ("Pending", 0),
+            ("Available", 0),
+            ("Succeeded", 0),
+            ("Waiting", 0),
+            ("Failed", 0),
+        ];
+        for r in self.scheduler.cluster.reservations.iter() {
+            let name = r.phase.as_str();
+            if let Some(slot) = phases.iter_mut().find(|(p, _)| *p == name) {
+                slot.1 += 1;
+            }
+        }
+        for (phase, n) in phases {
+            self.metrics.reservations(phase, n);
+        }
+        let numa = self.scheduler.numa_metrics();
+        for (name, v) in [
+            ("dirty_filtered_out", numa.cache.dirty_filtered_out),
+            ("dirty_foreign_pods", numa.cache.dirty_foreign_pods),
+            ("dirty_attribute_change", numa.cache.dirty_attribute_change),
+            ("resync_runs", numa.cache.resync_runs),
+            ("resync_attempts", numa.cache.resync_attempts),
+            ("fingerprint_matches", numa.cache.fingerprint_matches),
+            ("fingerprint_mismatches", numa.cache.fingerprint_mismatches),
+            ("fingerprint_missing", numa.cache.fingerprint_missing),
+            ("flushes", numa.cache.flushes),
+            ("generation", numa.cache.generation),
+            ("nrt_updates", numa.nrt_updates),
+            ("dirty_nodes", numa.dirty_nodes),
+        ] {
+            self.metrics.numa(name, v);
+        }
+    }
+
+    fn publish(&mut self) {
+        let outstanding = self.executor.outstanding();
+        let held = *self.hold.borrow();
+        let synced = self.scheduler.synced();
+        // Counting assumed pods walks every pod: only worth it when the rest says idle.
+        let maybe_idle = synced && !held && outstanding == 0 && self.rx.is_empty();
+        let assumed = if maybe_idle {
+            self.scheduler
+                .cluster
+                .pods()
+                .filter(|p| p.state == PodState::Assumed)
+                .count()
+        } else {
+            0
+        };
+        let snap = Snapshot {
+            synced,
+            held,
+            events: self.events,
+            cycles: self.cycles,
+            pending: self.scheduler.pending(),
+            outstanding,
+            binds: self.executor.binds(),
+            assumed,
+            idle: maybe_idle && assumed == 0,
+            metrics_addr: self.metrics_addr,
+        };
+        self.snapshot.send_if_modified(|s| {
+            if *s == snap {
+                false
+            } else {
+                *s = snap;
+                true
+            }
+        });
+    }
+
+    /// After a stop: no new cycles; wait (bounded) for effects in flight, binds above all.
+    async fn drain(&mut self) {
+        let deadline = tokio::time::Instant::now() + DRAIN;
+        while self.executor.outstanding() > 0 {
+            match tokio::time::timeout_at(deadline, self.rx.recv()).await {
+                Ok(Some(Input::Done(c))) => self.executor.done(&c),
+                Ok(Some(_)) => {}
+                Ok(None) | Err(_) => break,
+            }
+        }
+        let left = self.executor.binds();
+        if left > 0 {
+            tracing::warn!(left, "stopped with binds still in flight");
+        }
+    }
+}
+
+async fn sleep_until(t: Option<tokio::time::Instant>) {
+    match t {
+        Some(t) => tokio::time::sleep_until(t).await,
+        None => std::future::pending().await,
+    }
+}

@@ -1,0 +1,98 @@
+//! PreBind (the annotations the plugins chose) and Bind (`pods/binding`), with the pod's UID
+//! as a precondition on both so that a pod deleted and recreated under the same name is never
+//! bound by a decision made for the old one.
+
+use std::collections::BTreeMap;
+
+use berth_core::object::ObjectKey;
+use berth_core::BindFailure;
+use k8s_openapi::api::core::v1::{Binding, ObjectReference, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use serde_json::json;
+
+use super::{Ctx, Outcome};
+use crate::retry::{self, classify, retry, Backoff, Class};
+
+/// Binds `pod` to `node`; a failure comes back as [`Outcome::BindFailed`].
+pub(super) async fn bind(
+    ctx: &Ctx,
+    pod: ObjectKey,
+    uid: String,
+    node: String,
+    annotations: BTreeMap<String, String>,
+) -> Outcome {
+    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &pod.namespace);
+    let fail = |class: BindFailure, message: String| {
+        ctx.metrics.bind_failed(class.as_str());
+        tracing::info!(pod = %pod, node, class = class.as_str(), message, "bind failed");
+        Outcome::BindFailed {
+            pod: pod.clone(),
+            uid: uid.clone(),
+            node: node.clone(),
+            class,
+            message,
+        }
+    };
+    if !annotations.is_empty() {
+        // A merge patch naming the UID fails (422, the UID is immutable) on another
+        // incarnation of the pod.
+        let patch = Patch::Merge(json!({"metadata": {"uid": uid, "annotations": annotations}}));
+        let pp = PatchParams::default();
+        let r = retry(Backoff::default(), || api.patch(&pod.name, &pp, &patch)).await;
+        ctx.metrics.request(
+            "prebind_annotate",
+            r.as_ref().map_or_else(retry::code, |_| 200),
+        );
+        if let Err(e) = r {
+            let class = match classify(&e) {
+                Class::NotFound => BindFailure::NotFound,
+                Class::Conflict | Class::Rejected => BindFailure::Conflict,
+                Class::Transient => BindFailure::Transient,
+            };
+            return fail(class, format!("running PreBind: {e}"));
+        }
+    }
+    let binding = Binding {
+        metadata: ObjectMeta {
+            name: Some(pod.name.to_string()),
+            namespace: Some(pod.namespace.to_string()),
+            uid: Some(uid.clone()),
+            ..ObjectMeta::default()
+        },
+        target: ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Node".into()),
+            name: Some(node.clone()),
+            ..ObjectReference::default()
+        },
+    };
+    let pp = PostParams::default();
+    let r = retry(Backoff::default(), || {
+        api.create_subresource::<_, serde_json::Value>("binding", &pod.name, &pp, &binding)
+    })
+    .await;
+    ctx.metrics
+        .request("bind", r.as_ref().map_or_else(retry::code, |_| 201));
+    let e = match r {
+        Ok(_) => return Outcome::Done,
+        Err(e) => e,
+    };
+    match classify(&e) {
+        Class::NotFound => fail(BindFailure::NotFound, e.to_string()),
+        Class::Conflict => {
+            // A retried binding whose first attempt went through answers 409: the pod is
+            // already on our node, which is success.
+            if let Ok(current) = api.get(&pod.name).await {
+                let same_uid = current.metadata.uid.as_deref() == Some(uid.as_str());
+                let on = current.spec.as_ref().and_then(|s| s.node_name.as_deref());
+                if same_uid && on == Some(node.as_str()) {
+                    return Outcome::Done;
+                }
+            }
+            fail(BindFailure::Conflict, e.to_string())
+        }
+        Class::Rejected => fail(BindFailure::Conflict, e.to_string()),
+        Class::Transient => fail(BindFailure::Transient, e.to_string()),
+    }
+}

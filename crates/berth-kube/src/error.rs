@@ -1,0 +1,42 @@
+//! What can stop `berth run` from starting or keep it from running.
+
+/// An error of the adapter. Everything an object or an API answer can cause at run time is
+/// handled in place (an event, a condition, a retry, a failed bind); these are the errors
+/// that end `berth run`.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The configuration file could not be read.
+    #[error("reading {file}: {source}")]
+    Read {
+        /// The file.
+        file: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The configuration file is not a usable `KubeSchedulerConfiguration`.
+    #[error("{file}: {field}: {message}")]
+    Config {
+        /// The file.
+        file: String,
+        /// The field, as a path (`profiles[0].pluginConfig[1].args.scoringStrategy`); empty
+        /// for the whole document.
+        field: String,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// No client configuration (kubeconfig or in-cluster) could be loaded.
+    #[error("loading the client configuration: {0}")]
+    Kubeconfig(String),
+    /// The API server could not be reached or refused what berth must do to start.
+    #[error("talking to the API server: {0}")]
+    Kube(#[from] kube::Error),
+    /// The metrics and health endpoint could not be served.
+    #[error("serving {addr}: {source}")]
+    Serve {
+        /// The address.
+        addr: std::net::SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+}

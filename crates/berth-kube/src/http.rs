@@ -1,0 +1,88 @@
+//! `/metrics`, `/healthz`, `/livez` and `/readyz` on one port, as kube-scheduler serves them
+//! on its secure port (here plain HTTP; put it behind the pod network's policies).
+//!
+//! `/readyz` answers 200 only once the first LIST of every watched kind is in and the core
+//! has been told so: before that berth schedules nothing, and a rollout should wait.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use axum::Router;
+use tokio::net::TcpListener;
+
+use crate::error::Error;
+use crate::metrics::Metrics;
+
+/// What the endpoints read.
+#[derive(Debug, Clone)]
+pub struct Health {
+    /// The metrics.
+    pub metrics: Arc<Metrics>,
+    /// Set once the core has its first view of every watched kind.
+    pub ready: Arc<AtomicBool>,
+}
+
+/// The router, for tests and for [`serve`].
+pub fn router(health: Health) -> Router {
+    Router::new()
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(ok))
+        .route("/livez", get(ok))
+        .route("/readyz", get(readyz))
+        .with_state(health)
+}
+
+/// Binds `addr` and serves until `shutdown` resolves. Returns the bound address (port 0 picks
+/// a free one) once listening.
+pub async fn serve(
+    addr: SocketAddr,
+    health: Health,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<(SocketAddr, tokio::task::JoinHandle<()>), Error> {
+    let listener = TcpListener::bind(addr)
+        .await
+        .map_err(|source| Error::Serve { addr, source })?;
+    let bound = listener
+        .local_addr()
+        .map_err(|source| Error::Serve { addr, source })?;
+    let app = router(health);
+    let task = tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, app)
+            .with_graceful_shutdown(shutdown)
+            .await
+        {
+            tracing::error!(error = %e, "metrics and health server stopped");
+        }
+    });
+    Ok((bound, task))
+}
+
+async fn ok() -> &'static str {
+    "ok"
+}
+
+async fn readyz(State(h): State<Health>) -> impl IntoResponse {
+    if h.ready.load(Ordering::Acquire) {
+        (StatusCode::OK, "ok")
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "waiting for the first list of every watched kind",
+        )
+    }
+}
+
+async fn metrics(State(h): State<Health>) -> impl IntoResponse {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        h.metrics.encode(),
+    )
+}

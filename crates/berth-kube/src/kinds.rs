@@ -1,0 +1,186 @@
+//! The kinds `berth run` watches, and how each watched object becomes a core [`Object`].
+//!
+//! Built-in kinds are decoded by k8s-openapi: the API server has validated them. The custom
+//! kinds (Reservation, NodeResourceTopology) are watched as dynamic objects and decoded one by
+//! one, so an object the CRD's schema lets through but berth cannot read is reported on its
+//! own (a warning event naming the problem) instead of failing the whole LIST and starving
+//! every other object of that kind.
+
+use std::sync::Arc;
+
+use berth_api::nrt::NodeResourceTopology;
+use berth_api::reservation::Reservation;
+use berth_core::object::{Kind, Object};
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+use kube::discovery;
+use kube::Client;
+
+/// The API group of Koordinator's Reservation.
+pub const RESERVATION_GROUP: &str = "scheduling.koordinator.sh";
+/// The API group of NodeResourceTopology.
+pub const NRT_GROUP: &str = "topology.node.k8s.io";
+
+/// The custom kinds the API server serves, found by discovery at start.
+#[derive(Debug, Clone, Default)]
+pub struct Served {
+    /// `scheduling.koordinator.sh/v1alpha1` `reservations`, if served.
+    pub reservations: Option<ApiResource>,
+    /// `topology.node.k8s.io` `noderesourcetopologies` at `v1alpha2`, else `v1alpha1`.
+    pub nrt: Option<ApiResource>,
+}
+
+impl Served {
+    /// Asks the API server which versions of the custom kinds it serves. A group that is not
+    /// installed is logged and left unwatched: berth schedules without it (no reservations,
+    /// or no NUMA data, as when those objects are absent).
+    pub async fn discover(client: &Client) -> Self {
+        let reservations = match discovery::group(client, RESERVATION_GROUP).await {
+            Ok(g) => g
+                .versioned_resources("v1alpha1")
+                .into_iter()
+                .find(|(r, _)| r.plural == "reservations")
+                .map(|(r, _)| r),
+            Err(e) => {
+                tracing::warn!(error = %e, group = RESERVATION_GROUP, "Reservation CRD not served; reservations are not watched (install it with `berth crd | kubectl apply -f -`)");
+                None
+            }
+        };
+        let nrt = match discovery::group(client, NRT_GROUP).await {
+            Ok(g) => ["v1alpha2", "v1alpha1"].iter().find_map(|v| {
+                g.versioned_resources(v)
+                    .into_iter()
+                    .find(|(r, _)| r.plural == "noderesourcetopologies")
+                    .map(|(r, _)| r)
+            }),
+            Err(e) => {
+                tracing::warn!(error = %e, group = NRT_GROUP, "NodeResourceTopology CRD not served; NUMA-aware plugins see no topology");
+                None
+            }
+        };
+        Self { reservations, nrt }
+    }
+
+    /// The resource of `kind` for dynamic API calls (writes to reservations).
+    pub fn reservation_resource() -> ApiResource {
+        ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk(RESERVATION_GROUP, "v1alpha1", "Reservation"),
+            "reservations",
+        )
+    }
+}
+
+/// Why a watched object could not be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{kind} {name}: {message}")]
+pub struct Unreadable {
+    /// Its kind.
+    pub kind: Kind,
+    /// Its name.
+    pub name: String,
+    /// Its UID, for the event.
+    pub uid: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+/// Decodes a watched Reservation.
+pub fn reservation(obj: DynamicObject) -> Result<Object, Unreadable> {
+    let name = obj.metadata.name.clone().unwrap_or_default();
+    let uid = obj.metadata.uid.clone().unwrap_or_default();
+    let value = serde_json::to_value(&obj).map_err(|e| Unreadable {
+        kind: Kind::Reservation,
+        name: name.clone(),
+        uid: uid.clone(),
+        message: e.to_string(),
+    })?;
+    serde_json::from_value::<Reservation>(value)
+        .map(|r| Object::Reservation(Arc::new(r)))
+        .map_err(|e| Unreadable {
+            kind: Kind::Reservation,
+            name,
+            uid,
+            message: format!("cannot be read: {e}"),
+        })
+}
+
+/// Decodes a watched NodeResourceTopology of either served version.
+pub fn nrt(obj: DynamicObject) -> Result<Object, Unreadable> {
+    let name = obj.metadata.name.clone().unwrap_or_default();
+    let uid = obj.metadata.uid.clone().unwrap_or_default();
+    let mut value = serde_json::to_value(&obj).map_err(|e| Unreadable {
+        kind: Kind::NodeResourceTopology,
+        name: name.clone(),
+        uid: uid.clone(),
+        message: e.to_string(),
+    })?;
+    if let (Some(types), Some(map)) = (obj.types.as_ref(), value.as_object_mut()) {
+        map.insert("apiVersion".into(), types.api_version.clone().into());
+    }
+    NodeResourceTopology::from_any_version(value)
+        .map(|n| Object::NodeResourceTopology(Arc::new(n)))
+        .map_err(|e| Unreadable {
+            kind: Kind::NodeResourceTopology,
+            name,
+            uid,
+            message: e.to_string(),
+        })
+}
+
+/// `apiVersion` of the objects of `kind`, for event references.
+pub fn api_version(kind: Kind) -> &'static str {
+    match kind {
+        Kind::Reservation => "scheduling.koordinator.sh/v1alpha1",
+        Kind::NodeResourceTopology => "topology.node.k8s.io/v1alpha2",
+        Kind::CsiNode | Kind::StorageClass => "storage.k8s.io/v1",
+        Kind::PriorityClass => "scheduling.k8s.io/v1",
+        Kind::PodDisruptionBudget => "policy/v1",
+        _ => "v1",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dynamic(v: serde_json::Value) -> DynamicObject {
+        serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn an_unreadable_reservation_names_itself_and_the_problem() {
+        let bad = dynamic(serde_json::json!({
+            "apiVersion": "scheduling.koordinator.sh/v1alpha1", "kind": "Reservation",
+            "metadata": {"name": "r1", "uid": "u1"},
+            "spec": {"owners": "everyone", "template": {}}
+        }));
+        let e = reservation(bad).unwrap_err();
+        assert_eq!(e.name, "r1");
+        assert_eq!(e.uid, "u1");
+        assert!(
+            e.message.contains("owners") || e.message.contains("sequence"),
+            "{e}"
+        );
+        let good = dynamic(serde_json::json!({
+            "apiVersion": "scheduling.koordinator.sh/v1alpha1", "kind": "Reservation",
+            "metadata": {"name": "r2"},
+            "spec": {"owners": [{"labelSelector": {"matchLabels": {"a": "b"}}}], "template": {}}
+        }));
+        assert!(matches!(reservation(good), Ok(Object::Reservation(_))));
+    }
+
+    #[test]
+    fn nrt_of_either_version_is_read() {
+        let v1 = dynamic(serde_json::json!({
+            "apiVersion": "topology.node.k8s.io/v1alpha1", "kind": "NodeResourceTopology",
+            "metadata": {"name": "n1"}, "topologyPolicies": ["SingleNUMANodeContainerLevel"],
+            "zones": [{"name": "node-0", "type": "Node", "resources": [{"name": "cpu", "capacity": "4", "allocatable": "4", "available": "4"}]}]
+        }));
+        match nrt(v1) {
+            Ok(Object::NodeResourceTopology(n)) => {
+                assert_eq!(n.node_name(), "n1");
+                assert_eq!(n.spec.zones.len(), 1);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}

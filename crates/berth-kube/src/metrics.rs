@@ -1,0 +1,311 @@
+//! `/metrics`: kube-scheduler's metric names where berth does the same thing, `berth_*` for
+//! what only berth has (reservations, the NUMA reserve cache, the adapter's own traffic).
+//!
+//! The driver owns the core, so it updates these after each round; the HTTP server only
+//! encodes them.
+
+use std::sync::atomic::AtomicU64;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use berth_core::object::Kind;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct AttemptLabels {
+    result: &'static str,
+    profile: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct QueueLabels {
+    queue: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabels {
+    kind: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PhaseLabels {
+    phase: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ClassLabels {
+    class: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RequestLabels {
+    operation: &'static str,
+    code: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct NumaLabels {
+    counter: &'static str,
+}
+
+/// Every metric `berth run` exports.
+pub struct Metrics {
+    registry: Mutex<Registry>,
+    attempts: Family<AttemptLabels, Counter>,
+    attempt_duration: Family<AttemptLabels, Histogram>,
+    pending: Family<QueueLabels, Gauge>,
+    sli: Histogram,
+    reservations: Family<PhaseLabels, Gauge>,
+    numa: Family<NumaLabels, Gauge<u64, AtomicU64>>,
+    binds_in_flight: Gauge,
+    bind_failures: Family<ClassLabels, Counter>,
+    requests: Family<RequestLabels, Counter>,
+    watch_events: Family<KindLabels, Counter>,
+    watch_errors: Family<KindLabels, Counter>,
+    unreadable: Family<KindLabels, Counter>,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// A registry with every metric registered and at zero.
+    pub fn new() -> Self {
+        let mut r = Registry::default();
+        let attempts = Family::<AttemptLabels, Counter>::default();
+        r.register(
+            "scheduler_schedule_attempts",
+            "Number of attempts to schedule pods, by the result.",
+            attempts.clone(),
+        );
+        let attempt_duration = Family::<AttemptLabels, Histogram>::new_with_constructor(|| {
+            Histogram::new(exponential_buckets(0.001, 2.0, 15))
+        });
+        r.register(
+            "scheduler_scheduling_attempt_duration_seconds",
+            "Scheduling attempt latency in seconds (scheduling algorithm + binding decision).",
+            attempt_duration.clone(),
+        );
+        let pending = Family::<QueueLabels, Gauge>::default();
+        r.register(
+            "scheduler_pending_pods",
+            "Number of pending pods, by the queue type.",
+            pending.clone(),
+        );
+        let sli = Histogram::new(exponential_buckets(0.01, 2.0, 20));
+        r.register(
+            "scheduler_pod_scheduling_sli_duration_seconds",
+            "E2e latency for a pod being scheduled, from the time the pod enters the scheduling queue until its binding is confirmed.",
+            sli.clone(),
+        );
+        let reservations = Family::<PhaseLabels, Gauge>::default();
+        r.register(
+            "berth_reservations",
+            "Reservations known to the scheduler, by phase.",
+            reservations.clone(),
+        );
+        let numa = Family::<NumaLabels, Gauge<u64, AtomicU64>>::default();
+        r.register(
+            "berth_numa_cache",
+            "NUMA reserve cache figures (dirty nodes by reason, resyncs, fingerprint matches, flushes, generation) and NodeResourceTopology lookups.",
+            numa.clone(),
+        );
+        let binds_in_flight = Gauge::default();
+        r.register(
+            "berth_binds_in_flight",
+            "Bindings sent to the API server and not yet answered, plus those waiting for a slot.",
+            binds_in_flight.clone(),
+        );
+        let bind_failures = Family::<ClassLabels, Counter>::default();
+        r.register(
+            "berth_bind_failures",
+            "Failed bindings, by class (conflict, not_found, transient).",
+            bind_failures.clone(),
+        );
+        let requests = Family::<RequestLabels, Counter>::default();
+        r.register(
+            "berth_api_requests",
+            "Writes to the API server, by operation and final HTTP code (0: no answer).",
+            requests.clone(),
+        );
+        let watch_events = Family::<KindLabels, Counter>::default();
+        r.register(
+            "berth_watch_events",
+            "Watch and list events received, by kind.",
+            watch_events.clone(),
+        );
+        let watch_errors = Family::<KindLabels, Counter>::default();
+        r.register(
+            "berth_watch_errors",
+            "Watch failures (each followed by a re-list after back-off), by kind.",
+            watch_errors.clone(),
+        );
+        let unreadable = Family::<KindLabels, Counter>::default();
+        r.register(
+            "berth_unreadable_objects",
+            "Watched objects berth could not read (reported with a warning event), by kind.",
+            unreadable.clone(),
+        );
+        Self {
+            registry: Mutex::new(r),
+            attempts,
+            attempt_duration,
+            pending,
+            sli,
+            reservations,
+            numa,
+            binds_in_flight,
+            bind_failures,
+            requests,
+            watch_events,
+            watch_errors,
+            unreadable,
+        }
+    }
+
+    /// The text exposition format.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        let registry = self.registry.lock().unwrap_or_else(|p| p.into_inner());
+        if prometheus_client::encoding::text::encode(&mut out, &registry).is_err() {
+            out.clear();
+        }
+        out
+    }
+
+    /// `n` scheduling attempts of `profile` ended with `result` (`scheduled`,
+    /// `unschedulable`, `error`), each taking `each`.
+    pub fn attempts(&self, profile: &str, result: &'static str, n: u64, each: Duration) {
+        if n == 0 {
+            return;
+        }
+        let labels = AttemptLabels {
+            result,
+            profile: profile.to_string(),
+        };
+        self.attempts.get_or_create(&labels).inc_by(n);
+        let h = self.attempt_duration.get_or_create(&labels);
+        for _ in 0..n.min(1000) {
+            h.observe(each.as_secs_f64());
+        }
+    }
+
+    /// Queue lengths.
+    pub fn pending(&self, queue: &'static str, n: usize) {
+        self.pending
+            .get_or_create(&QueueLabels { queue })
+            .set(i64::try_from(n).unwrap_or(i64::MAX));
+    }
+
+    /// A pod's binding was confirmed `d` after it was first seen unscheduled.
+    pub fn scheduled_after(&self, d: Duration) {
+        self.sli.observe(d.as_secs_f64());
+    }
+
+    /// Reservations in `phase`.
+    pub fn reservations(&self, phase: &'static str, n: usize) {
+        self.reservations
+            .get_or_create(&PhaseLabels { phase })
+            .set(i64::try_from(n).unwrap_or(i64::MAX));
+    }
+
+    /// A NUMA figure.
+    pub fn numa(&self, counter: &'static str, value: u64) {
+        self.numa.get_or_create(&NumaLabels { counter }).set(value);
+    }
+
+    /// Binds in flight.
+    pub fn binds_in_flight(&self, n: usize) {
+        self.binds_in_flight
+            .set(i64::try_from(n).unwrap_or(i64::MAX));
+    }
+
+    /// A bind failed.
+    pub fn bind_failed(&self, class: &'static str) {
+        self.bind_failures
+            .get_or_create(&ClassLabels { class })
+            .inc();
+    }
+
+    /// A write finished with `code` (0: no answer).
+    pub fn request(&self, operation: &'static str, code: u16) {
+        self.requests
+            .get_or_create(&RequestLabels {
+                operation,
+                code: code.to_string(),
+            })
+            .inc();
+    }
+
+    /// A watch event of `kind` arrived.
+    pub fn watch_event(&self, kind: Kind) {
+        self.watch_events
+            .get_or_create(&KindLabels {
+                kind: kind.as_str(),
+            })
+            .inc();
+    }
+
+    /// A watch of `kind` failed.
+    pub fn watch_error(&self, kind: Kind) {
+        self.watch_errors
+            .get_or_create(&KindLabels {
+                kind: kind.as_str(),
+            })
+            .inc();
+    }
+
+    /// An object of `kind` could not be read.
+    pub fn unreadable(&self, kind: Kind) {
+        self.unreadable
+            .get_or_create(&KindLabels {
+                kind: kind.as_str(),
+            })
+            .inc();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exports_kube_schedulers_names() {
+        let m = Metrics::new();
+        m.attempts(
+            "default-scheduler",
+            "scheduled",
+            2,
+            Duration::from_millis(3),
+        );
+        m.pending("active", 4);
+        m.scheduled_after(Duration::from_millis(20));
+        let text = m.encode();
+        assert!(text.contains(
+            "scheduler_schedule_attempts_total{result=\"scheduled\",profile=\"default-scheduler\"} 2"
+        ), "{text}");
+        assert!(
+            text.contains("scheduler_pending_pods{queue=\"active\"} 4"),
+            "{text}"
+        );
+        assert!(text.contains("scheduler_scheduling_attempt_duration_seconds_count{result=\"scheduled\",profile=\"default-scheduler\"} 2"), "{text}");
+        assert!(
+            text.contains("scheduler_pod_scheduling_sli_duration_seconds_count 1"),
+            "{text}"
+        );
+    }
+}

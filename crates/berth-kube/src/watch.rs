@@ -1,0 +1,186 @@
+//! One kube-runtime watcher per kind, each turned into core events on one channel.
+//!
+//! A watcher LISTs, then WATCHes from the list's resourceVersion with bookmarks; on a 410
+//! (or any watch error) it re-LISTs after a back-off. Each LIST is framed as
+//! [`Event::ListStarted`] ... [`Event::Listed`], so the core deletes what a re-list no longer
+//! returns and knows when its first view of every kind is complete.
+
+use std::fmt::Debug;
+use std::sync::Arc;
+
+use berth_core::object::{Kind, Object, ObjectKey};
+use berth_core::Event;
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::scheduling::v1::PriorityClass;
+use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
+use kube::api::{Api, DynamicObject};
+use kube::runtime::watcher::{self, watcher};
+use kube::runtime::WatchStreamExt;
+use kube::{Client, Resource};
+use serde::de::DeserializeOwned;
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+
+use crate::effects::Completion;
+use crate::kinds::{self, Served, Unreadable};
+use crate::metrics::Metrics;
+
+/// What reaches the driver.
+#[derive(Debug)]
+pub enum Input {
+    /// A change for the core.
+    Event(Event),
+    /// A watched object berth cannot read: reported, not applied.
+    Unreadable(Unreadable),
+    /// An operation on the API finished.
+    Done(Completion),
+}
+
+type Convert<K> = fn(K) -> Result<Object, Unreadable>;
+
+/// Starts a watcher for every kind the core reads; returns the kinds watched (what the core
+/// waits for before it schedules).
+pub fn spawn_all(
+    client: &Client,
+    served: &Served,
+    tx: &mpsc::Sender<Input>,
+    metrics: &Arc<Metrics>,
+    tasks: &mut JoinSet<()>,
+) -> Vec<Kind> {
+    let mut kinds = Vec::new();
+    let mut typed = |kind: Kind| {
+        kinds.push(kind);
+        (kind, tx.clone(), metrics.clone())
+    };
+    // kube-scheduler's pod informer leaves out finished pods; a pod that finishes leaves the
+    // selector and arrives as a deletion.
+    let pods = watcher::Config::default()
+        .any_semantic()
+        .fields("status.phase!=Succeeded,status.phase!=Failed");
+    let all = || watcher::Config::default().any_semantic();
+    spawn(
+        tasks,
+        Api::<Pod>::all(client.clone()),
+        pods,
+        typed(Kind::Pod),
+        |o| Ok(Object::Pod(Arc::new(o))),
+    );
+    spawn(
+        tasks,
+        Api::<Node>::all(client.clone()),
+        all(),
+        typed(Kind::Node),
+        |o| Ok(Object::Node(Arc::new(o))),
+    );
+    spawn(
+        tasks,
+        Api::<Namespace>::all(client.clone()),
+        all(),
+        typed(Kind::Namespace),
+        |o| Ok(Object::Namespace(Arc::new(o))),
+    );
+    spawn(
+        tasks,
+        Api::<PersistentVolumeClaim>::all(client.clone()),
+        all(),
+        typed(Kind::PersistentVolumeClaim),
+        |o| Ok(Object::PersistentVolumeClaim(Arc::new(o))),
+    );
+    spawn(
+        tasks,
+        Api::<PersistentVolume>::all(client.clone()),
+        all(),
+        typed(Kind::PersistentVolume),
+        |o| Ok(Object::PersistentVolume(Arc::new(o))),
+    );
+    spawn(
+        tasks,
+        Api::<StorageClass>::all(client.clone()),
+        all(),
+        typed(Kind::StorageClass),
+        |o| Ok(Object::StorageClass(Arc::new(o))),
+    );
+    spawn(
+        tasks,
+        Api::<CSINode>::all(client.clone()),
+        all(),
+        typed(Kind::CsiNode),
+        |o| Ok(Object::CsiNode(Arc::new(o))),
+    );
+    spawn(
+        tasks,
+        Api::<PriorityClass>::all(client.clone()),
+        all(),
+        typed(Kind::PriorityClass),
+        |o| Ok(Object::PriorityClass(Arc::new(o))),
+    );
+    spawn(
+        tasks,
+        Api::<PodDisruptionBudget>::all(client.clone()),
+        all(),
+        typed(Kind::PodDisruptionBudget),
+        |o| Ok(Object::PodDisruptionBudget(Arc::new(o))),
+    );
+    if let Some(ar) = &served.reservations {
+        let api = Api::<DynamicObject>::all_with(client.clone(), ar);
+        spawn(
+            tasks,
+            api,
+            all(),
+            typed(Kind::Reservation),
+            kinds::reservation,
+        );
+    }
+    if let Some(ar) = &served.nrt {
+        let api = Api::<DynamicObject>::all_with(client.clone(), ar);
+        spawn(
+            tasks,
+            api,
+            all(),
+            typed(Kind::NodeResourceTopology),
+            kinds::nrt,
+        );
+    }
+    kinds
+}
+
+fn spawn<K>(
+    tasks: &mut JoinSet<()>,
+    api: Api<K>,
+    config: watcher::Config,
+    (kind, tx, metrics): (Kind, mpsc::Sender<Input>, Arc<Metrics>),
+    convert: Convert<K>,
+) where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
+    tasks.spawn(async move {
+        let mut stream = watcher(api, config).default_backoff().boxed();
+        while let Some(item) = stream.next().await {
+            let input = match item {
+                Ok(watcher::Event::Init) => Input::Event(Event::ListStarted(kind)),
+                Ok(watcher::Event::InitDone) => Input::Event(Event::Listed(kind)),
+                Ok(watcher::Event::InitApply(o) | watcher::Event::Apply(o)) => match convert(o) {
+                    Ok(obj) => Input::Event(Event::Applied(obj)),
+                    Err(bad) => Input::Unreadable(bad),
+                },
+                Ok(watcher::Event::Delete(o)) => match convert(o) {
+                    Ok(obj) => Input::Event(Event::Deleted(obj.key())),
+                    // An object berth could not read may still have been read in an earlier
+                    // version: delete by name (the custom kinds are cluster-scoped).
+                    Err(bad) => Input::Event(Event::Deleted(ObjectKey::cluster(kind, &bad.name))),
+                },
+                Err(e) => {
+                    metrics.watch_error(kind);
+                    tracing::warn!(%kind, error = %e, "watch failed; re-listing after back-off");
+                    continue;
+                }
+            };
+            metrics.watch_event(kind);
+            if tx.send(input).await.is_err() {
+                return; // the driver has stopped
+            }
+        }
+    });
+}
