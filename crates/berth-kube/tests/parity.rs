@@ -1,0 +1,459 @@
+//! The same outcome through both drivers: every scenario file of the standard, reservation and
+//! NUMA sets that only creates and deletes objects (no virtual time, no simulated kubelet
+//! publishing topology) is run through `berth simulate` and through `berth run` against a real
+//! kube-apiserver and etcd, and the placements, reservation statuses and unschedulable
+//! messages must be the same.
+//!
+//! The simulator hands the core every object of a step before it schedules, in document
+//! order. The cluster run does the same: scheduling is held while a step's objects are
+//! created one by one (each waited for until the core has it), then released, and the next
+//! step waits until berth is idle (nothing in flight, every bind confirmed by the watch).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use berth_core::object::{Kind, ObjectKey};
+use berth_kube::{RunOptions, Settings};
+use berth_testcluster::TestCluster;
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, PostParams};
+use kube::Client;
+use serde_json::{json, Value};
+
+const SETS: &[&str] = &["basic", "reservation", "numa", "acceptance", "priority", "preemption", "node-reservation"];
+
+fn scenarios_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/scenarios")
+}
+
+/// A scenario file read for the cluster run.
+struct Case {
+    path: PathBuf,
+    config: Option<PathBuf>,
+    /// Objects created before the first step, in document order.
+    initial: Vec<Value>,
+    /// Steps: objects to apply, then keys to delete.
+    steps: Vec<(Vec<Value>, Vec<Value>)>,
+}
+
+/// Why a file is not run through both drivers.
+fn read_case(path: &Path) -> Result<Case, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
+    if text.lines().any(|l| l.starts_with("# expect-exit:")) {
+        return Err("bad input".into());
+    }
+    let config = text
+        .lines()
+        .find_map(|l| l.strip_prefix("# config: "))
+        .map(|c| scenarios_dir().join("configs").join(c.trim()));
+    let mut initial = Vec::new();
+    let mut steps = Vec::new();
+    for doc in serde_yaml_ng::Deserializer::from_str(&text) {
+        let yaml: serde_yaml_ng::Value = serde::Deserialize::deserialize(doc).map_err(|e| e.to_string())?;
+        let v: Value = serde_json::to_value(yaml).map_err(|e| e.to_string())?;
+        if v.is_null() {
+            continue;
+        }
+        if v["kind"] == "Scenario" {
+            if v["spec"].get("nodeAgent").is_some() {
+                return Err("simulated node agent".into());
+            }
+            for step in v["spec"]["steps"].as_array().cloned().unwrap_or_default() {
+                if step.get("advance").is_some() {
+                    return Err("virtual time".into());
+                }
+                let apply = step["apply"].as_array().cloned().unwrap_or_default();
+                let delete = step["delete"].as_array().cloned().unwrap_or_default();
+                if !apply.is_empty() || !delete.is_empty() {
+                    steps.push((apply, delete));
+                }
+            }
+        } else {
+            initial.push(v);
+        }
+    }
+    for obj in initial.iter().chain(steps.iter().flat_map(|(a, _)| a)) {
+        let meta = &obj["metadata"];
+        // The API server assigns these: a file that relies on its own (owners by UID,
+        // creation order by timestamp) cannot be reproduced in a cluster.
+        if meta.get("uid").is_some() || meta.get("creationTimestamp").is_some() {
+            return Err("sets uid or creationTimestamp".into());
+        }
+        if obj["kind"] == "Event" {
+            return Err("carries events".into());
+        }
+    }
+    Ok(Case {
+        path: path.to_path_buf(),
+        config,
+        initial,
+        steps,
+    })
+}
+
+fn resource(obj: &Value) -> (ApiResource, bool) {
+    let api_version = obj["apiVersion"].as_str().unwrap_or("v1");
+    let kind = obj["kind"].as_str().unwrap_or("");
+    let (group, version) = match api_version.split_once('/') {
+        Some((g, v)) => (g, v),
+        None => ("", api_version),
+    };
+    let namespaced = matches!(kind, "Pod" | "PersistentVolumeClaim" | "PodDisruptionBudget");
+    (ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, kind)), namespaced)
+}
+
+fn core_key(obj: &Value) -> ObjectKey {
+    let kind = berth_sim::input::kind_from_name(obj["kind"].as_str().unwrap_or("")).expect("known kind");
+    let name = obj["metadata"]["name"].as_str().unwrap_or("");
+    if kind.namespaced() {
+        ObjectKey::new(kind, obj["metadata"]["namespace"].as_str().unwrap_or("default"), name)
+    } else {
+        ObjectKey::cluster(kind, name)
+    }
+}
+
+async fn ensure_namespace(client: &Client, ns: &str) {
+    let api: Api<Namespace> = Api::all(client.clone());
+    let ns_obj: Namespace = serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap();
+    let _ = api.create(&PostParams::default(), &ns_obj).await;
+}
+
+/// Creates (or replaces) `obj` as a user would with `kubectl apply`, status included, and
+/// returns its UID.
+async fn apply(client: &Client, obj: &Value) -> String {
+    let (ar, namespaced) = resource(obj);
+    let mut obj = obj.clone();
+    let ns = obj["metadata"]["namespace"].as_str().unwrap_or("default").to_string();
+    let api: Api<DynamicObject> = if namespaced {
+        ensure_namespace(client, &ns).await;
+        obj["metadata"]["namespace"] = json!(ns);
+        Api::namespaced_with(client.clone(), &ns, &ar)
+    } else {
+        Api::all_with(client.clone(), &ar)
+    };
+    let name = obj["metadata"]["name"].as_str().unwrap_or("").to_string();
+    let status = obj.get("status").cloned();
+    let dynamic: DynamicObject = serde_json::from_value(obj.clone()).expect("object");
+    let created = match api.create(&PostParams::default(), &dynamic).await {
+        Ok(c) => c,
+        Err(kube::Error::Api(s)) if s.code == 409 => {
+            let current = api.get(&name).await.expect("get for replace");
+            let mut next = dynamic.clone();
+            next.metadata.resource_version = current.metadata.resource_version.clone();
+            api.replace(&name, &PostParams::default(), &next)
+                .await
+                .unwrap_or_else(|e| panic!("replacing {name}: {e}"))
+        }
+        Err(e) => panic!("creating {} {name}: {e}", obj["kind"]),
+    };
+    let mut uid = created.metadata.uid.clone().unwrap_or_default();
+    if let Some(status) = status {
+        if obj["kind"] != "Node" && created.data.get("status") != Some(&status) {
+            let mut next = created.clone();
+            next.data["status"] = status;
+            let written = api
+                .replace_status(&name, &PostParams::default(), &next)
+                .await
+                .unwrap_or_else(|e| panic!("writing the status of {name}: {e}"));
+            uid = written.metadata.uid.unwrap_or(uid);
+        }
+    }
+    uid
+}
+
+async fn delete(client: &Client, d: &Value) {
+    let kind = d["kind"].as_str().unwrap_or("");
+    let obj = json!({"apiVersion": api_version_of(kind), "kind": kind});
+    let (ar, namespaced) = resource(&obj);
+    let ns = d["namespace"].as_str().unwrap_or("default");
+    let api: Api<DynamicObject> = if namespaced {
+        Api::namespaced_with(client.clone(), ns, &ar)
+    } else {
+        Api::all_with(client.clone(), &ar)
+    };
+    let _ = api
+        .delete(d["name"].as_str().unwrap_or(""), &DeleteParams::default().grace_period(0))
+        .await;
+}
+
+fn api_version_of(kind: &str) -> &'static str {
+    match kind {
+        "Reservation" => "scheduling.koordinator.sh/v1alpha1",
+        "NodeResourceTopology" => "topology.node.k8s.io/v1alpha2",
+        "CSINode" => "storage.k8s.io/v1",
+        "PriorityClass" => "scheduling.k8s.io/v1",
+        "PodDisruptionBudget" => "policy/v1",
+        _ => "v1",
+    }
+}
+
+/// Removes everything a scenario may have created.
+async fn clean(client: &Client) {
+    let dp = DeleteParams::default().grace_period(0);
+    let lp = ListParams::default();
+    for kind in ["Reservation", "NodeResourceTopology", "Node", "CSINode", "PriorityClass"] {
+        let (ar, _) = resource(&json!({"apiVersion": api_version_of(kind), "kind": kind}));
+        let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
+        for o in api.list(&lp).await.map(|l| l.items).unwrap_or_default() {
+            let name = o.metadata.name.unwrap_or_default();
+            if kind == "PriorityClass" && name.starts_with("system-") {
+                continue;
+            }
+            let _ = api.delete(&name, &dp).await;
+        }
+    }
+    for kind in ["Pod", "PersistentVolumeClaim", "PodDisruptionBudget"] {
+        let (ar, _) = resource(&json!({"apiVersion": api_version_of(kind), "kind": kind}));
+        let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
+        for o in api.list(&lp).await.map(|l| l.items).unwrap_or_default() {
+            let ns = o.metadata.namespace.clone().unwrap_or_default();
+            if ns.starts_with("kube-") {
+                continue;
+            }
+            let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &ar);
+            let _ = api.delete(&o.metadata.name.unwrap_or_default(), &dp).await;
+        }
+    }
+    // Deletions are immediate (grace 0, no finalizers); wait until the lists say so.
+    for _ in 0..100 {
+        let pods = Api::<Pod>::all(client.clone()).list(&lp).await.map(|l| l.items.len()).unwrap_or(1);
+        let nodes = Api::<Node>::all(client.clone()).list(&lp).await.map(|l| l.items.len()).unwrap_or(1);
+        if pods == 0 && nodes == 0 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// What both drivers must agree on, per object.
+fn summary(items: &[Value]) -> BTreeMap<String, Value> {
+    let mut out = BTreeMap::new();
+    for o in items {
+        let kind = o["kind"].as_str().unwrap_or("");
+        let meta = &o["metadata"];
+        let name = meta["name"].as_str().unwrap_or("");
+        match kind {
+            "Pod" => {
+                let ns = meta["namespace"].as_str().unwrap_or("default");
+                if ns.starts_with("kube-") {
+                    continue;
+                }
+                let reservation = meta["annotations"]["scheduling.koordinator.sh/reservation-allocated"]
+                    .as_str()
+                    .and_then(|a| serde_json::from_str::<Value>(a).ok())
+                    .map(|a| a["name"].clone());
+                let unschedulable = o["status"]["conditions"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .find(|c| c["type"] == "PodScheduled" && c["status"] == "False")
+                    .map(|c| json!({"reason": c["reason"], "message": c["message"]}));
+                out.insert(
+                    format!("Pod {ns}/{name}"),
+                    json!({
+                        "node": o["spec"]["nodeName"],
+                        "reservation": reservation,
+                        "unschedulable": if o["spec"]["nodeName"].is_null() { unschedulable } else { None },
+                        "nominated": o["status"]["nominatedNodeName"],
+                    }),
+                );
+            }
+            "Reservation" => {
+                let s = &o["status"];
+                let mut owners: Vec<String> = s["currentOwners"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|w| format!("{}/{}", w["namespace"].as_str().unwrap_or(""), w["name"].as_str().unwrap_or("")))
+                    .collect();
+                owners.sort();
+                let conditions: Vec<Value> = s["conditions"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|c| json!({"type": c["type"], "status": c["status"], "reason": c["reason"], "message": c["message"]}))
+                    .collect();
+                out.insert(
+                    format!("Reservation {name}"),
+                    json!({
+                        "phase": s["phase"], "node": s["nodeName"], "owners": owners,
+                        "allocatable": s["allocatable"], "allocated": s["allocated"],
+                        "conditions": conditions,
+                    }),
+                );
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+async fn cluster_items(client: &Client) -> Vec<Value> {
+    let lp = ListParams::default();
+    let mut items = Vec::new();
+    for kind in ["Pod", "Reservation"] {
+        let (ar, _) = resource(&json!({"apiVersion": api_version_of(kind), "kind": kind}));
+        let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
+        for mut o in api.list(&lp).await.expect("list").items {
+            o.types = Some(kube::api::TypeMeta { api_version: api_version_of(kind).into(), kind: kind.into() });
+            items.push(serde_json::to_value(o).expect("json"));
+        }
+    }
+    items
+}
+
+fn simulate(case: &Case) -> Vec<Value> {
+    let options = berth_sim::Options {
+        files: vec![case.path.display().to_string()],
+        config: case.config.as_ref().map(|c| c.display().to_string()),
+        output: berth_sim::Format::Json,
+        seed: 0,
+    };
+    let out = berth_sim::run(&options, &mut std::io::empty());
+    let list: Value = serde_json::from_str(&out.stdout)
+        .unwrap_or_else(|e| panic!("{}: simulate output: {e}\n{}", case.path.display(), out.stderr));
+    list["items"].as_array().cloned().unwrap_or_default()
+}
+
+async fn wait_seen(handle: &berth_kube::Handle, key: &ObjectKey, want: Option<&str>) {
+    for _ in 0..2000 {
+        match (handle.seen(key), want) {
+            (Some(Some(uid)), Some(w)) if uid == w => return,
+            (Some(None), None) | (None, None) => return,
+            _ => {}
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    panic!("berth never saw {key} ({want:?})");
+}
+
+/// Waits until berth has been idle for a while (watch echoes of its own writes included).
+async fn settle(handle: &mut berth_kube::Handle) {
+    loop {
+        handle
+            .wait_for(Duration::from_secs(60), |s| s.idle)
+            .await
+            .unwrap_or_else(|s| panic!("berth never became idle: {s:?}"));
+        let events = handle.snapshot().events;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let s = handle.snapshot();
+        if s.idle && s.events == events {
+            return;
+        }
+    }
+}
+
+async fn run_in_cluster(cluster: &TestCluster, case: &Case) -> Vec<Value> {
+    let client = cluster.client();
+    clean(&client).await;
+    let settings = match &case.config {
+        Some(c) => Settings::load(&c.display().to_string()).expect("config"),
+        None => Settings::builtin(),
+    };
+    let mut options = RunOptions::new(settings);
+    options.track_objects = true;
+    options.max_binds_in_flight = 64;
+    let mut handle = berth_kube::driver::start(client.clone(), options).await.expect("start");
+    handle.hold(true);
+    handle
+        .wait_for(Duration::from_secs(60), |s| s.synced)
+        .await
+        .expect("synced");
+    for obj in &case.initial {
+        let uid = apply(&client, obj).await;
+        wait_seen(&handle, &core_key(obj), Some(&uid)).await;
+    }
+    handle.hold(false);
+    settle(&mut handle).await;
+    for (objects, deletes) in &case.steps {
+        handle.hold(true);
+        for obj in objects {
+            let uid = apply(&client, obj).await;
+            wait_seen(&handle, &core_key(obj), Some(&uid)).await;
+        }
+        for d in deletes {
+            delete(&client, d).await;
+            let kind = berth_sim::input::kind_from_name(d["kind"].as_str().unwrap_or("")).expect("kind");
+            let name = d["name"].as_str().unwrap_or("");
+            let key = if kind.namespaced() {
+                ObjectKey::new(kind, d["namespace"].as_str().unwrap_or("default"), name)
+            } else {
+                ObjectKey::cluster(kind, name)
+            };
+            wait_seen(&handle, &key, None).await;
+        }
+        handle.hold(false);
+        settle(&mut handle).await;
+    }
+    let items = cluster_items(&client).await;
+    handle.stop().await.expect("stop");
+    items
+}
+
+#[test]
+fn scenarios_give_the_same_outcome_through_both_drivers() {
+    let cluster = TestCluster::start().unwrap_or_else(|e| panic!("{e}"));
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let mut files: Vec<PathBuf> = SETS
+        .iter()
+        .flat_map(|set| std::fs::read_dir(scenarios_dir().join(set)).into_iter().flatten())
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+        .collect();
+    files.sort();
+    let mut ran = Vec::new();
+    let mut skipped = Vec::new();
+    let mut mismatches = Vec::new();
+    for path in &files {
+        let case = match read_case(path) {
+            Ok(c) => c,
+            Err(why) => {
+                skipped.push(format!("{} ({why})", path.display()));
+                continue;
+            }
+        };
+        let sim_items = simulate(&case);
+        // A pod the simulated kubelet rejected (TopologyAffinityError) left its node in the
+        // simulation; with no kubelet in the test cluster it stays. Not comparable.
+        if sim_items.iter().any(|o| o["kind"] == "Pod" && o["status"]["phase"] == "Failed") {
+            skipped.push(format!("{} (simulated kubelet rejects a pod)", path.display()));
+            continue;
+        }
+        let want = summary(&sim_items);
+        let got = summary(&runtime.block_on(run_in_cluster(&cluster, &case)));
+        ran.push(path.display().to_string());
+        if want != got {
+            let mut diff = String::new();
+            for k in want.keys().chain(got.keys().filter(|k| !want.contains_key(*k))) {
+                if want.get(k) != got.get(k) {
+                    diff += &format!(
+                        "  {k}:\n    simulate: {}\n    run:      {}\n",
+                        want.get(k).map_or("-".into(), Value::to_string),
+                        got.get(k).map_or("-".into(), Value::to_string)
+                    );
+                }
+            }
+            mismatches.push(format!("{}:\n{diff}", path.display()));
+        }
+    }
+    eprintln!("parity: ran {} files, skipped {}:", ran.len(), skipped.len());
+    for s in &skipped {
+        eprintln!("  skipped {s}");
+    }
+    assert!(ran.len() >= 20, "too few scenario files ran through both drivers: {ran:?}");
+    assert!(
+        mismatches.is_empty(),
+        "{} of {} files differ between berth simulate and berth run:\n{}",
+        mismatches.len(),
+        ran.len(),
+        mismatches.join("\n")
+    );
+}
+
+#[allow(dead_code)]
+fn unused(_: Kind) {}

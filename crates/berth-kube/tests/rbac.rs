@@ -1,0 +1,216 @@
+//! berth run with exactly the rights `deploy/` grants it: a ServiceAccount token (TokenRequest)
+//! bound only to deploy/'s roles, against a real kube-apiserver with RBAC. Everything berth does
+//! (watch every kind, bind, write conditions and reservation status, record events, delete a
+//! preemption victim) must be allowed, and rights it does not need must not be granted.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use berth_kube::settings::ClientConnection;
+use berth_kube::{RunOptions, Settings};
+use berth_testcluster::TestCluster;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DynamicObject, ListParams, PostParams};
+use kube::Client;
+use serde_json::{json, Value};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+fn deploy_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy")
+}
+
+const NS: &str = "berth-system";
+const SA: &str = "berth";
+
+/// The KubeSchedulerConfiguration inside deploy/'s ConfigMap.
+fn deployed_settings() -> Settings {
+    let text = std::fs::read_to_string(deploy_dir().join("config.yaml")).expect("deploy/config.yaml");
+    for doc in serde_yaml_ng::Deserializer::from_str(&text) {
+        let v: serde_yaml_ng::Value = serde::Deserialize::deserialize(doc).expect("yaml");
+        let v: Value = serde_json::to_value(v).expect("json");
+        if v["kind"] == "ConfigMap" {
+            let data = v["data"].as_object().expect("data");
+            let (file, config) = data.iter().next().expect("a configuration in the ConfigMap");
+            return Settings::parse(file, config.as_str().expect("text")).expect("valid configuration");
+        }
+    }
+    panic!("no ConfigMap in deploy/config.yaml");
+}
+
+fn kubectl(cluster: &TestCluster, kubeconfig: &Path, args: &[&str]) -> (bool, String) {
+    let out = Command::new(cluster.kubectl())
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(args)
+        .output()
+        .expect("running kubectl");
+    (
+        out.status.success(),
+        format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)),
+    )
+}
+
+async fn create(client: &Client, obj: Value) {
+    let kind = obj["kind"].as_str().unwrap_or("").to_string();
+    let api_version = obj["apiVersion"].as_str().unwrap_or("v1").to_string();
+    let (group, version) = api_version.split_once('/').unwrap_or(("", &api_version));
+    let ar = kube::api::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(group, version, &kind));
+    let api: Api<DynamicObject> = match obj["metadata"]["namespace"].as_str() {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, &ar),
+        None => Api::all_with(client.clone(), &ar),
+    };
+    let o: DynamicObject = serde_json::from_value(obj).expect("object");
+    api.create(&PostParams::default(), &o).await.unwrap_or_else(|e| panic!("creating {kind}: {e}"));
+}
+
+async fn http_get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
+    let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").as_bytes()).await.expect("write");
+    let mut buf = String::new();
+    s.read_to_string(&mut buf).await.expect("read");
+    let code = buf.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    let body = buf.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+    (code, body)
+}
+
+fn pod(name: &str, cpu: &str, extra: Value) -> Value {
+    let mut p = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "apps"},
+        "spec": {"schedulerName": "berth", "terminationGracePeriodSeconds": 0,
+                 "containers": [{"name": "c", "image": "pause", "resources": {"requests": {"cpu": cpu}}}]}
+    });
+    if let (Some(p), Some(extra)) = (p.as_object_mut(), extra.as_object()) {
+        for (k, v) in extra {
+            if k == "spec" {
+                for (sk, sv) in v.as_object().into_iter().flatten() {
+                    p["spec"][sk] = sv.clone();
+                }
+            } else if k == "labels" {
+                p["metadata"]["labels"] = v.clone();
+            }
+        }
+    }
+    p
+}
+
+#[test]
+fn berth_runs_with_only_the_rights_deploy_grants() {
+    let cluster = TestCluster::start().unwrap_or_else(|e| panic!("{e}"));
+    let admin = cluster.kubeconfig_path().to_path_buf();
+    let (ok, out) = kubectl(&cluster, &admin, &["apply", "-f", &deploy_dir().display().to_string()]);
+    assert!(ok, "kubectl apply -f deploy/: {out}");
+
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+    rt.block_on(async {
+        let admin_client = cluster.client();
+        let token = cluster.service_account_token(NS, SA).await.expect("token");
+        let sa_kubeconfig = cluster.kubeconfig_for_token(&token).expect("kubeconfig");
+
+        // Rights berth must not have.
+        for (verb, resource) in [
+            ("create", "pods"), ("update", "nodes"), ("patch", "nodes"), ("delete", "nodes"),
+            ("get", "secrets"), ("list", "secrets"), ("create", "deployments.apps"),
+            ("update", "pods"), ("delete", "namespaces"), ("create", "clusterrolebindings.rbac.authorization.k8s.io"),
+            ("delete", "noderesourcetopologies.topology.node.k8s.io"), ("update", "reservations.scheduling.koordinator.sh"),
+            ("create", "persistentvolumes"),
+        ] {
+            let (allowed, out) = kubectl(&cluster, &sa_kubeconfig, &["auth", "can-i", verb, resource, "--all-namespaces"]);
+            assert!(!allowed, "berth's ServiceAccount may {verb} {resource}, which it never needs: {out}");
+        }
+        // Rights berth must have.
+        for (verb, resource) in [
+            ("watch", "pods"), ("patch", "pods"), ("delete", "pods"), ("create", "pods/binding"), ("patch", "pods/status"),
+            ("watch", "nodes"), ("watch", "namespaces"), ("watch", "persistentvolumeclaims"), ("watch", "persistentvolumes"),
+            ("watch", "storageclasses.storage.k8s.io"), ("watch", "csinodes.storage.k8s.io"),
+            ("watch", "priorityclasses.scheduling.k8s.io"), ("watch", "poddisruptionbudgets.policy"),
+            ("watch", "reservations.scheduling.koordinator.sh"), ("create", "reservations.scheduling.koordinator.sh"),
+            ("delete", "reservations.scheduling.koordinator.sh"), ("update", "reservations.scheduling.koordinator.sh/status"),
+            ("watch", "noderesourcetopologies.topology.node.k8s.io"), ("create", "events.events.k8s.io"),
+            ("patch", "events.events.k8s.io"),
+        ] {
+            let (allowed, out) = kubectl(&cluster, &sa_kubeconfig, &["auth", "can-i", verb, resource, "--all-namespaces"]);
+            assert!(allowed, "berth's ServiceAccount may not {verb} {resource}: {out}");
+        }
+
+        // A small cluster: two nodes, a reservation for `web`, a low-priority pod filling n2.
+        cluster.create_node("n1", "4", "8Gi", 110, &[]).await.expect("node");
+        cluster.create_node("n2", "2", "8Gi", 110, &[]).await.expect("node");
+        cluster.create_namespace("apps").await.expect("namespace");
+        create(&admin_client, json!({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+            "metadata": {"name": "high"}, "value": 1000})).await;
+        create(&admin_client, json!({"apiVersion": "scheduling.koordinator.sh/v1alpha1", "kind": "Reservation",
+            "metadata": {"name": "web-r"},
+            "spec": {"template": {"spec": {"schedulerName": "berth", "nodeName": "n1",
+                        "containers": [{"name": "c", "resources": {"requests": {"cpu": "2"}}}]}},
+                     "owners": [{"labelSelector": {"matchLabels": {"app": "web"}}}]}})).await;
+        create(&admin_client, pod("low", "2", json!({"spec": {"nodeName": "n2"}}))).await;
+
+        let client = berth_kube::client::connect(
+            Some(&sa_kubeconfig.display().to_string()),
+            &ClientConnection::default(),
+        )
+        .await
+        .expect("client with the ServiceAccount's token");
+        let mut options = RunOptions::new(deployed_settings());
+        options.metrics_addr = Some("127.0.0.1:0".parse().expect("addr"));
+        let mut handle = berth_kube::driver::start(client, options).await.expect("start");
+        let synced = handle.wait_for(Duration::from_secs(60), |s| s.synced).await.expect("synced");
+        let addr = synced.metrics_addr.expect("metrics served");
+        assert_eq!(http_get(addr, "/readyz").await.0, 200);
+
+        create(&admin_client, pod("web", "2", json!({"labels": {"app": "web"}}))).await;
+        create(&admin_client, pod("huge", "64", json!({}))).await;
+        create(&admin_client, pod("urgent", "2", json!({"spec": {"priorityClassName": "high", "nodeSelector": {"kubernetes.io/hostname": "n2"}}}))).await;
+        create(&admin_client, pod("foreign", "1", json!({"spec": {"schedulerName": "someone-else"}}))).await;
+
+        let pods: Api<Pod> = Api::namespaced(admin_client.clone(), "apps");
+        let mut last = String::new();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let web = pods.get("web").await.expect("web");
+            let huge = pods.get("huge").await.expect("huge");
+            let low_gone = pods.get_opt("low").await.expect("low").is_none();
+            let urgent = pods.get("urgent").await.expect("urgent");
+            let reservation: DynamicObject = Api::all_with(admin_client.clone(), &berth_kube::kinds::Served::reservation_resource())
+                .get("web-r").await.expect("reservation");
+            let web_node = web.spec.as_ref().and_then(|s| s.node_name.clone());
+            let huge_message = huge.status.as_ref().and_then(|s| s.conditions.as_ref())
+                .and_then(|c| c.iter().find(|c| c.type_ == "PodScheduled"))
+                .and_then(|c| c.message.clone());
+            let urgent_state = (urgent.spec.as_ref().and_then(|s| s.node_name.clone()),
+                urgent.status.as_ref().and_then(|s| s.nominated_node_name.clone()));
+            let phase = reservation.data["status"]["phase"].clone();
+            let done = web_node.as_deref() == Some("n1")
+                && huge_message.as_deref().is_some_and(|m| m.contains("Insufficient cpu"))
+                && low_gone
+                && phase == "Succeeded";
+            last = format!("web on {web_node:?}, huge says {huge_message:?}, low gone {low_gone}, urgent {urgent_state:?}, reservation {phase}");
+            if done {
+                break;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "berth did not get there: {last}");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let foreign = pods.get("foreign").await.expect("foreign");
+        assert!(foreign.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_none(), "another scheduler's pod was bound");
+        assert!(foreign.status.as_ref().and_then(|s| s.conditions.as_ref()).is_none_or(|c| c.is_empty()), "berth wrote a condition on another scheduler's pod");
+
+        // Events went through.
+        let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(admin_client.clone(), "apps");
+        let reasons: Vec<String> = events.list(&ListParams::default()).await.expect("events").items
+            .into_iter().filter_map(|e| e.reason).collect();
+        for want in ["Scheduled", "FailedScheduling", "Preempted"] {
+            assert!(reasons.iter().any(|r| r == want), "no {want} event in {reasons:?} ({last})");
+        }
+
+        // Nothing was refused.
+        let (code, metrics) = http_get(addr, "/metrics").await;
+        assert_eq!(code, 200);
+        assert!(!metrics.contains("code=\"403\""), "berth was refused something:\n{metrics}");
+        assert!(!metrics.contains("berth_watch_errors_total{"), "a watch failed:\n{metrics}");
+        assert!(metrics.contains("scheduler_schedule_attempts_total{result=\"scheduled\",profile=\"berth\"}"), "{metrics}");
+        handle.stop().await.expect("stop");
+    });
+}
