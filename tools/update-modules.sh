@@ -1,11 +1,33 @@
 #!/usr/bin/env bash
 # Regenerates tools/k8s/go.mod and tools/etcd/go.mod (and their go.sum) for the versions in
 # versions.env. The staging replace list is derived from k8s.io/kubernetes's own go.mod at the
-# pinned tag: every `k8s.io/X => ./staging/src/k8s.io/X` becomes `k8s.io/X => k8s.io/X v0.MINOR.PATCH`.
+# pinned tag: every `k8s.io/X => ./staging/src/k8s.io/X` becomes `k8s.io/X => k8s.io/X v0.MINOR.PATCH`
+# (k8s.io/kubernetes is not meant to be required as a module; its staging modules are published
+# separately with v0 tags that mirror the v1 release).
+#
+#   tools/update-modules.sh            regenerate for versions.env as it is
+#   tools/update-modules.sh --latest   first move both pins to the newest patch release of
+#                                      their pinned minor that the module proxy serves
+#
+# Then run tools/build.sh (the stamps change, so it rebuilds) and commit versions.env,
+# go.mod and go.sum.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
-. "$here/versions.env"
 export GOTOOLCHAIN=local
+
+if [[ "${1:-}" == "--latest" ]]; then
+  . "$here/versions.env"
+  newest() { # module current-version
+    local minor="${2%.*}."
+    go list -m -versions "$1" | tr ' ' '\n' | grep -F "$minor" | grep -v -- - | sort -V | tail -1
+  }
+  k8s=$(newest k8s.io/kubernetes "$K8S_VERSION")
+  etcd=$(newest go.etcd.io/etcd/server/v3 "$ETCD_VERSION")
+  sed -i -e "s/^K8S_VERSION=.*/K8S_VERSION=$k8s/" -e "s/^ETCD_VERSION=.*/ETCD_VERSION=$etcd/" "$here/versions.env"
+  echo "versions.env: K8S_VERSION=$k8s ETCD_VERSION=$etcd" >&2
+fi
+. "$here/versions.env"
+
 staging="v0.${K8S_VERSION#v1.}"
 upstream=$(go mod download -json "k8s.io/kubernetes@$K8S_VERSION" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
 cd "$here/k8s"
@@ -23,6 +45,7 @@ go mod tidy
 cd "$here/etcd"
 rm -f go.mod go.sum
 go mod init berth.test/etcdtools >/dev/null 2>&1
+# `go get` raises this to whatever the etcd release requires.
 go mod edit -go=1.25.0
 go get -tool "go.etcd.io/etcd/server/v3@$ETCD_VERSION"
 go mod tidy
