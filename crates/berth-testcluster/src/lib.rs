@@ -77,7 +77,11 @@ use serde_json::json;
 use process::Proc;
 
 /// Why a cluster could not be started or a helper failed.
-#[derive(Debug, thiserror::Error)]
+///
+/// `Debug` prints the message (and its causes) as `Display` does, because tests
+/// `.unwrap()` these: the panic should read "install Go from ..." with the log tail laid
+/// out in lines, not a struct dump with escaped newlines.
+#[derive(thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// `go` is not on `PATH` and the binaries are not built yet.
@@ -163,6 +167,19 @@ pub enum Error {
     /// A path that must go into a kubeconfig or a flag is not UTF-8.
     #[error("{} is not valid UTF-8", .0.display())]
     NonUtf8Path(PathBuf),
+}
+
+impl std::fmt::Debug for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{self}")?;
+        // Every variant's message already includes its immediate source.
+        let mut source = std::error::Error::source(self).and_then(|s| s.source());
+        while let Some(cause) = source {
+            write!(f, "\ncaused by: {cause}")?;
+            source = cause.source();
+        }
+        Ok(())
+    }
 }
 
 fn io_err(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> Error {
