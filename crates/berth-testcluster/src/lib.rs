@@ -555,6 +555,12 @@ impl TestCluster {
     /// Outside a Tokio runtime (kube's client spawns its connection task on the current
     /// runtime), or if kube rejects the configuration `start` already used successfully.
     pub fn client(&self) -> Client {
+        if tokio::runtime::Handle::try_current().is_err() {
+            panic!(
+                "berth-testcluster: TestCluster::client() needs a Tokio runtime (use \
+                 #[tokio::test], or call it inside Runtime::block_on)"
+            );
+        }
         match Client::try_from(self.config.clone()) {
             Ok(client) => client,
             Err(e) => panic!("berth-testcluster: building a client for {self:?}: {e}"),
