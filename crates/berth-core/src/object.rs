@@ -193,6 +193,26 @@ impl Object {
         }
     }
 
+    /// The object's metadata, mutably (the object is copied first if shared): for drivers
+    /// that fill what the API server fills (UID, resourceVersion, creation time).
+    pub fn meta_mut(
+        &mut self,
+    ) -> &mut berth_api::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+        match self {
+            Object::Pod(o) => &mut Arc::make_mut(o).metadata,
+            Object::Node(o) => &mut Arc::make_mut(o).metadata,
+            Object::Reservation(o) => &mut Arc::make_mut(o).metadata,
+            Object::NodeResourceTopology(o) => &mut Arc::make_mut(o).metadata,
+            Object::PersistentVolumeClaim(o) => &mut Arc::make_mut(o).metadata,
+            Object::CsiNode(o) => &mut Arc::make_mut(o).metadata,
+            Object::PriorityClass(o) => &mut Arc::make_mut(o).metadata,
+            Object::PodDisruptionBudget(o) => &mut Arc::make_mut(o).metadata,
+            Object::Namespace(o) => &mut Arc::make_mut(o).metadata,
+            Object::PersistentVolume(o) => &mut Arc::make_mut(o).metadata,
+            Object::StorageClass(o) => &mut Arc::make_mut(o).metadata,
+        }
+    }
+
     /// The object's key.
     pub fn key(&self) -> ObjectKey {
         let kind = self.kind();

@@ -9,12 +9,12 @@
 //!    `spec.nodeName`).
 
 use crate::collections::HashMap;
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 
 use crate::cache::{Cluster, PodState};
 use crate::effect::{Effect, Record};
-use crate::event::Event;
+use crate::event::{BindFailure, Event};
 use crate::framework::nominator::{
     nominated_node_name, run_filter_plugins_with_nominated_pods, Nominator,
 };
@@ -95,7 +95,29 @@ pub struct Scheduler {
     /// the current epoch would fail again the same way ([`SchedulingQueue::replayable`]).
     epoch: u64,
     /// Kinds of [`Config::wait_for_sync`] whose first LIST is not complete yet.
-    unsynced: std::collections::BTreeSet<Kind>,
+    unsynced: BTreeSet<Kind>,
+    /// Kinds being (re-)listed, with the keys the LIST returned so far.
+    relisting: BTreeMap<Kind, BTreeSet<ObjectKey>>,
+    /// Binds asked for and not yet confirmed by the watch nor failed, by pod.
+    in_flight: BTreeMap<ObjectKey, InFlight>,
+}
+
+/// A bind in flight: what kube-scheduler's binding goroutine holds, so that a failure can
+/// run Unreserve with the state of the decision.
+#[derive(Debug)]
+struct InFlight {
+    /// The profile that placed the pod.
+    profile: usize,
+    /// The cycle state of the decision.
+    state: CycleState,
+    /// The pod as it was placed (its UID identifies the incarnation).
+    pod: Arc<PodInfo>,
+    /// The node it was assumed on.
+    node: NodeIdx,
+    /// That node's name (slots are reused after a node is deleted).
+    node_name: Arc<str>,
+    /// Scheduling attempts so far, so a failed bind backs off as long as a failed cycle.
+    attempts: u32,
 }
 
 /// The outcome of one scheduling cycle.
@@ -159,6 +181,8 @@ impl Scheduler {
             feedback_buf: Vec::new(),
             epoch: 0,
             unsynced: config.wait_for_sync.iter().copied().collect(),
+            relisting: BTreeMap::new(),
+            in_flight: BTreeMap::new(),
         }
     }
 
@@ -198,8 +222,12 @@ impl Scheduler {
         self.effects.pop_front()
     }
 
-    /// The earliest time at which [`Scheduler::handle_timeout`] has something to do.
+    /// The earliest time at which [`Scheduler::handle_timeout`] has something to do. `None`
+    /// until the initial sync is over: no timer runs on a partial view of the cluster.
     pub fn poll_timeout(&self) -> Option<Time> {
+        if !self.synced() {
+            return None;
+        }
         let t = match (
             self.queue.next_timeout(),
             self.cluster.reservations.next_timer(),
@@ -213,14 +241,18 @@ impl Scheduler {
         }
     }
 
-    /// Runs everything due at `now`.
+    /// Runs everything due at `now`. Does nothing before the initial sync (a reservation
+    /// must not expire, nor a node's NUMA data be flushed, on a half-listed cluster).
     pub fn handle_timeout(&mut self, now: Time) {
+        if !self.synced() {
+            return;
+        }
         let due = |t: Option<Time>| t.is_some_and(|t| t <= now);
         if due(self.cluster.reservations.next_timer()) || due(self.cluster.numa.next_resync()) {
             self.epoch += 1;
         }
         self.queue.flush(now);
-        crate::reservation::lifecycle::on_timeout(&mut self.cluster, now);
+        crate::reservation::lifecycle::on_timeout(&mut self.cluster, now, &mut self.effects);
         self.sync_reservations(now);
         // NUMA reserve cache resync: flushed nodes may fit pods now.
         for node in crate::plugins::numatopology::resync(&mut self.cluster, now) {
@@ -245,69 +277,163 @@ impl Scheduler {
         self.queue.len()
     }
 
+    /// Binds asked for ([`Effect::Bind`]) and neither confirmed by the watch nor failed:
+    /// pod and node, in pod order. Their pods keep what they claimed until then.
+    pub fn binds_in_flight(&self) -> impl Iterator<Item = (&ObjectKey, &str)> + '_ {
+        self.in_flight.iter().map(|(k, b)| (k, &*b.node_name))
+    }
+
     /// Applies an observed change.
     pub fn handle(&mut self, now: Time, event: Event) {
         self.epoch += 1;
-        self.cluster.reservations.set_now(now);
         match event {
-            Event::Applied(Object::Node(node)) => {
-                let name = node.metadata.name.clone().unwrap_or_default();
-                let before = self.cluster.node_by_name(&name).map(hints::NodeBefore::of);
-                match self.cluster.apply_node(node) {
-                    Ok(idx) => {
-                        let bad = self
-                            .cluster
-                            .node(idx)
-                            .and_then(|n| n.annotation_error.clone());
-                        if let Some(message) = bad {
-                            let uid = self
-                                .cluster
-                                .node(idx)
-                                .and_then(|n| n.node.metadata.uid.clone())
-                                .unwrap_or_default();
-                            self.record(
-                                ObjectKey::cluster(Kind::Node, &name),
-                                &uid,
-                                "Warning",
-                                "InvalidNodeReservation",
-                                message,
-                            );
-                        }
-                        crate::reservation::lifecycle::node_applied(&mut self.cluster, idx);
-                        let event = match (&before, self.cluster.node(idx)) {
-                            (Some(b), Some(n)) => {
-                                ClusterEvent::node_updated(idx, hints::node_change(b, n))
-                            }
-                            _ => ClusterEvent::node_added(idx),
-                        };
-                        self.requeue(now, event)
-                    }
-                    Err(e) => self.record(
-                        ObjectKey::cluster(Kind::Node, &name),
-                        "",
-                        "Warning",
-                        "InvalidNode",
-                        e.to_string(),
-                    ),
+            Event::Applied(obj) => {
+                if let Some(seen) = self.relisting.get_mut(&obj.kind()) {
+                    seen.insert(obj.key());
                 }
+                self.apply(now, obj);
             }
-            Event::Deleted(key) if key.kind == Kind::Node => {
-                let idx = self.cluster.node_idx(&key.name);
-                self.cluster.delete_node(&key.name);
-                self.cluster.numa.delete_node(&key.name);
-                crate::reservation::lifecycle::node_deleted(&mut self.cluster, idx, &key.name);
-                self.requeue(now, ClusterEvent::node_deleted());
+            Event::Deleted(key) => self.delete(now, key),
+            Event::ListStarted(kind) => {
+                self.relisting.insert(kind, BTreeSet::new());
             }
-            Event::Applied(Object::Pod(pod)) => {
+            Event::Listed(kind) => self.listed(now, kind),
+            Event::BindFailed {
+                pod,
+                uid,
+                node,
+                class,
+                message,
+            } => self.bind_failed(now, pod, &uid, &node, class, message),
+        }
+        self.sync_reservations(now);
+    }
+
+    /// An object was created or replaced.
+    fn apply(&mut self, now: Time, obj: Object) {
+        match obj {
+            Object::Node(node) => self.apply_node(now, node),
+            Object::Pod(pod) => {
                 let meta = &pod.metadata;
                 let key = ObjectKey::pod(
                     meta.namespace.as_deref().unwrap_or("default"),
                     meta.name.as_deref().unwrap_or(""),
                 );
                 self.apply_pod(now, pod);
-                crate::reservation::lifecycle::pod_changed(&mut self.cluster, &key);
+                crate::reservation::lifecycle::pod_changed(&mut self.cluster, &key, now);
             }
-            Event::Deleted(key) if key.kind == Kind::Pod => {
+            Object::PersistentVolumeClaim(pvc) => {
+                let key = Object::PersistentVolumeClaim(pvc.clone()).key();
+                self.cluster.pvcs.insert(key, pvc);
+                self.requeue(now, ClusterEvent::pvc());
+            }
+            Object::CsiNode(c) => {
+                let name: Arc<str> = c.metadata.name.as_deref().unwrap_or("").into();
+                self.cluster.csi_nodes.insert(name, c);
+                self.requeue(now, ClusterEvent::csi_node());
+            }
+            Object::PriorityClass(pc) => {
+                let name = pc.metadata.name.clone().unwrap_or_default();
+                self.cluster.priority_classes.insert(name, pc);
+            }
+            Object::PodDisruptionBudget(pdb) => {
+                let key = Object::PodDisruptionBudget(pdb.clone()).key();
+                self.cluster.pdbs.insert(key, pdb);
+            }
+            Object::Namespace(ns) => {
+                let name: Arc<str> = ns.metadata.name.as_deref().unwrap_or("").into();
+                self.cluster.namespaces.insert(name, ns);
+            }
+            Object::PersistentVolume(pv) => {
+                let name: Arc<str> = pv.metadata.name.as_deref().unwrap_or("").into();
+                self.cluster.pvs.insert(name, pv);
+                self.requeue(now, ClusterEvent::pvc());
+            }
+            Object::StorageClass(sc) => {
+                let name: Arc<str> = sc.metadata.name.as_deref().unwrap_or("").into();
+                self.cluster.storage_classes.insert(name, sc);
+                self.requeue(now, ClusterEvent::pvc());
+            }
+            Object::NodeResourceTopology(nrt) => match self.cluster.numa.apply_nrt(&nrt, now) {
+                Ok(true) => {
+                    if let Some(idx) = self.cluster.node_idx(nrt.node_name()) {
+                        self.requeue(now, ClusterEvent::topology(idx));
+                    }
+                }
+                Ok(false) => {}
+                Err(e) => self.record(
+                    ObjectKey::cluster(Kind::NodeResourceTopology, nrt.node_name()),
+                    nrt.metadata.uid.as_deref().unwrap_or(""),
+                    "Warning",
+                    "InvalidNodeResourceTopology",
+                    e.to_string(),
+                ),
+            },
+            Object::Reservation(r) => {
+                crate::reservation::lifecycle::apply(&mut self.cluster, r, now);
+            }
+        }
+    }
+
+    fn apply_node(&mut self, now: Time, node: Arc<berth_api::k8s_openapi::api::core::v1::Node>) {
+        let name = node.metadata.name.clone().unwrap_or_default();
+        let before = self.cluster.node_by_name(&name).map(hints::NodeBefore::of);
+        match self.cluster.apply_node(node) {
+            Ok(idx) => {
+                let bad = self
+                    .cluster
+                    .node(idx)
+                    .and_then(|n| n.annotation_error.clone());
+                if let Some(message) = bad {
+                    let uid = self
+                        .cluster
+                        .node(idx)
+                        .and_then(|n| n.node.metadata.uid.clone())
+                        .unwrap_or_default();
+                    self.record(
+                        ObjectKey::cluster(Kind::Node, &name),
+                        &uid,
+                        "Warning",
+                        "InvalidNodeReservation",
+                        message,
+                    );
+                }
+                crate::reservation::lifecycle::node_applied(&mut self.cluster, idx);
+                let event = match (&before, self.cluster.node(idx)) {
+                    (Some(b), Some(n)) => ClusterEvent::node_updated(idx, hints::node_change(b, n)),
+                    _ => ClusterEvent::node_added(idx),
+                };
+                self.requeue(now, event)
+            }
+            Err(e) => self.record(
+                ObjectKey::cluster(Kind::Node, &name),
+                "",
+                "Warning",
+                "InvalidNode",
+                e.to_string(),
+            ),
+        }
+    }
+
+    /// An object was deleted (observed, or missing from a re-LIST).
+    fn delete(&mut self, now: Time, key: ObjectKey) {
+        if let Some(seen) = self.relisting.get_mut(&key.kind) {
+            seen.remove(&key);
+        }
+        match key.kind {
+            Kind::Node => {
+                let idx = self.cluster.node_idx(&key.name);
+                self.cluster.delete_node(&key.name);
+                self.cluster.numa.delete_node(&key.name);
+                crate::reservation::lifecycle::node_deleted(&mut self.cluster, idx, &key.name, now);
+                self.requeue(now, ClusterEvent::node_deleted());
+            }
+            Kind::Pod => {
+                // A pod deleted while its bind is in flight gives back what it claimed now;
+                // the bind's failure, when it comes, is stale.
+                if let Some(b) = self.in_flight.remove(&key) {
+                    self.unassume(now, b);
+                }
                 self.queue.delete(&key);
                 self.nominator.delete(&key);
                 self.last_message.remove(&key);
@@ -320,129 +446,182 @@ impl Scheduler {
                 }
                 crate::reservation::lifecycle::pod_removed(&mut self.cluster, &key);
             }
-            Event::BindFailed {
-                pod,
-                uid: _,
-                node: _,
-                class: _,
-                message,
-            } => {
-                // The room the pod was assumed to take is free again (upstream requeues
-                // with AssignedPodDelete).
-                let assumed = self
-                    .cluster
-                    .pod(&pod)
-                    .filter(|e| e.state == PodState::Assumed)
-                    .map(|e| e.node);
-                self.cluster.forget(&pod);
-                if let Some(node) = assumed {
-                    self.requeue(now, ClusterEvent::assigned_pod_deleted(node));
-                }
-                crate::reservation::lifecycle::forget_owner(&mut self.cluster, &pod);
-                if let Some(e) = self.cluster.pod(&pod) {
-                    let info = e.info.clone();
-                    self.queue
-                        .add(pod.clone(), info.priority, info.created, now);
-                    self.queue.pop();
-                    self.queue.failed(&pod, false, &[], now);
-                    self.effects.push_back(Effect::PodCondition {
-                        pod,
-                        status: "False",
-                        reason: "SchedulerError".into(),
-                        message,
-                    });
-                }
+            Kind::PersistentVolumeClaim => {
+                self.cluster.pvcs.remove(&key);
             }
-            Event::Applied(Object::PersistentVolumeClaim(pvc)) => {
-                let key = Object::PersistentVolumeClaim(pvc.clone()).key();
-                self.cluster.pvcs.insert(key, pvc);
-                self.requeue(now, ClusterEvent::pvc());
-            }
-            Event::Applied(Object::CsiNode(c)) => {
-                let name: Arc<str> = c.metadata.name.as_deref().unwrap_or("").into();
-                self.cluster.csi_nodes.insert(name, c);
+            Kind::CsiNode => {
+                self.cluster.csi_nodes.remove(&*key.name);
                 self.requeue(now, ClusterEvent::csi_node());
             }
-            Event::Applied(Object::Namespace(ns)) => {
-                let name: Arc<str> = ns.metadata.name.as_deref().unwrap_or("").into();
-                self.cluster.namespaces.insert(name, ns);
+            Kind::PriorityClass => {
+                self.cluster.priority_classes.remove(&*key.name);
             }
-            Event::Applied(Object::PersistentVolume(pv)) => {
-                let name: Arc<str> = pv.metadata.name.as_deref().unwrap_or("").into();
-                self.cluster.pvs.insert(name, pv);
+            Kind::PodDisruptionBudget => {
+                self.cluster.pdbs.remove(&key);
             }
-            Event::Applied(Object::StorageClass(sc)) => {
-                let name: Arc<str> = sc.metadata.name.as_deref().unwrap_or("").into();
-                self.cluster.storage_classes.insert(name, sc);
+            Kind::Namespace => {
+                self.cluster.namespaces.remove(&*key.name);
             }
-            Event::ListStarted(_) => {}
-            Event::Listed(kind) => {
-                self.unsynced.remove(&kind);
+            Kind::PersistentVolume => {
+                self.cluster.pvs.remove(&*key.name);
             }
-            Event::Applied(Object::PriorityClass(pc)) => {
-                let name = pc.metadata.name.clone().unwrap_or_default();
-                self.cluster.priority_classes.insert(name, pc);
+            Kind::StorageClass => {
+                self.cluster.storage_classes.remove(&*key.name);
             }
-            Event::Applied(Object::PodDisruptionBudget(pdb)) => {
-                let key = Object::PodDisruptionBudget(pdb.clone()).key();
-                self.cluster.pdbs.insert(key, pdb);
+            Kind::Reservation => {
+                crate::reservation::lifecycle::delete(&mut self.cluster, &key.name);
             }
-            Event::Deleted(key) => match key.kind {
-                Kind::PersistentVolumeClaim => {
-                    self.cluster.pvcs.remove(&key);
+            Kind::NodeResourceTopology => {
+                self.cluster.numa.delete_nrt(&key.name);
+                if let Some(idx) = self.cluster.node_idx(&key.name) {
+                    self.requeue(now, ClusterEvent::topology(idx));
                 }
-                Kind::CsiNode => {
-                    self.cluster.csi_nodes.remove(&*key.name);
-                    self.requeue(now, ClusterEvent::csi_node());
-                }
-                Kind::PriorityClass => {
-                    self.cluster.priority_classes.remove(&*key.name);
-                }
-                Kind::PodDisruptionBudget => {
-                    self.cluster.pdbs.remove(&key);
-                }
-                Kind::Namespace => {
-                    self.cluster.namespaces.remove(&*key.name);
-                }
-                Kind::PersistentVolume => {
-                    self.cluster.pvs.remove(&*key.name);
-                }
-                Kind::StorageClass => {
-                    self.cluster.storage_classes.remove(&*key.name);
-                }
-                Kind::Reservation => {
-                    crate::reservation::lifecycle::delete(&mut self.cluster, &key.name);
-                }
-                Kind::NodeResourceTopology => {
-                    self.cluster.numa.delete_nrt(&key.name);
-                    if let Some(idx) = self.cluster.node_idx(&key.name) {
-                        self.requeue(now, ClusterEvent::topology(idx));
-                    }
-                }
-                _ => {}
-            },
-            Event::Applied(Object::NodeResourceTopology(nrt)) => {
-                match self.cluster.numa.apply_nrt(&nrt, now) {
-                    Ok(true) => {
-                        if let Some(idx) = self.cluster.node_idx(nrt.node_name()) {
-                            self.requeue(now, ClusterEvent::topology(idx));
-                        }
-                    }
-                    Ok(false) => {}
-                    Err(e) => self.record(
-                        ObjectKey::cluster(Kind::NodeResourceTopology, nrt.node_name()),
-                        nrt.metadata.uid.as_deref().unwrap_or(""),
-                        "Warning",
-                        "InvalidNodeResourceTopology",
-                        e.to_string(),
-                    ),
-                }
-            }
-            Event::Applied(Object::Reservation(r)) => {
-                crate::reservation::lifecycle::apply(&mut self.cluster, r);
             }
         }
-        self.sync_reservations(now);
+    }
+
+    /// The (re-)LIST of `kind` is complete. After a re-list (a watch that broke and was
+    /// started again), objects the core knows that the LIST did not return were deleted
+    /// while nobody watched: they go through the ordinary delete path, so that the queue,
+    /// reservations and the NUMA cache follow.
+    fn listed(&mut self, now: Time, kind: Kind) {
+        if let Some(seen) = self.relisting.remove(&kind) {
+            for key in self.known(kind) {
+                if !seen.contains(&key) {
+                    self.delete(now, key);
+                }
+            }
+        }
+        self.unsynced.remove(&kind);
+    }
+
+    /// The keys of every object of `kind` the core holds, sorted.
+    fn known(&self, kind: Kind) -> Vec<ObjectKey> {
+        let cx = &self.cluster;
+        let cluster = |name: &str| ObjectKey::cluster(kind, name);
+        let mut keys: Vec<ObjectKey> = match kind {
+            Kind::Pod => cx.pods().map(|e| e.info.key.clone()).collect(),
+            Kind::Node => cx.nodes().map(|n| cluster(&n.name)).collect(),
+            Kind::Reservation => cx.reservations.iter().map(|r| r.object_key()).collect(),
+            Kind::NodeResourceTopology => cx.numa.nrt_nodes().map(cluster).collect(),
+            Kind::PersistentVolumeClaim => cx.pvcs.keys().cloned().collect(),
+            Kind::PodDisruptionBudget => cx.pdbs.keys().cloned().collect(),
+            Kind::CsiNode => cx.csi_nodes.keys().map(|n| cluster(n)).collect(),
+            Kind::PriorityClass => cx.priority_classes.keys().map(|n| cluster(n)).collect(),
+            Kind::Namespace => cx.namespaces.keys().map(|n| cluster(n)).collect(),
+            Kind::PersistentVolume => cx.pvs.keys().map(|n| cluster(n)).collect(),
+            Kind::StorageClass => cx.storage_classes.keys().map(|n| cluster(n)).collect(),
+        };
+        keys.sort();
+        keys
+    }
+
+    /// A bind the core asked for failed (kube-scheduler's `handleBindingCycleError`): every
+    /// Reserve plugin's Unreserve runs with the cycle state of the decision, the assumed pod
+    /// leaves its node (pods waiting for that room are retried), and that pod alone goes to
+    /// back-off with a `SchedulerError` condition; a pod that is gone (`NotFound`) waits for
+    /// its deletion instead. A failure for a bind that is no longer in flight (confirmed by
+    /// the watch, or meant for an older incarnation of the pod or another node) is stale and
+    /// ignored.
+    fn bind_failed(
+        &mut self,
+        now: Time,
+        pod: ObjectKey,
+        uid: &str,
+        node: &str,
+        class: BindFailure,
+        message: String,
+    ) {
+        let current = self
+            .in_flight
+            .get(&pod)
+            .is_some_and(|b| &*b.pod.uid == uid && &*b.node_name == node);
+        if !current {
+            return;
+        }
+        let Some(b) = self.in_flight.remove(&pod) else {
+            return;
+        };
+        let attempts = b.attempts;
+        self.unassume(now, b);
+        if class == BindFailure::NotFound {
+            return;
+        }
+        let Some(info) = self
+            .cluster
+            .pod(&pod)
+            .filter(|e| e.state == PodState::Pending && &*e.info.uid == uid)
+            .map(|e| e.info.clone())
+        else {
+            return;
+        };
+        if info.terminating || info.terminal || self.is_foreign(&info) {
+            return;
+        }
+        self.counters.errors += 1;
+        self.queue
+            .add_backoff(pod.clone(), info.priority, info.created, attempts, now);
+        self.last_message.insert(pod.clone(), message.clone());
+        self.effects.push_back(Effect::PodCondition {
+            pod: pod.clone(),
+            status: "False",
+            reason: "SchedulerError".into(),
+            message: message.clone(),
+        });
+        self.record(
+            pod,
+            uid,
+            "Warning",
+            "FailedScheduling",
+            format!("Binding rejected: {message}"),
+        );
+    }
+
+    /// Undoes the assumption of a bind that will not be confirmed: every Reserve plugin's
+    /// Unreserve in reverse order, with the cycle state of the decision, then the pod leaves
+    /// its node in the cache and pods waiting for that room are retried.
+    fn unassume(&mut self, now: Time, mut b: InFlight) {
+        // A node deleted meanwhile took the holds on it along; one re-created under the same
+        // name has a new slot, and the old slot may hold another node by now.
+        let node = self.cluster.node_idx(&b.node_name).unwrap_or(b.node);
+        b.state.now = now;
+        let prof = &self.profiles[b.profile];
+        for &j in prof.reserve.iter().rev() {
+            prof.plugins[j].unreserve(&mut self.cluster, &mut b.state, &b.pod, node);
+        }
+        let assumed = self
+            .cluster
+            .pod(&b.pod.key)
+            .filter(|e| e.state == PodState::Assumed && e.info.uid == b.pod.uid)
+            .map(|e| e.node);
+        if let Some(on) = assumed {
+            self.cluster.forget(&b.pod.key);
+            self.requeue(now, ClusterEvent::assigned_pod_deleted(on));
+        }
+        crate::reservation::lifecycle::forget_owner(&mut self.cluster, &b.pod.key);
+    }
+
+    /// Settles the bind in flight for the pod `info` is a new version of, if there is one:
+    /// the watch showing it on the node it was assumed on confirms it (whether the bind's
+    /// answer came first or not: a later failure for it is stale); showing it elsewhere,
+    /// finished, or as another incarnation voids the assumption. An update that leaves it
+    /// unbound keeps the bind in flight.
+    fn settle_bind(&mut self, now: Time, info: &PodInfo) {
+        let Some(b) = self.in_flight.get(&info.key) else {
+            return;
+        };
+        let same = b.pod.uid == info.uid && !info.terminal;
+        match info.node_name.as_deref() {
+            Some(n) if same && n == &*b.node_name => {
+                self.in_flight.remove(&info.key);
+            }
+            None if same => {}
+            _ => {
+                if let Some(b) = self.in_flight.remove(&info.key) {
+                    self.unassume(now, b);
+                }
+            }
+        }
     }
 
     fn apply_pod(&mut self, now: Time, pod: Arc<berth_api::k8s_openapi::api::core::v1::Pod>) {
@@ -451,6 +630,7 @@ impl Scheduler {
             Err(e) => return self.reject_invalid_pod(&pod, e.to_string()),
         };
         let key = info.key.clone();
+        self.settle_bind(now, &info);
         let assigned = info.node_name.is_some();
         let prev = self.cluster.apply_pod(info.clone());
         let foreign = self.is_foreign(&info);
@@ -500,14 +680,25 @@ impl Scheduler {
         {
             return;
         }
-        if info.terminating {
+        if info.terminating || foreign {
+            // Being deleted, or another scheduler's: nothing to schedule (a foreign pod still
+            // counts on its node once that scheduler binds it).
             self.queue.delete(&key);
             self.nominator.delete(&key);
             return;
         }
-        self.nominator
-            .update(prev.as_ref().map(|p| &*p.info), &info);
-        self.queue.add(key, info.priority, info.created, now);
+        let prev_info = prev
+            .as_ref()
+            .filter(|p| p.info.uid == info.uid)
+            .map(|p| &*p.info);
+        self.nominator.update(prev_info, &info);
+        // kube-scheduler's `isPodUpdated`: an update that changes nothing the scheduler reads
+        // (the echo of its own condition patch, a status or resourceVersion change) leaves a
+        // queued pod where it is, in the unschedulable pool included.
+        let updated = prev_info.is_none_or(|p| pod_updated(&p.pod, &info.pod));
+        if updated || !self.queue.contains(&key) {
+            self.queue.add(key, info.priority, info.created, now);
+        }
     }
 
     /// A pod the core cannot read (an unparsable quantity that slipped past the API server,
@@ -562,11 +753,15 @@ impl Scheduler {
     }
 
     /// Schedules until the active queue is empty (popping backing-off pods early when it
-    /// is, as `SchedulerPopFromBackoffQ` does). Returns how many cycles ran.
+    /// is, as `SchedulerPopFromBackoffQ` does). Returns how many cycles ran: none before the
+    /// initial sync (a half-listed cluster would place pods on room that is taken, and fail
+    /// reservations whose node is not listed yet).
     pub fn run_until_idle(&mut self, now: Time) -> usize {
+        if !self.synced() {
+            return 0;
+        }
         let mut cycles = 0;
-        self.cluster.reservations.set_now(now);
-        crate::reservation::lifecycle::expire_on_missing_nodes(&mut self.cluster);
+        crate::reservation::lifecycle::expire_on_missing_nodes(&mut self.cluster, now);
         self.sync_reservations(now);
         self.queue.flush(now);
         loop {
@@ -589,7 +784,9 @@ impl Scheduler {
     /// Runs one scheduling cycle for the next active item, if there is one. Returns whether
     /// a cycle ran. Benchmarks time this; drivers use [`Scheduler::run_until_idle`].
     pub fn schedule_next(&mut self, now: Time) -> bool {
-        self.cluster.reservations.set_now(now);
+        if !self.synced() {
+            return false;
+        }
         match self.queue.pop() {
             Some(key) => {
                 self.schedule_one(now, key);
@@ -625,12 +822,12 @@ impl Scheduler {
         let rng_at = self.rng.position();
         let nominated = self.nominator.node_of(&key).cloned();
         let profile = self.profile_for(&pod);
-        let outcome = self.find_node(profile, &pod);
+        let outcome = self.find_node(profile, &pod, now);
         let fed = self.filter_feedback(profile, &pod, now);
         let mut changed = true;
         match outcome {
-            Outcome::Placed(node, mut state) => {
-                if let Err(status) = self.reserve_and_bind(profile, &mut state, &pod, node, now) {
+            Outcome::Placed(node, state) => {
+                if let Err(status) = self.reserve_and_bind(profile, state, &pod, node, now) {
                     self.counters.errors += 1;
                     let mut d = Diagnosis::default();
                     d.error = Some(status.message());
@@ -727,10 +924,13 @@ impl Scheduler {
         ((num_all as i64 * pct / 100) as usize).max(MIN_FEASIBLE)
     }
 
-    fn find_node(&mut self, profile: usize, pod: &PodInfo) -> Outcome {
+    fn find_node(&mut self, profile: usize, pod: &PodInfo, now: Time) -> Outcome {
         let prof = &self.profiles[profile];
         let cx = &self.cluster;
-        let mut state = CycleState::default();
+        let mut state = CycleState {
+            now,
+            ..CycleState::default()
+        };
         let mut diag = std::mem::take(&mut self.diagnosis);
         diag.clear();
         self.resolvable.clear();
@@ -951,11 +1151,12 @@ impl Scheduler {
     fn reserve_and_bind(
         &mut self,
         profile: usize,
-        state: &mut CycleState,
+        mut state: CycleState,
         pod: &Arc<PodInfo>,
         node: NodeIdx,
         now: Time,
     ) -> Result<(), Status> {
+        let state = &mut state;
         let is_pod = !pod.is_reserve_pod();
         if is_pod && !self.cluster.assume(&pod.key, node) {
             return Err(Status::error("pod or node vanished before assume"));
@@ -995,6 +1196,7 @@ impl Scheduler {
             .map(|n| n.name.to_string())
             .unwrap_or_default();
         self.counters.scheduled += 1;
+        let attempts = self.queue.attempts(&pod.key);
         self.queue.done(&pod.key);
         self.nominator.delete(&pod.key);
         self.last_message.remove(&pod.key);
@@ -1014,13 +1216,27 @@ impl Scheduler {
                 "Scheduled",
                 format!("Successfully assigned {} to {}", pod.key, node_name),
             );
+            // The binding cycle: the pod keeps its claims until the watch confirms the bind
+            // or the bind fails, however many cycles run meanwhile.
+            self.in_flight.insert(
+                pod.key.clone(),
+                InFlight {
+                    profile,
+                    state: std::mem::take(state),
+                    pod: pod.clone(),
+                    node,
+                    node_name: node_name.into(),
+                    attempts,
+                },
+            );
         } else if let PodKind::ReservePod { reservation } = &pod.kind {
             crate::reservation::lifecycle::record(
-                &mut self.cluster,
+                &self.cluster,
                 reservation,
                 "Normal",
                 "Scheduled",
                 format!("Successfully assigned {reservation} to {node_name}"),
+                &mut self.effects,
             );
         }
         Ok(())
@@ -1067,13 +1283,19 @@ impl Scheduler {
             );
         } else if let PodKind::ReservePod { reservation } = &pod.kind {
             // A reservation that cannot be placed stays Pending with Scheduled=False.
-            crate::reservation::lifecycle::unschedulable(&mut self.cluster, reservation, &message);
-            crate::reservation::lifecycle::record(
+            crate::reservation::lifecycle::unschedulable(
                 &mut self.cluster,
+                reservation,
+                &message,
+                now,
+            );
+            crate::reservation::lifecycle::record(
+                &self.cluster,
                 reservation,
                 "Warning",
                 "FailedScheduling",
                 message,
+                &mut self.effects,
             );
         }
         self.effects.extend(nominate);
@@ -1082,8 +1304,9 @@ impl Scheduler {
     /// Applies what reservation changes ask of the queue and emits their effects (status
     /// writes, events, deletions), after every input.
     fn sync_reservations(&mut self, now: Time) {
-        let (ops, effects) = crate::reservation::lifecycle::drain(&mut self.cluster);
-        if !ops.is_empty() || !effects.is_empty() {
+        let before = self.effects.len();
+        let ops = crate::reservation::lifecycle::drain(&mut self.cluster, now, &mut self.effects);
+        if !ops.is_empty() || self.effects.len() != before {
             self.epoch += 1;
         }
         for op in ops {
@@ -1092,14 +1315,24 @@ impl Scheduler {
                     key,
                     priority,
                     created,
-                } => self.queue.add(key, priority, created, now),
+                } => {
+                    // A reservation whose template names another scheduler is that
+                    // scheduler's to place (Koordinator's `isResponsibleForReservation`).
+                    let foreign = self
+                        .cluster
+                        .reservations
+                        .item(&key.name)
+                        .is_some_and(|i| self.is_foreign(&i));
+                    if !foreign {
+                        self.queue.add(key, priority, created, now)
+                    }
+                }
                 crate::reservation::QueueOp::Delete(key) => self.queue.delete(&key),
                 crate::reservation::QueueOp::MoveAll => {
                     self.requeue(now, ClusterEvent::reservation())
                 }
             }
         }
-        self.effects.extend(effects);
     }
 
     /// Runs the profile's PostFilter plugins after a failed search (kube-scheduler's
@@ -1241,6 +1474,31 @@ impl Scheduler {
             message,
         }));
     }
+}
+
+/// kube-scheduler's `isPodUpdated`: whether a new version of a pod may have made it
+/// schedulable, i.e. differs in anything but `resourceVersion`, `generation`,
+/// `managedFields`, `finalizers` and the status (`resourceClaimStatuses` aside).
+fn pod_updated(
+    old: &berth_api::k8s_openapi::api::core::v1::Pod,
+    new: &berth_api::k8s_openapi::api::core::v1::Pod,
+) -> bool {
+    use berth_api::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    let strip = |m: &ObjectMeta| ObjectMeta {
+        resource_version: None,
+        generation: None,
+        managed_fields: None,
+        finalizers: None,
+        ..m.clone()
+    };
+    let claims = |p: &berth_api::k8s_openapi::api::core::v1::Pod| {
+        p.status
+            .as_ref()
+            .and_then(|s| s.resource_claim_statuses.clone())
+    };
+    old.spec != new.spec
+        || claims(old) != claims(new)
+        || strip(&old.metadata) != strip(&new.metadata)
 }
 
 #[cfg(test)]

@@ -226,7 +226,11 @@ fn a_preemption_victim_is_deleted_and_the_event_names_the_preemptor() {
 
 #[test]
 fn the_sample_reservation_is_accepted_with_its_defaults_applied() {
-    let items = items_of(&[acceptance("sample-01-koordinator-reservation.yaml")]);
+    // The sample names `schedulerName: koord-scheduler`: the profile must exist.
+    let items = items_with_config(
+        &[acceptance("sample-01-koordinator-reservation.yaml")],
+        Some(acceptance("../configs/koord-scheduler.yaml")),
+    );
     let r = get(&items, "Reservation", "reservation-sample");
     assert_eq!(r["spec"]["ttl"], "24h");
     assert_eq!(r["spec"]["allocateOnce"], true);

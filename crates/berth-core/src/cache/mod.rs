@@ -20,6 +20,9 @@ use crate::model::pod::PodInfo;
 use crate::object::ObjectKey;
 use crate::resources::ResourceNames;
 
+/// Namespace objects by name.
+pub type Namespaces = HashMap<Arc<str>, Arc<Namespace>>;
+
 /// Where a pod stands with the scheduler.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PodState {
@@ -88,7 +91,7 @@ pub struct Cluster {
     /// Namespaces by name: their labels are what a pod affinity term's `namespaceSelector`
     /// selects on. A namespace the driver never sent (the simulator sends none) is taken
     /// to carry only `kubernetes.io/metadata.name`, the label the API server always sets.
-    pub namespaces: HashMap<Arc<str>, Arc<Namespace>>,
+    pub namespaces: Namespaces,
     /// Persistent volumes by name (kept for the volume plugins: a bound claim's volume).
     pub pvs: HashMap<Arc<str>, Arc<PersistentVolume>>,
     /// Storage classes by name (kept for the volume plugins: a claim's binding mode).
@@ -223,12 +226,12 @@ impl Cluster {
             Some(_) => (None, PodState::Bound),
             None => match &old {
                 // An update to a pod we assumed but whose bind has not come back yet keeps it
-                // assumed on its node.
+                // assumed on its node (the same incarnation only).
                 Some(PodEntry {
                     node: Some(idx),
                     state: PodState::Assumed,
-                    ..
-                }) if holds => {
+                    info: before,
+                }) if holds && before.uid == info.uid => {
                     if let Some(n) = self.nodes[idx.index()].as_mut() {
                         self.affinity_totals.add(&info, 1);
                         n.add_pod(info.clone());
@@ -253,17 +256,33 @@ impl Cluster {
                         self.affinity_totals.add(&p, -1);
                     }
                 }
-                None => {
-                    if let Some(name) = &entry.info.node_name {
-                        if let Some(v) = self.orphans.get_mut(name) {
-                            v.retain(|k| k != key);
-                        }
-                    }
-                }
+                None => self.unorphan(key, entry.info.node_name.as_deref()),
             }
             self.count_pvcs(&entry.info, -1);
         }
         Some(entry)
+    }
+
+    /// Drops `key` from the pods waiting for their node to (re)appear. An assumed pod has no
+    /// `spec.nodeName` to look under, so without `node` every list is searched (rare: a node
+    /// deleted while a bind to it was in flight).
+    fn unorphan(&mut self, key: &ObjectKey, node: Option<&str>) {
+        match node {
+            Some(name) => {
+                if let Some(v) = self.orphans.get_mut(name) {
+                    v.retain(|k| k != key);
+                    if v.is_empty() {
+                        self.orphans.remove(name);
+                    }
+                }
+            }
+            None => {
+                self.orphans.retain(|_, v| {
+                    v.retain(|k| k != key);
+                    !v.is_empty()
+                });
+            }
+        }
     }
 
     /// Places a pending pod on `node` before its bind is confirmed.
@@ -293,10 +312,11 @@ impl Cluster {
         if entry.state != PodState::Assumed {
             return;
         }
-        if let Some(n) = entry
+        let on_node = entry
             .node
-            .and_then(|i| self.nodes.get_mut(i.index()).and_then(Option::as_mut))
-        {
+            .and_then(|i| self.nodes.get_mut(i.index()).and_then(Option::as_mut));
+        let orphaned = on_node.is_none();
+        if let Some(n) = on_node {
             if let Some(p) = n.remove_pod(key) {
                 self.affinity_totals.add(&p, -1);
             }
@@ -304,6 +324,10 @@ impl Cluster {
         entry.node = None;
         entry.state = PodState::Pending;
         let info = entry.info.clone();
+        if orphaned {
+            // Its node was deleted meanwhile: it must not land there if the name comes back.
+            self.unorphan(key, None);
+        }
         self.count_pvcs(&info, -1);
     }
 

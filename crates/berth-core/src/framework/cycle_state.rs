@@ -9,6 +9,9 @@ use crate::plugins;
 /// State of one scheduling cycle.
 #[derive(Debug, Clone, Default)]
 pub struct CycleState {
+    /// The instant the cycle runs at: Reserve stamps what it writes with it (a reservation's
+    /// `Available` condition), and Unreserve of a failed bind runs at the failure's time.
+    pub now: crate::time::Time,
     /// Bit `i` set: the profile's plugin `i` skips Filter (its PreFilter returned Skip).
     pub skip_filter: u64,
     /// Bit `i` set: the profile's plugin `i` skips Score.

@@ -193,9 +193,11 @@ impl PodInfo {
                 .map(Arc::from),
             terminal: matches!(status_phase, Some("Succeeded") | Some("Failed")),
             terminating: meta.deletion_timestamp.is_some(),
+            // The API server defaults an empty `schedulerName` to the default scheduler.
             scheduler_name: spec
                 .and_then(|s| s.scheduler_name.as_deref())
-                .unwrap_or("default-scheduler")
+                .filter(|n| !n.is_empty())
+                .unwrap_or(crate::framework::profile::DEFAULT_SCHEDULER_NAME)
                 .into(),
             kind: PodKind::Pod,
             key,

@@ -367,6 +367,14 @@ impl ReserveCache {
         entry.pending = Some(snapshot);
     }
 
+    /// Nodes whose NRT the cache holds, in no particular order.
+    pub fn nrt_nodes(&self) -> impl Iterator<Item = &str> + '_ {
+        self.nodes
+            .iter()
+            .filter(|(_, e)| e.base.is_some())
+            .map(|(n, _)| n.as_str())
+    }
+
     /// The NRT of `node` was deleted: the node has no topology data any more.
     pub fn remove_nrt(&mut self, node: &str) {
         if let Some(entry) = self.nodes.get_mut(node) {

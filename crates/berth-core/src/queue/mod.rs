@@ -119,6 +119,38 @@ impl SchedulingQueue {
         self.push_active(&key);
     }
 
+    /// Puts an item whose bind failed back, in back-off after `attempts` attempts (as long
+    /// as a failed cycle would wait), and no other: the active heap is left as it is.
+    pub fn add_backoff(
+        &mut self,
+        key: ObjectKey,
+        priority: i32,
+        created: Time,
+        attempts: u32,
+        now: Time,
+    ) {
+        self.seq += 1;
+        let entry = Entry {
+            priority,
+            created,
+            seq: self.seq,
+            attempts: attempts.max(1),
+            last_attempt: now,
+            since: now,
+            place: Where::Backoff,
+            plugins: Vec::new(),
+            replay: None,
+            gen: 0,
+        };
+        self.entries.insert(key.clone(), entry);
+        self.push_backoff(&key);
+    }
+
+    /// How many times the item was popped.
+    pub fn attempts(&self, key: &ObjectKey) -> u32 {
+        self.entries.get(key).map_or(0, |e| e.attempts)
+    }
+
     /// Removes an item wherever it is.
     pub fn delete(&mut self, key: &ObjectKey) {
         self.entries.remove(key);

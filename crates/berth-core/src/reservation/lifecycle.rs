@@ -8,6 +8,7 @@
 //! `pvc_users`). Outputs (status writes, events, queue operations) accumulate in the store
 //! and the scheduler takes them with [`drain`] after every input.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use berth_api::annotations::{
@@ -40,10 +41,6 @@ use super::QueueOp;
 pub const MSG_NODE_DELETED: &str = "the node of the reservation was deleted";
 /// The `Ready` condition message of a reservation found placed on a node that does not exist.
 pub const MSG_NODE_MISSING: &str = "the node of the reservation does not exist";
-
-fn now(cx: &Cluster) -> Time {
-    cx.reservations.now
-}
 
 /// The user-written parts of two versions of an object are the same (only the status, which
 /// the scheduler writes, or bookkeeping fields differ): the update is an echo.
@@ -234,7 +231,7 @@ fn compile(cx: &mut Cluster, obj: Arc<Reservation>, now: Time) -> ReservationInf
 }
 
 /// An observed Reservation (created or replaced).
-pub fn apply(cx: &mut Cluster, obj: Arc<Reservation>) {
+pub fn apply(cx: &mut Cluster, obj: Arc<Reservation>, now: Time) {
     let Some(name) = obj.metadata.name.clone().filter(|n| !n.is_empty()) else {
         return;
     };
@@ -251,15 +248,14 @@ pub fn apply(cx: &mut Cluster, obj: Arc<Reservation>) {
             // Deleted and created again under the same name.
             delete(cx, &name);
         } else {
-            update(cx, idx, obj);
+            update(cx, idx, obj, now);
             return;
         }
     }
-    create(cx, obj);
+    create(cx, obj, now);
 }
 
-fn create(cx: &mut Cluster, obj: Arc<Reservation>) {
-    let now = now(cx);
+fn create(cx: &mut Cluster, obj: Arc<Reservation>, now: Time) {
     let mut info = compile(cx, obj.clone(), now);
     let st = obj.status.clone().unwrap_or_default();
     let phase = st.phase.clone().unwrap_or_default();
@@ -309,7 +305,7 @@ fn create(cx: &mut Cluster, obj: Arc<Reservation>) {
     let Some(r) = r else { return };
     if r.is_active() {
         locate(cx, idx);
-        adopt_orphans(cx, idx);
+        adopt_orphans(cx, idx, now);
         if r.phase == ReservationPhase::Waiting {
             cx.reservations.waiting.insert(r.name.clone());
             cx.reservations.check_waiting = true;
@@ -326,7 +322,7 @@ fn create(cx: &mut Cluster, obj: Arc<Reservation>) {
             enqueue(cx, idx);
         }
     }
-    schedule_timer(cx, idx);
+    schedule_timer(cx, idx, now);
 }
 
 fn enqueue(cx: &mut Cluster, idx: RIdx) {
@@ -353,8 +349,7 @@ fn dequeue(cx: &mut Cluster, idx: RIdx) {
 }
 
 /// A user update of a known reservation (labels, owners, unschedulable, deletion...).
-fn update(cx: &mut Cluster, idx: RIdx, obj: Arc<Reservation>) {
-    let now = now(cx);
+fn update(cx: &mut Cluster, idx: RIdx, obj: Arc<Reservation>, now: Time) {
     let Some(old) = cx.reservations.get(idx).cloned() else {
         return;
     };
@@ -418,7 +413,7 @@ fn update(cx: &mut Cluster, idx: RIdx, obj: Arc<Reservation>) {
             enqueue(cx, idx);
         }
     }
-    schedule_timer(cx, idx);
+    schedule_timer(cx, idx, now);
     cx.reservations.mark_dirty(idx);
 }
 
@@ -593,7 +588,7 @@ fn refresh(cx: &mut Cluster, idx: RIdx) {
     }
 }
 
-fn schedule_timer(cx: &mut Cluster, idx: RIdx) {
+fn schedule_timer(cx: &mut Cluster, idx: RIdx, now: Time) {
     let Some(r) = cx.reservations.get(idx) else {
         return;
     };
@@ -612,7 +607,7 @@ fn schedule_timer(cx: &mut Cluster, idx: RIdx) {
                 .as_deref()
                 .is_some_and(|n| cx.node_idx(n).is_none());
             let orphaned = node_gone.then(|| {
-                let next_run = now(cx).saturating_add(settings.gc_interval);
+                let next_run = now.saturating_add(settings.gc_interval);
                 // An earlier run already planned stays planned.
                 r.timer.map_or(next_run, |t| t.min(next_run))
             });
@@ -628,7 +623,7 @@ fn schedule_timer(cx: &mut Cluster, idx: RIdx) {
 }
 
 /// Binds bound pods that named this reservation before it was known.
-fn adopt_orphans(cx: &mut Cluster, idx: RIdx) {
+fn adopt_orphans(cx: &mut Cluster, idx: RIdx, now: Time) {
     let Some(r) = cx.reservations.get(idx) else {
         return;
     };
@@ -642,14 +637,13 @@ fn adopt_orphans(cx: &mut Cluster, idx: RIdx) {
     );
     for k in keys {
         cx.reservations.pod_orphan.remove(&k);
-        pod_changed(cx, &k);
+        pod_changed(cx, &k, now);
     }
 }
 
 /// The reserve pod of `name` was placed on `node` (the Reservation plugin's Reserve).
 /// Returns an error message when the reservation cannot be placed any more.
-pub fn place(cx: &mut Cluster, name: &str, node: NodeIdx) -> Result<(), String> {
-    let now = now(cx);
+pub fn place(cx: &mut Cluster, name: &str, node: NodeIdx, now: Time) -> Result<(), String> {
     let Some(idx) = cx.reservations.idx(name) else {
         return Err(format!("reservation {name} not found"));
     };
@@ -705,7 +699,7 @@ pub fn place(cx: &mut Cluster, name: &str, node: NodeIdx) -> Result<(), String> 
     }
     // Bound pods that already named this reservation (and were waiting for it to be
     // placed) are its owners if they run on its node, as the status controller counts them.
-    adopt_orphans(cx, idx);
+    adopt_orphans(cx, idx, now);
     cx.reservations.queue_ops.push(QueueOp::MoveAll);
     cx.reservations.mark_dirty(idx);
     Ok(())
@@ -743,8 +737,7 @@ pub fn unplace(cx: &mut Cluster, name: &str) {
 }
 
 /// Scheduling the reservation failed: `Scheduled=False/Unschedulable` with the message.
-pub fn unschedulable(cx: &mut Cluster, name: &str, message: &str) {
-    let now = now(cx);
+pub fn unschedulable(cx: &mut Cluster, name: &str, message: &str, now: Time) {
     let Some(idx) = cx.reservations.idx(name) else {
         return;
     };
@@ -893,8 +886,7 @@ pub fn forget_owner(cx: &mut Cluster, key: &ObjectKey) {
     }
 }
 
-fn succeed(cx: &mut Cluster, idx: RIdx) {
-    let now = now(cx);
+fn succeed(cx: &mut Cluster, idx: RIdx, now: Time) {
     let Some(r) = cx.reservations.get_mut(idx) else {
         return;
     };
@@ -906,13 +898,13 @@ fn succeed(cx: &mut Cluster, idx: RIdx) {
     r.terminal_since = Some(now);
     detach(cx, idx);
     cx.reservations.unindex_owner(idx);
-    finalize(cx, idx);
+    finalize(cx, idx, now);
     cx.reservations.queue_ops.push(QueueOp::MoveAll);
 }
 
 /// Freezes the status of a terminal reservation and stops tracking its owners (a restarted
 /// scheduler reads the frozen status and tracks nothing either).
-fn finalize(cx: &mut Cluster, idx: RIdx) {
+fn finalize(cx: &mut Cluster, idx: RIdx, now: Time) {
     let names = &cx.names;
     let mut owners = Vec::new();
     if let Some(r) = cx.reservations.get_mut(idx) {
@@ -930,14 +922,13 @@ fn finalize(cx: &mut Cluster, idx: RIdx) {
         }
     }
     cx.reservations.to_annotate.retain(|(_, i)| *i != idx);
-    schedule_timer(cx, idx);
+    schedule_timer(cx, idx, now);
     cx.reservations.mark_dirty(idx);
 }
 
 /// Fails a reservation (expiry or node loss): `Failed`, `Ready=False/Expired`, its hold
 /// released at once and pending pods retried.
-pub fn fail(cx: &mut Cluster, idx: RIdx, message: &str) {
-    let now = now(cx);
+pub fn fail(cx: &mut Cluster, idx: RIdx, message: &str, now: Time) {
     let Some(r) = cx.reservations.get(idx) else {
         return;
     };
@@ -955,7 +946,7 @@ pub fn fail(cx: &mut Cluster, idx: RIdx, message: &str) {
         status::set_expired(&mut m.conditions, message, now);
         m.terminal_since = Some(now);
     }
-    finalize(cx, idx);
+    finalize(cx, idx, now);
     cx.reservations.queue_ops.push(QueueOp::MoveAll);
 }
 
@@ -963,7 +954,7 @@ pub fn fail(cx: &mut Cluster, idx: RIdx, message: &str) {
 /// a bound pod carrying `reservation-allocated` is an owner (of a reusable reservation, or
 /// the one owner that makes an allocate-once reservation `Succeeded`); a terminal,
 /// unassigned or re-annotated pod gives its share back.
-pub fn pod_changed(cx: &mut Cluster, key: &ObjectKey) {
+pub fn pod_changed(cx: &mut Cluster, key: &ObjectKey, now: Time) {
     let Some(entry) = cx.pod(key) else {
         return pod_removed(cx, key);
     };
@@ -1067,7 +1058,7 @@ pub fn pod_changed(cx: &mut Cluster, key: &ObjectKey) {
                 .get(t)
                 .is_some_and(|r| r.allocate_once && r.owner_pods.values().any(|o| o.bound));
             if once {
-                succeed(cx, t);
+                succeed(cx, t, now);
             }
         }
     }
@@ -1111,7 +1102,7 @@ pub fn node_applied(cx: &mut Cluster, node: NodeIdx) {
 }
 
 /// A node was deleted: its Available and Waiting reservations fail.
-pub fn node_deleted(cx: &mut Cluster, node: Option<NodeIdx>, name: &str) {
+pub fn node_deleted(cx: &mut Cluster, node: Option<NodeIdx>, name: &str, now: Time) {
     let mut list: Vec<RIdx> = match node {
         Some(n) => cx.reservations.take_node(n).into_vec(),
         None => Vec::new(),
@@ -1150,12 +1141,12 @@ pub fn node_deleted(cx: &mut Cluster, node: Option<NodeIdx>, name: &str) {
         if let Some(m) = cx.reservations.get_mut(idx) {
             m.attached = false;
         }
-        fail(cx, idx, MSG_NODE_DELETED);
+        fail(cx, idx, MSG_NODE_DELETED, now);
     }
     // Succeeded and Failed reservations that were on the node are collected on the
     // collector's next run (`fail` above planned that for the ones it just failed).
     for idx in cx.reservations.terminal_on(name) {
-        schedule_timer(cx, idx);
+        schedule_timer(cx, idx, now);
     }
 }
 
@@ -1164,7 +1155,7 @@ pub fn node_deleted(cx: &mut Cluster, node: Option<NodeIdx>, name: &str) {
 /// scheduler finding a reservation on a node that is gone). Called once the objects of an
 /// input batch are all known, so that a Reservation written before its Node in the same
 /// batch still finds it.
-pub fn expire_on_missing_nodes(cx: &mut Cluster) {
+pub fn expire_on_missing_nodes(cx: &mut Cluster, now: Time) {
     if cx.reservations.awaiting_node.is_empty() {
         return;
     }
@@ -1174,15 +1165,14 @@ pub fn expire_on_missing_nodes(cx: &mut Cluster) {
         for idx in list {
             let active = cx.reservations.get(idx).is_some_and(|r| r.is_active());
             if active {
-                fail(cx, idx, MSG_NODE_MISSING);
+                fail(cx, idx, MSG_NODE_MISSING, now);
             }
         }
     }
 }
 
 /// Runs the timers due at `now`: expiry, then garbage collection.
-pub fn on_timeout(cx: &mut Cluster, now: Time) {
-    cx.reservations.set_now(now);
+pub fn on_timeout(cx: &mut Cluster, now: Time, effects: &mut VecDeque<Effect>) {
     while let Some((t, name)) = cx.reservations.timers.iter().next().cloned() {
         if t > now {
             break;
@@ -1205,20 +1195,19 @@ pub fn on_timeout(cx: &mut Cluster, now: Time) {
                 if let Some(m) = cx.reservations.get_mut(idx) {
                     m.gc_requested = true;
                 }
-                cx.reservations.effects.push(Effect::Delete {
+                effects.push_back(Effect::Delete {
                     key,
                     uid,
                     resource_version,
                 });
             }
         } else if r.expires_at.is_some_and(|e| e <= now) {
-            fail(cx, idx, "");
+            fail(cx, idx, "", now);
         }
     }
 }
 
-fn check_waiting(cx: &mut Cluster) {
-    let now = now(cx);
+fn check_waiting(cx: &mut Cluster, now: Time) {
     let names: Vec<Arc<str>> = cx.reservations.waiting.iter().cloned().collect();
     for name in names {
         let Some(idx) = cx.reservations.idx(&name) else {
@@ -1254,11 +1243,10 @@ fn check_waiting(cx: &mut Cluster) {
 /// Takes what the scheduler must do after an input: queue operations and effects (events,
 /// annotations of pre-allocated pods, deletions, and the status of every reservation whose
 /// status changed).
-pub fn drain(cx: &mut Cluster) -> (Vec<QueueOp>, Vec<Effect>) {
+pub fn drain(cx: &mut Cluster, now: Time, effects: &mut VecDeque<Effect>) -> Vec<QueueOp> {
     if std::mem::take(&mut cx.reservations.check_waiting) && !cx.reservations.waiting.is_empty() {
-        check_waiting(cx);
+        check_waiting(cx, now);
     }
-    let mut effects = std::mem::take(&mut cx.reservations.effects);
     for (key, idx) in std::mem::take(&mut cx.reservations.to_annotate) {
         let Some(r) = cx.reservations.get(idx) else {
             continue;
@@ -1266,7 +1254,7 @@ pub fn drain(cx: &mut Cluster) -> (Vec<QueueOp>, Vec<Effect>) {
         let mut annotations = std::collections::BTreeMap::new();
         ReservationAllocated::new(r.name.to_string(), r.uid.to_string())
             .insert_into(&mut annotations);
-        effects.push(Effect::AnnotatePod {
+        effects.push_back(Effect::AnnotatePod {
             pod: key,
             annotations,
         });
@@ -1288,23 +1276,30 @@ pub fn drain(cx: &mut Cluster) -> (Vec<QueueOp>, Vec<Effect>) {
             m.last_status = Some(s.clone());
             Arc::make_mut(&mut m.obj).status = Some(s.clone());
         }
-        effects.push(Effect::ReservationStatus {
+        effects.push_back(Effect::ReservationStatus {
             name: name.to_string(),
             uid,
             status: s,
         });
     }
-    (cx.reservations.take_queue_ops(), effects)
+    cx.reservations.take_queue_ops()
 }
 
 /// A `v1` Event about a reservation.
-pub fn record(cx: &mut Cluster, name: &str, type_: &'static str, reason: &str, message: String) {
+pub fn record(
+    cx: &Cluster,
+    name: &str,
+    type_: &'static str,
+    reason: &str,
+    message: String,
+    effects: &mut VecDeque<Effect>,
+) {
     let uid = cx
         .reservations
         .by_name(name)
         .map(|r| r.uid.to_string())
         .unwrap_or_default();
-    cx.reservations.effects.push(Effect::Record(Record {
+    effects.push_back(Effect::Record(Record {
         involved: ObjectKey::cluster(Kind::Reservation, name),
         uid,
         type_,

@@ -1,6 +1,10 @@
 //! [`ReservationStore`]: every reservation the scheduler knows, by name and UID, with the
-//! indexes a scheduling cycle uses (active reservations by node, by owner) and the queue of
-//! outputs (status writes, events, queue operations) the scheduler drains.
+//! indexes a scheduling cycle uses (active reservations by node, by owner) and what is left
+//! to do after the input being handled (statuses to write, annotations, queue operations).
+//!
+//! The store has no outbox of effects and no clock of its own: lifecycle code is handed
+//! `now` and the scheduler's effect queue, so every effect leaves through one queue in the
+//! order it was decided, stamped with the time of the input that caused it.
 
 use crate::collections::HashMap;
 use std::collections::{BTreeMap, BTreeSet};
@@ -13,7 +17,6 @@ use berth_api::reservation::{
 };
 use smallvec::SmallVec;
 
-use crate::effect::Effect;
 use crate::model::node::NodeIdx;
 use crate::model::pod::{HostPort, PodInfo};
 use crate::model::selector::Labels;
@@ -209,7 +212,7 @@ impl ReservationInfo {
     }
 }
 
-/// Every reservation, its indexes and the outputs waiting for the scheduler.
+/// Every reservation, its indexes and the work left for the end of the input.
 #[derive(Debug, Clone, Default)]
 pub struct ReservationStore {
     slots: Vec<Option<ReservationInfo>>,
@@ -231,7 +234,9 @@ pub struct ReservationStore {
     pub(crate) waiting: BTreeSet<Arc<str>>,
     pub(crate) timers: BTreeSet<(Time, Arc<str>)>,
     pub(crate) dirty: BTreeSet<Arc<str>>,
-    pub(crate) effects: Vec<Effect>,
+    /// What the scheduling queue must do, applied by the scheduler after every input.
+    /// Reserve and Unreserve (which get only `&mut Cluster`) place reservations and release
+    /// capacity, so the requests wait here rather than in the scheduler's hands.
     pub(crate) queue_ops: Vec<QueueOp>,
     pub(crate) check_waiting: bool,
     /// Pods whose annotation names an unknown reservation UID (reverse of `orphan_pods`).
@@ -240,16 +245,9 @@ pub struct ReservationStore {
     pub(crate) to_annotate: Vec<(ObjectKey, RIdx)>,
     /// Settings from the Reservation plugin's args.
     pub settings: Settings,
-    /// The time of the input being handled (the scheduler sets it on every entry).
-    pub now: Time,
 }
 
 impl ReservationStore {
-    /// Sets the current time (the scheduler calls this on every input).
-    pub fn set_now(&mut self, now: Time) {
-        self.now = now;
-    }
-
     /// A reservation by slot.
     pub fn get(&self, idx: RIdx) -> Option<&ReservationInfo> {
         self.slots.get(idx as usize)?.as_ref()

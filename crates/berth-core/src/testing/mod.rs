@@ -4,6 +4,10 @@
 
 use std::sync::Arc;
 
+pub mod driver;
+
+pub use driver::{DriverConfig, DriverStats, FakeDriver, Profiles};
+
 use berth_api::k8s_openapi::api::core::v1::{Node, Pod};
 use serde_json::{json, Value};
 

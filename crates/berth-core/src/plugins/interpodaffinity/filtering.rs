@@ -65,7 +65,7 @@ pub(super) fn pre_filter(
                 continue;
             }
             for t in required_anti_affinity(existing) {
-                if term_matches(t, existing, pod) {
+                if term_matches(t, existing, pod, &cx.namespaces) {
                     s.existing_anti.add(&node.labels, &t.topology_key, 1);
                 }
             }
@@ -77,13 +77,13 @@ pub(super) fn pre_filter(
                 if crate::plugins::reservation::hidden(state, existing, node.idx) {
                     continue;
                 }
-                if matches_all(affinity, pod, existing) {
+                if matches_all(affinity, pod, existing, &cx.namespaces) {
                     for t in affinity {
                         s.affinity.add(&node.labels, &t.topology_key, 1);
                     }
                 }
                 for t in anti {
-                    if term_matches(t, pod, existing) {
+                    if term_matches(t, pod, existing, &cx.namespaces) {
                         s.anti.add(&node.labels, &t.topology_key, 1);
                     }
                 }
@@ -93,7 +93,7 @@ pub(super) fn pre_filter(
     if s.existing_anti.is_empty() && affinity.is_empty() && anti.is_empty() {
         return Ok(None);
     }
-    s.self_match = matches_all(affinity, pod, pod);
+    s.self_match = matches_all(affinity, pod, pod, &cx.namespaces);
     Ok(Some(s))
 }
 

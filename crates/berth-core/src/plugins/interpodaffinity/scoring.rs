@@ -95,13 +95,13 @@ pub(super) fn pre_score(
             }
             for w in pref {
                 let t = &w.pod_affinity_term;
-                if term_matches(t, pod, existing) {
+                if term_matches(t, pod, existing, &cx.namespaces) {
                     topo.add(labels, &t.topology_key, i64::from(w.weight));
                 }
             }
             for w in pref_anti {
                 let t = &w.pod_affinity_term;
-                if term_matches(t, pod, existing) {
+                if term_matches(t, pod, existing, &cx.namespaces) {
                     topo.add(labels, &t.topology_key, -i64::from(w.weight));
                 }
             }
@@ -110,20 +110,20 @@ pub(super) fn pre_score(
             }
             if hard_weight > 0 {
                 for t in required_affinity(existing) {
-                    if term_matches(t, existing, pod) {
+                    if term_matches(t, existing, pod, &cx.namespaces) {
                         topo.add(labels, &t.topology_key, hard_weight);
                     }
                 }
             }
             for w in preferred_affinity(existing) {
                 let t = &w.pod_affinity_term;
-                if term_matches(t, existing, pod) {
+                if term_matches(t, existing, pod, &cx.namespaces) {
                     topo.add(labels, &t.topology_key, i64::from(w.weight));
                 }
             }
             for w in preferred_anti_affinity(existing) {
                 let t = &w.pod_affinity_term;
-                if term_matches(t, existing, pod) {
+                if term_matches(t, existing, pod, &cx.namespaces) {
                     topo.add(labels, &t.topology_key, -i64::from(w.weight));
                 }
             }

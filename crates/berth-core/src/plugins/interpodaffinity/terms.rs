@@ -7,11 +7,13 @@
 //! [`Selector`](crate::model::selector::Selector), which rejects what `labels.Parse` rejects;
 //! an existing pod's invalid term matches nothing (the API server would not have admitted it).
 //!
-//! Namespaces: berth sees no `Namespace` objects. A namespace is modelled as carrying only
-//! the label the API server puts on every namespace, `kubernetes.io/metadata.name=<name>`,
-//! so `namespaceSelector: {}` selects every namespace, a selector on
-//! `kubernetes.io/metadata.name` selects by name, and a selector on any other label selects
-//! no namespace (unless it only asks for the label to be absent).
+//! Namespaces: a `namespaceSelector` selects on the labels of the `Namespace` objects the
+//! driver feeds ([`crate::cache::Cluster::namespaces`]), as kube-scheduler resolves it through
+//! its namespace lister. A namespace the core was never told about (the simulator feeds
+//! none) is modelled as carrying only the label the API server puts on every namespace,
+//! `kubernetes.io/metadata.name=<name>`: `namespaceSelector: {}` still selects it, a selector
+//! on `kubernetes.io/metadata.name` selects it by name, and a selector on any other label
+//! does not select it (unless it only asks for the label to be absent).
 //!
 //! `matchLabelKeys` / `mismatchLabelKeys` are applied here, from the declaring pod's labels,
 //! as the API server does when it admits the pod; applying them to a selector the API
@@ -20,6 +22,7 @@
 use berth_api::k8s_openapi::api::core::v1::{PodAffinityTerm, WeightedPodAffinityTerm};
 use berth_api::k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
+use crate::cache::Namespaces;
 use crate::model::pod::PodInfo;
 use crate::model::selector::{Labels, Selector, SelectorError};
 
@@ -55,17 +58,37 @@ pub(crate) fn selector_matches<'l>(
     true
 }
 
+/// The value of label `key` on namespace `ns`: from its object when the core knows it,
+/// and `kubernetes.io/metadata.name`, which the API server sets on every namespace, always.
+fn namespace_label<'l>(namespaces: &'l Namespaces, ns: &'l str, key: &str) -> Option<&'l str> {
+    if key == NAMESPACE_NAME_LABEL {
+        return Some(ns);
+    }
+    namespaces
+        .get(ns)?
+        .metadata
+        .labels
+        .as_ref()?
+        .get(key)
+        .map(String::as_str)
+}
+
 /// Whether a pod in `target_ns` is in the namespaces `term` (declared by a pod in
 /// `owner_ns`) applies to: the listed namespaces, those its `namespaceSelector` selects, or
 /// the owner's own namespace when neither is given.
-fn namespace_matches(term: &PodAffinityTerm, owner_ns: &str, target_ns: &str) -> bool {
+fn namespace_matches(
+    term: &PodAffinityTerm,
+    owner_ns: &str,
+    target_ns: &str,
+    namespaces: &Namespaces,
+) -> bool {
     let listed = term.namespaces.as_deref().unwrap_or(&[]);
     match &term.namespace_selector {
         None if listed.is_empty() => owner_ns == target_ns,
         None => listed.iter().any(|n| n == target_ns),
         Some(sel) => {
             listed.iter().any(|n| n == target_ns)
-                || selector_matches(sel, |k| (k == NAMESPACE_NAME_LABEL).then_some(target_ns))
+                || selector_matches(sel, |k| namespace_label(namespaces, target_ns, k))
         }
     }
 }
@@ -95,15 +118,32 @@ fn labels_match(term: &PodAffinityTerm, owner: &Labels, target: &Labels) -> bool
 }
 
 /// Whether `target` matches `term`, a term of `owner`'s spec (kube-scheduler's
-/// `AffinityTerm.Matches`).
-pub(crate) fn term_matches(term: &PodAffinityTerm, owner: &PodInfo, target: &PodInfo) -> bool {
-    namespace_matches(term, &owner.key.namespace, &target.key.namespace)
-        && labels_match(term, &owner.labels, &target.labels)
+/// `AffinityTerm.Matches`), with `namespaces` the namespace objects the core knows.
+pub(crate) fn term_matches(
+    term: &PodAffinityTerm,
+    owner: &PodInfo,
+    target: &PodInfo,
+    namespaces: &Namespaces,
+) -> bool {
+    namespace_matches(
+        term,
+        &owner.key.namespace,
+        &target.key.namespace,
+        namespaces,
+    ) && labels_match(term, &owner.labels, &target.labels)
 }
 
 /// Whether `target` matches every term; false for no terms (`podMatchesAllAffinityTerms`).
-pub(crate) fn matches_all(terms: &[PodAffinityTerm], owner: &PodInfo, target: &PodInfo) -> bool {
-    !terms.is_empty() && terms.iter().all(|t| term_matches(t, owner, target))
+pub(crate) fn matches_all(
+    terms: &[PodAffinityTerm],
+    owner: &PodInfo,
+    target: &PodInfo,
+    namespaces: &Namespaces,
+) -> bool {
+    !terms.is_empty()
+        && terms
+            .iter()
+            .all(|t| term_matches(t, owner, target, namespaces))
 }
 
 /// `spec.affinity.podAffinity.requiredDuringSchedulingIgnoredDuringExecution`.
@@ -230,22 +270,87 @@ mod tests {
         let other = pod("x").namespace("b").label("app", "web").build_info();
         let sel = json!({"matchLabels": {"app": "web"}});
         let own = term(json!({"labelSelector": sel, "topologyKey": "k"}));
-        assert!(term_matches(&own, &owner, &same));
-        assert!(!term_matches(&own, &owner, &other));
+        assert!(term_matches(&own, &owner, &same, &Namespaces::default()));
+        assert!(!term_matches(&own, &owner, &other, &Namespaces::default()));
         let all = term(json!({"labelSelector": sel, "topologyKey": "k", "namespaceSelector": {}}));
-        assert!(term_matches(&all, &owner, &other));
+        assert!(term_matches(&all, &owner, &other, &Namespaces::default()));
         let by_name = term(json!({"labelSelector": sel, "topologyKey": "k",
             "namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: "b"}}}));
-        assert!(term_matches(&by_name, &owner, &other));
-        assert!(!term_matches(&by_name, &owner, &same));
+        assert!(term_matches(
+            &by_name,
+            &owner,
+            &other,
+            &Namespaces::default()
+        ));
+        assert!(!term_matches(
+            &by_name,
+            &owner,
+            &same,
+            &Namespaces::default()
+        ));
         let by_team = term(json!({"labelSelector": sel, "topologyKey": "k",
             "namespaceSelector": {"matchLabels": {"team": "t1"}}}));
-        assert!(!term_matches(&by_team, &owner, &other));
+        assert!(!term_matches(
+            &by_team,
+            &owner,
+            &other,
+            &Namespaces::default()
+        ));
         let listed = term(json!({"labelSelector": sel, "topologyKey": "k", "namespaces": ["b"]}));
-        assert!(term_matches(&listed, &owner, &other));
-        assert!(!term_matches(&listed, &owner, &same));
+        assert!(term_matches(
+            &listed,
+            &owner,
+            &other,
+            &Namespaces::default()
+        ));
+        assert!(!term_matches(
+            &listed,
+            &owner,
+            &same,
+            &Namespaces::default()
+        ));
         let no_selector = term(json!({"topologyKey": "k"}));
-        assert!(!term_matches(&no_selector, &owner, &same));
+        assert!(!term_matches(
+            &no_selector,
+            &owner,
+            &same,
+            &Namespaces::default()
+        ));
+    }
+
+    #[test]
+    fn a_namespace_selector_reads_the_labels_of_known_namespaces() {
+        use berth_api::k8s_openapi::api::core::v1::Namespace;
+        let owner = pod("o").namespace("a").build_info();
+        let in_b = pod("x").namespace("b").label("app", "web").build_info();
+        let in_c = pod("y").namespace("c").label("app", "web").build_info();
+        let by_team = term(json!({"labelSelector": {"matchLabels": {"app": "web"}},
+            "topologyKey": "k", "namespaceSelector": {"matchLabels": {"team": "t1"}}}));
+        let not_t1 = term(json!({"labelSelector": {"matchLabels": {"app": "web"}},
+            "topologyKey": "k", "namespaceSelector": {"matchExpressions": [
+                {"key": "team", "operator": "NotIn", "values": ["t1"]}]}}));
+        let mut namespaces = Namespaces::default();
+        let ns = |name: &str, team: &str| -> std::sync::Arc<Namespace> {
+            std::sync::Arc::new(
+                serde_json::from_value(
+                    json!({"metadata": {"name": name, "labels": {"team": team}}}),
+                )
+                .unwrap(),
+            )
+        };
+        // Unknown namespaces carry only their name label.
+        assert!(!term_matches(&by_team, &owner, &in_b, &namespaces));
+        assert!(term_matches(&not_t1, &owner, &in_b, &namespaces));
+        namespaces.insert("b".into(), ns("b", "t1"));
+        namespaces.insert("c".into(), ns("c", "t2"));
+        assert!(term_matches(&by_team, &owner, &in_b, &namespaces));
+        assert!(!term_matches(&by_team, &owner, &in_c, &namespaces));
+        assert!(!term_matches(&not_t1, &owner, &in_b, &namespaces));
+        assert!(term_matches(&not_t1, &owner, &in_c, &namespaces));
+        // The name label is the API server's, whatever the object says.
+        let by_name = term(json!({"labelSelector": {"matchLabels": {"app": "web"}},
+            "topologyKey": "k", "namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: "c"}}}));
+        assert!(term_matches(&by_name, &owner, &in_c, &namespaces));
     }
 
     #[test]
@@ -255,11 +360,11 @@ mod tests {
         let v2 = pod("b").label("app", "web").label("v", "2").build_info();
         let sel = json!({"matchLabels": {"app": "web"}});
         let same = term(json!({"labelSelector": sel, "topologyKey": "k", "matchLabelKeys": ["v"]}));
-        assert!(term_matches(&same, &owner, &v1));
-        assert!(!term_matches(&same, &owner, &v2));
+        assert!(term_matches(&same, &owner, &v1, &Namespaces::default()));
+        assert!(!term_matches(&same, &owner, &v2, &Namespaces::default()));
         let diff =
             term(json!({"labelSelector": sel, "topologyKey": "k", "mismatchLabelKeys": ["v"]}));
-        assert!(!term_matches(&diff, &owner, &v1));
-        assert!(term_matches(&diff, &owner, &v2));
+        assert!(!term_matches(&diff, &owner, &v1, &Namespaces::default()));
+        assert!(term_matches(&diff, &owner, &v2, &Namespaces::default()));
     }
 }

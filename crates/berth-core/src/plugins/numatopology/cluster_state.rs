@@ -184,6 +184,11 @@ impl NumaCluster {
         Ok(self.cache.generation() != generation)
     }
 
+    /// Nodes with an NRT, in no particular order (a re-LIST deletes those it misses).
+    pub fn nrt_nodes(&self) -> impl Iterator<Item = &str> + '_ {
+        self.cache.nrt_nodes()
+    }
+
     /// The NRT of `node` was deleted.
     pub fn delete_nrt(&mut self, node: &str) {
         if self.cache.topology(node).is_some() {

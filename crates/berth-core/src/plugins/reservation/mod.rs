@@ -581,7 +581,7 @@ impl Plugin for Reservation {
         node: NodeIdx,
     ) -> Status {
         if let Some(name) = reservation_name(pod) {
-            return match lifecycle::place(cx, name, node) {
+            return match lifecycle::place(cx, name, node, state.now) {
                 Ok(()) => Status::success(),
                 Err(e) => Status::error(e),
             };
