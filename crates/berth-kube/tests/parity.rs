@@ -17,11 +17,21 @@ use berth_core::object::{Kind, ObjectKey};
 use berth_kube::{RunOptions, Settings};
 use berth_testcluster::TestCluster;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
-use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, PostParams};
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, PostParams,
+};
 use kube::Client;
 use serde_json::{json, Value};
 
-const SETS: &[&str] = &["basic", "reservation", "numa", "acceptance", "priority", "preemption", "node-reservation"];
+const SETS: &[&str] = &[
+    "basic",
+    "reservation",
+    "numa",
+    "acceptance",
+    "priority",
+    "preemption",
+    "node-reservation",
+];
 
 fn scenarios_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/scenarios")
@@ -50,7 +60,9 @@ fn read_case(path: &Path) -> Result<Case, String> {
     let mut initial = Vec::new();
     let mut steps = Vec::new();
     for doc in serde_yaml_ng::Deserializer::from_str(&text) {
-        let yaml: serde_yaml_ng::Value = serde::Deserialize::deserialize(doc).map_err(|e| e.to_string())?;
+        let mut yaml: serde_yaml_ng::Value =
+            serde::Deserialize::deserialize(doc).map_err(|e| e.to_string())?;
+        yaml.apply_merge().map_err(|e| e.to_string())?;
         let v: Value = serde_json::to_value(yaml).map_err(|e| e.to_string())?;
         if v.is_null() {
             continue;
@@ -84,6 +96,9 @@ fn read_case(path: &Path) -> Result<Case, String> {
             return Err("carries events".into());
         }
     }
+    // The simulator resolves priorityClassName against every PriorityClass of the input, as
+    // admission resolves it against those already created: create them first.
+    initial.sort_by_key(|o| o["kind"] != "PriorityClass");
     Ok(Case {
         path: path.to_path_buf(),
         config,
@@ -99,15 +114,26 @@ fn resource(obj: &Value) -> (ApiResource, bool) {
         Some((g, v)) => (g, v),
         None => ("", api_version),
     };
-    let namespaced = matches!(kind, "Pod" | "PersistentVolumeClaim" | "PodDisruptionBudget");
-    (ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, kind)), namespaced)
+    let namespaced = matches!(
+        kind,
+        "Pod" | "PersistentVolumeClaim" | "PodDisruptionBudget"
+    );
+    (
+        ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, kind)),
+        namespaced,
+    )
 }
 
 fn core_key(obj: &Value) -> ObjectKey {
-    let kind = berth_sim::input::kind_from_name(obj["kind"].as_str().unwrap_or("")).expect("known kind");
+    let kind =
+        berth_sim::input::kind_from_name(obj["kind"].as_str().unwrap_or("")).expect("known kind");
     let name = obj["metadata"]["name"].as_str().unwrap_or("");
     if kind.namespaced() {
-        ObjectKey::new(kind, obj["metadata"]["namespace"].as_str().unwrap_or("default"), name)
+        ObjectKey::new(
+            kind,
+            obj["metadata"]["namespace"].as_str().unwrap_or("default"),
+            name,
+        )
     } else {
         ObjectKey::cluster(kind, name)
     }
@@ -124,7 +150,10 @@ async fn ensure_namespace(client: &Client, ns: &str) {
 async fn apply(client: &Client, obj: &Value) -> String {
     let (ar, namespaced) = resource(obj);
     let mut obj = obj.clone();
-    let ns = obj["metadata"]["namespace"].as_str().unwrap_or("default").to_string();
+    let ns = obj["metadata"]["namespace"]
+        .as_str()
+        .unwrap_or("default")
+        .to_string();
     let api: Api<DynamicObject> = if namespaced {
         ensure_namespace(client, &ns).await;
         obj["metadata"]["namespace"] = json!(ns);
@@ -132,6 +161,7 @@ async fn apply(client: &Client, obj: &Value) -> String {
     } else {
         Api::all_with(client.clone(), &ar)
     };
+    complete(&mut obj);
     let name = obj["metadata"]["name"].as_str().unwrap_or("").to_string();
     let status = obj.get("status").cloned();
     let dynamic: DynamicObject = serde_json::from_value(obj.clone()).expect("object");
@@ -162,6 +192,68 @@ async fn apply(client: &Client, obj: &Value) -> String {
     uid
 }
 
+/// Plays the kubelet's part in a graceful deletion: a pod marked for deletion (a preemption
+/// victim) is removed, as the simulator removes it.
+async fn finish_deletions(client: Client) {
+    use futures::StreamExt;
+    use kube::runtime::watcher;
+    let api: Api<Pod> = Api::all(client);
+    let mut stream = watcher::watcher(api.clone(), watcher::Config::default()).boxed();
+    while let Some(ev) = stream.next().await {
+        if let Ok(watcher::Event::Apply(p) | watcher::Event::InitApply(p)) = ev {
+            if p.metadata.deletion_timestamp.is_some() {
+                let ns = p.metadata.namespace.clone().unwrap_or_default();
+                let api: Api<Pod> = Api::namespaced(api.clone().into_client(), &ns);
+                let _ = api
+                    .delete(
+                        &p.metadata.name.unwrap_or_default(),
+                        &DeleteParams::default().grace_period(0),
+                    )
+                    .await;
+            }
+        }
+    }
+}
+
+/// Fills in what the API server requires and scenario files may leave out (the simulator
+/// schedules without them): container images and names.
+fn complete(obj: &mut Value) {
+    if obj["kind"] == "Node" {
+        // The label every kubelet sets when it registers its node (the simulator sets it too).
+        let name = obj["metadata"]["name"].clone();
+        let labels = &mut obj["metadata"]["labels"];
+        if labels.get("kubernetes.io/hostname").is_none() {
+            labels["kubernetes.io/hostname"] = name;
+        }
+        return;
+    }
+    let spec = match obj["kind"].as_str() {
+        Some("Pod") => obj.get_mut("spec"),
+        Some("Reservation") => obj
+            .get_mut("spec")
+            .and_then(|s| s.get_mut("template"))
+            .and_then(|t| t.get_mut("spec")),
+        _ => None,
+    };
+    let Some(spec) = spec else { return };
+    for list in ["containers", "initContainers"] {
+        for (i, c) in spec
+            .get_mut(list)
+            .and_then(Value::as_array_mut)
+            .into_iter()
+            .flatten()
+            .enumerate()
+        {
+            if c.get("image").is_none() {
+                c["image"] = json!("registry.k8s.io/pause:3.10");
+            }
+            if c.get("name").is_none() {
+                c["name"] = json!(format!("c{i}"));
+            }
+        }
+    }
+}
+
 async fn delete(client: &Client, d: &Value) {
     let kind = d["kind"].as_str().unwrap_or("");
     let obj = json!({"apiVersion": api_version_of(kind), "kind": kind});
@@ -173,7 +265,10 @@ async fn delete(client: &Client, d: &Value) {
         Api::all_with(client.clone(), &ar)
     };
     let _ = api
-        .delete(d["name"].as_str().unwrap_or(""), &DeleteParams::default().grace_period(0))
+        .delete(
+            d["name"].as_str().unwrap_or(""),
+            &DeleteParams::default().grace_period(0),
+        )
         .await;
 }
 
@@ -192,7 +287,13 @@ fn api_version_of(kind: &str) -> &'static str {
 async fn clean(client: &Client) {
     let dp = DeleteParams::default().grace_period(0);
     let lp = ListParams::default();
-    for kind in ["Reservation", "NodeResourceTopology", "Node", "CSINode", "PriorityClass"] {
+    for kind in [
+        "Reservation",
+        "NodeResourceTopology",
+        "Node",
+        "CSINode",
+        "PriorityClass",
+    ] {
         let (ar, _) = resource(&json!({"apiVersion": api_version_of(kind), "kind": kind}));
         let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
         for o in api.list(&lp).await.map(|l| l.items).unwrap_or_default() {
@@ -217,8 +318,16 @@ async fn clean(client: &Client) {
     }
     // Deletions are immediate (grace 0, no finalizers); wait until the lists say so.
     for _ in 0..100 {
-        let pods = Api::<Pod>::all(client.clone()).list(&lp).await.map(|l| l.items.len()).unwrap_or(1);
-        let nodes = Api::<Node>::all(client.clone()).list(&lp).await.map(|l| l.items.len()).unwrap_or(1);
+        let pods = Api::<Pod>::all(client.clone())
+            .list(&lp)
+            .await
+            .map(|l| l.items.len())
+            .unwrap_or(1);
+        let nodes = Api::<Node>::all(client.clone())
+            .list(&lp)
+            .await
+            .map(|l| l.items.len())
+            .unwrap_or(1);
         if pods == 0 && nodes == 0 {
             return;
         }
@@ -239,7 +348,8 @@ fn summary(items: &[Value]) -> BTreeMap<String, Value> {
                 if ns.starts_with("kube-") {
                     continue;
                 }
-                let reservation = meta["annotations"]["scheduling.koordinator.sh/reservation-allocated"]
+                let reservation = meta["annotations"]
+                    ["scheduling.koordinator.sh/reservation-allocated"]
                     .as_str()
                     .and_then(|a| serde_json::from_str::<Value>(a).ok())
                     .map(|a| a["name"].clone());
@@ -265,7 +375,13 @@ fn summary(items: &[Value]) -> BTreeMap<String, Value> {
                     .as_array()
                     .into_iter()
                     .flatten()
-                    .map(|w| format!("{}/{}", w["namespace"].as_str().unwrap_or(""), w["name"].as_str().unwrap_or("")))
+                    .map(|w| {
+                        format!(
+                            "{}/{}",
+                            w["namespace"].as_str().unwrap_or(""),
+                            w["name"].as_str().unwrap_or("")
+                        )
+                    })
                     .collect();
                 owners.sort();
                 let conditions: Vec<Value> = s["conditions"]
@@ -296,7 +412,10 @@ async fn cluster_items(client: &Client) -> Vec<Value> {
         let (ar, _) = resource(&json!({"apiVersion": api_version_of(kind), "kind": kind}));
         let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
         for mut o in api.list(&lp).await.expect("list").items {
-            o.types = Some(kube::api::TypeMeta { api_version: api_version_of(kind).into(), kind: kind.into() });
+            o.types = Some(kube::api::TypeMeta {
+                api_version: api_version_of(kind).into(),
+                kind: kind.into(),
+            });
             items.push(serde_json::to_value(o).expect("json"));
         }
     }
@@ -311,8 +430,13 @@ fn simulate(case: &Case) -> Vec<Value> {
         seed: 0,
     };
     let out = berth_sim::run(&options, &mut std::io::empty());
-    let list: Value = serde_json::from_str(&out.stdout)
-        .unwrap_or_else(|e| panic!("{}: simulate output: {e}\n{}", case.path.display(), out.stderr));
+    let list: Value = serde_json::from_str(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{}: simulate output: {e}\n{}",
+            case.path.display(),
+            out.stderr
+        )
+    });
     list["items"].as_array().cloned().unwrap_or_default()
 }
 
@@ -351,18 +475,35 @@ async fn run_in_cluster(cluster: &TestCluster, case: &Case) -> Vec<Value> {
         Some(c) => Settings::load(&c.display().to_string()).expect("config"),
         None => Settings::builtin(),
     };
+    let kubelet = tokio::spawn(finish_deletions(client.clone()));
+    // A file whose objects carry a status describes what a restarted scheduler finds: the
+    // objects exist before berth starts. Otherwise berth watches while they are created, one
+    // by one in document order, as the simulator hands them to the core.
+    let restart = case
+        .initial
+        .iter()
+        .any(|o| o.get("status").is_some() && o["kind"] != "Node");
+    if restart {
+        for obj in &case.initial {
+            apply(&client, obj).await;
+        }
+    }
     let mut options = RunOptions::new(settings);
     options.track_objects = true;
     options.max_binds_in_flight = 64;
-    let mut handle = berth_kube::driver::start(client.clone(), options).await.expect("start");
+    let mut handle = berth_kube::driver::start(client.clone(), options)
+        .await
+        .expect("start");
     handle.hold(true);
     handle
         .wait_for(Duration::from_secs(60), |s| s.synced)
         .await
         .expect("synced");
-    for obj in &case.initial {
-        let uid = apply(&client, obj).await;
-        wait_seen(&handle, &core_key(obj), Some(&uid)).await;
+    if !restart {
+        for obj in &case.initial {
+            let uid = apply(&client, obj).await;
+            wait_seen(&handle, &core_key(obj), Some(&uid)).await;
+        }
     }
     handle.hold(false);
     settle(&mut handle).await;
@@ -374,7 +515,8 @@ async fn run_in_cluster(cluster: &TestCluster, case: &Case) -> Vec<Value> {
         }
         for d in deletes {
             delete(&client, d).await;
-            let kind = berth_sim::input::kind_from_name(d["kind"].as_str().unwrap_or("")).expect("kind");
+            let kind =
+                berth_sim::input::kind_from_name(d["kind"].as_str().unwrap_or("")).expect("kind");
             let name = d["name"].as_str().unwrap_or("");
             let key = if kind.namespaced() {
                 ObjectKey::new(kind, d["namespace"].as_str().unwrap_or("default"), name)
@@ -388,6 +530,7 @@ async fn run_in_cluster(cluster: &TestCluster, case: &Case) -> Vec<Value> {
     }
     let items = cluster_items(&client).await;
     handle.stop().await.expect("stop");
+    kubelet.abort();
     items
 }
 
@@ -401,7 +544,11 @@ fn scenarios_give_the_same_outcome_through_both_drivers() {
         .expect("runtime");
     let mut files: Vec<PathBuf> = SETS
         .iter()
-        .flat_map(|set| std::fs::read_dir(scenarios_dir().join(set)).into_iter().flatten())
+        .flat_map(|set| {
+            std::fs::read_dir(scenarios_dir().join(set))
+                .into_iter()
+                .flatten()
+        })
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
         .collect();
@@ -420,8 +567,14 @@ fn scenarios_give_the_same_outcome_through_both_drivers() {
         let sim_items = simulate(&case);
         // A pod the simulated kubelet rejected (TopologyAffinityError) left its node in the
         // simulation; with no kubelet in the test cluster it stays. Not comparable.
-        if sim_items.iter().any(|o| o["kind"] == "Pod" && o["status"]["phase"] == "Failed") {
-            skipped.push(format!("{} (simulated kubelet rejects a pod)", path.display()));
+        if sim_items
+            .iter()
+            .any(|o| o["kind"] == "Pod" && o["status"]["phase"] == "Failed")
+        {
+            skipped.push(format!(
+                "{} (simulated kubelet rejects a pod)",
+                path.display()
+            ));
             continue;
         }
         let want = summary(&sim_items);
@@ -429,7 +582,10 @@ fn scenarios_give_the_same_outcome_through_both_drivers() {
         ran.push(path.display().to_string());
         if want != got {
             let mut diff = String::new();
-            for k in want.keys().chain(got.keys().filter(|k| !want.contains_key(*k))) {
+            for k in want
+                .keys()
+                .chain(got.keys().filter(|k| !want.contains_key(*k)))
+            {
                 if want.get(k) != got.get(k) {
                     diff += &format!(
                         "  {k}:\n    simulate: {}\n    run:      {}\n",
@@ -441,11 +597,18 @@ fn scenarios_give_the_same_outcome_through_both_drivers() {
             mismatches.push(format!("{}:\n{diff}", path.display()));
         }
     }
-    eprintln!("parity: ran {} files, skipped {}:", ran.len(), skipped.len());
+    eprintln!(
+        "parity: ran {} files, skipped {}:",
+        ran.len(),
+        skipped.len()
+    );
     for s in &skipped {
         eprintln!("  skipped {s}");
     }
-    assert!(ran.len() >= 20, "too few scenario files ran through both drivers: {ran:?}");
+    assert!(
+        ran.len() >= 20,
+        "too few scenario files ran through both drivers: {ran:?}"
+    );
     assert!(
         mismatches.is_empty(),
         "{} of {} files differ between berth simulate and berth run:\n{}",

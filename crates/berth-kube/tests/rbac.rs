@@ -25,17 +25,22 @@ const SA: &str = "berth";
 
 /// The KubeSchedulerConfiguration inside deploy/'s ConfigMap.
 fn deployed_settings() -> Settings {
-    let text = std::fs::read_to_string(deploy_dir().join("config.yaml")).expect("deploy/config.yaml");
+    let text = std::fs::read_to_string(deploy_dir().join("30-config.yaml"))
+        .expect("deploy/30-config.yaml");
     for doc in serde_yaml_ng::Deserializer::from_str(&text) {
         let v: serde_yaml_ng::Value = serde::Deserialize::deserialize(doc).expect("yaml");
         let v: Value = serde_json::to_value(v).expect("json");
         if v["kind"] == "ConfigMap" {
             let data = v["data"].as_object().expect("data");
-            let (file, config) = data.iter().next().expect("a configuration in the ConfigMap");
-            return Settings::parse(file, config.as_str().expect("text")).expect("valid configuration");
+            let (file, config) = data
+                .iter()
+                .next()
+                .expect("a configuration in the ConfigMap");
+            return Settings::parse(file, config.as_str().expect("text"))
+                .expect("valid configuration");
         }
     }
-    panic!("no ConfigMap in deploy/config.yaml");
+    panic!("no ConfigMap in deploy/30-config.yaml");
 }
 
 fn kubectl(cluster: &TestCluster, kubeconfig: &Path, args: &[&str]) -> (bool, String) {
@@ -47,7 +52,11 @@ fn kubectl(cluster: &TestCluster, kubeconfig: &Path, args: &[&str]) -> (bool, St
         .expect("running kubectl");
     (
         out.status.success(),
-        format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
     )
 }
 
@@ -55,22 +64,34 @@ async fn create(client: &Client, obj: Value) {
     let kind = obj["kind"].as_str().unwrap_or("").to_string();
     let api_version = obj["apiVersion"].as_str().unwrap_or("v1").to_string();
     let (group, version) = api_version.split_once('/').unwrap_or(("", &api_version));
-    let ar = kube::api::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(group, version, &kind));
+    let ar =
+        kube::api::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(group, version, &kind));
     let api: Api<DynamicObject> = match obj["metadata"]["namespace"].as_str() {
         Some(ns) => Api::namespaced_with(client.clone(), ns, &ar),
         None => Api::all_with(client.clone(), &ar),
     };
     let o: DynamicObject = serde_json::from_value(obj).expect("object");
-    api.create(&PostParams::default(), &o).await.unwrap_or_else(|e| panic!("creating {kind}: {e}"));
+    api.create(&PostParams::default(), &o)
+        .await
+        .unwrap_or_else(|e| panic!("creating {kind}: {e}"));
 }
 
 async fn http_get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
     let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
-    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").as_bytes()).await.expect("write");
+    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").as_bytes())
+        .await
+        .expect("write");
     let mut buf = String::new();
     s.read_to_string(&mut buf).await.expect("read");
-    let code = buf.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
-    let body = buf.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+    let code = buf
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = buf
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
     (code, body)
 }
 
@@ -99,10 +120,18 @@ fn pod(name: &str, cpu: &str, extra: Value) -> Value {
 fn berth_runs_with_only_the_rights_deploy_grants() {
     let cluster = TestCluster::start().unwrap_or_else(|e| panic!("{e}"));
     let admin = cluster.kubeconfig_path().to_path_buf();
-    let (ok, out) = kubectl(&cluster, &admin, &["apply", "-f", &deploy_dir().display().to_string()]);
+    let (ok, out) = kubectl(
+        &cluster,
+        &admin,
+        &["apply", "-f", &deploy_dir().display().to_string()],
+    );
     assert!(ok, "kubectl apply -f deploy/: {out}");
 
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
     rt.block_on(async {
         let admin_client = cluster.client();
         let token = cluster.service_account_token(NS, SA).await.expect("token");
@@ -166,7 +195,7 @@ fn berth_runs_with_only_the_rights_deploy_grants() {
         create(&admin_client, pod("foreign", "1", json!({"spec": {"schedulerName": "someone-else"}}))).await;
 
         let pods: Api<Pod> = Api::namespaced(admin_client.clone(), "apps");
-        let mut last = String::new();
+        let mut last;
         let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
         loop {
             let web = pods.get("web").await.expect("web");
