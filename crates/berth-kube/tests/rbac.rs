@@ -43,6 +43,22 @@ fn deployed_settings() -> Settings {
     panic!("no ConfigMap in deploy/30-config.yaml");
 }
 
+/// `kubectl auth can-i VERB RESOURCE` for every namespace, `resource/sub` as a subresource.
+fn can_i(cluster: &TestCluster, kubeconfig: &Path, verb: &str, resource: &str) -> (bool, String) {
+    let mut args = vec!["auth", "can-i", verb];
+    let sub;
+    match resource.split_once('/') {
+        Some((r, s)) => {
+            sub = format!("--subresource={s}");
+            args.push(r);
+            args.push(&sub);
+        }
+        None => args.push(resource),
+    }
+    args.push("--all-namespaces");
+    kubectl(cluster, kubeconfig, &args)
+}
+
 fn kubectl(cluster: &TestCluster, kubeconfig: &Path, args: &[&str]) -> (bool, String) {
     let out = Command::new(cluster.kubectl())
         .arg("--kubeconfig")
@@ -145,7 +161,7 @@ fn berth_runs_with_only_the_rights_deploy_grants() {
             ("delete", "noderesourcetopologies.topology.node.k8s.io"), ("update", "reservations.scheduling.koordinator.sh"),
             ("create", "persistentvolumes"),
         ] {
-            let (allowed, out) = kubectl(&cluster, &sa_kubeconfig, &["auth", "can-i", verb, resource, "--all-namespaces"]);
+            let (allowed, out) = can_i(&cluster, &sa_kubeconfig, verb, resource);
             assert!(!allowed, "berth's ServiceAccount may {verb} {resource}, which it never needs: {out}");
         }
         // Rights berth must have.
@@ -159,7 +175,7 @@ fn berth_runs_with_only_the_rights_deploy_grants() {
             ("watch", "noderesourcetopologies.topology.node.k8s.io"), ("create", "events.events.k8s.io"),
             ("patch", "events.events.k8s.io"),
         ] {
-            let (allowed, out) = kubectl(&cluster, &sa_kubeconfig, &["auth", "can-i", verb, resource, "--all-namespaces"]);
+            let (allowed, out) = can_i(&cluster, &sa_kubeconfig, verb, resource);
             assert!(allowed, "berth's ServiceAccount may not {verb} {resource}: {out}");
         }
 
