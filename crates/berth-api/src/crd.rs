@@ -88,7 +88,7 @@ mod tests {
 
     const SAMPLES: &str = concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../../../shared/reference/data/samples/"
+        "/../../testdata/upstream/samples/"
     );
 
     /// Reads a reference sample; a missing file fails the test, it never skips it.

@@ -461,7 +461,7 @@ mod tests {
 
     fn samples_dir() -> std::path::PathBuf {
         std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../../../shared/reference/data/samples")
+            .join("../../testdata/upstream/samples")
     }
 
     fn read_sample(name: &str) -> String {
