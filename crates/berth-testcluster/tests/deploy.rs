@@ -163,7 +163,7 @@ const EXPECTED: &[((&str, &str, &str, &str, &str), &[&str])] = &[
             "",
             "",
         ),
-        &["get", "update", "patch"],
+        &["update"],
     ),
     (
         ("topology.node.k8s.io", "noderesourcetopologies", "", "", ""),
@@ -173,7 +173,8 @@ const EXPECTED: &[((&str, &str, &str, &str, &str), &[&str])] = &[
         ("events.k8s.io", "events", "", "", ""),
         &["create", "patch"],
     ),
-    (("", "events", "", "", ""), &["create", "patch"]),
+    // Events are written through events.k8s.io only.
+    (("", "events", "", "", ""), &[]),
     (
         ("coordination.k8s.io", "leases", "", "berth-system", "berth"),
         &["get", "update", "create"],
