@@ -680,6 +680,14 @@ impl Scheduler {
         {
             return;
         }
+        // A bound incarnation replaced by a pending one without a deletion in between (a
+        // re-LIST after a broken watch) left its node.
+        if let Some(p) = prev
+            .as_ref()
+            .filter(|p| p.state != PodState::Pending && !p.info.terminal)
+        {
+            self.requeue(now, ClusterEvent::assigned_pod_deleted(p.node));
+        }
         if info.terminating || foreign {
             // Being deleted, or another scheduler's: nothing to schedule (a foreign pod still
             // counts on its node once that scheduler binds it).

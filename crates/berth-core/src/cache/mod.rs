@@ -41,6 +41,9 @@ pub struct PodEntry {
     pub info: Arc<PodInfo>,
     /// Its node, when on one that exists.
     pub node: Option<NodeIdx>,
+    /// The name of the node it is bound or assumed on (kept while that node is deleted:
+    /// the pod re-attaches if the name comes back).
+    pub on: Option<Arc<str>>,
     /// Its state.
     pub state: PodState,
 }
@@ -210,40 +213,59 @@ impl Cluster {
         let key = info.key.clone();
         let old = self.remove_pod(&key);
         let holds = !info.terminal;
-        let (node, state) = match info.node_name.clone() {
+        let (node, on, state) = match info.node_name.clone() {
             Some(name) if holds => {
-                let idx = self.node_idx(&name);
-                match idx.and_then(|i| self.nodes[i.index()].as_mut()) {
-                    Some(n) => {
-                        self.affinity_totals.add(&info, 1);
-                        n.add_pod(info.clone())
-                    }
-                    None => self.orphans.entry(name).or_default().push(key.clone()),
-                }
+                let idx = self.place(&key, &info, &name);
                 self.count_pvcs(&info, 1);
-                (idx, PodState::Bound)
+                (idx, Some(name), PodState::Bound)
             }
-            Some(_) => (None, PodState::Bound),
+            Some(name) => (None, Some(name), PodState::Bound),
             None => match &old {
                 // An update to a pod we assumed but whose bind has not come back yet keeps it
-                // assumed on its node (the same incarnation only).
+                // assumed on its node (the same incarnation only), or waiting for a node of
+                // that name if it was deleted meanwhile (the bind may still land).
                 Some(PodEntry {
-                    node: Some(idx),
+                    on: Some(name),
                     state: PodState::Assumed,
                     info: before,
+                    ..
                 }) if holds && before.uid == info.uid => {
-                    if let Some(n) = self.nodes[idx.index()].as_mut() {
-                        self.affinity_totals.add(&info, 1);
-                        n.add_pod(info.clone());
-                    }
+                    let name = name.clone();
+                    let idx = self.place(&key, &info, &name);
                     self.count_pvcs(&info, 1);
-                    (Some(*idx), PodState::Assumed)
+                    (idx, Some(name), PodState::Assumed)
                 }
-                _ => (None, PodState::Pending),
+                _ => (None, None, PodState::Pending),
             },
         };
-        self.pods.insert(key, PodEntry { info, node, state });
+        self.pods.insert(
+            key,
+            PodEntry {
+                info,
+                node,
+                on,
+                state,
+            },
+        );
         old
+    }
+
+    /// Puts `info` on the node named `name`, or among the pods waiting for it when no such
+    /// node exists. Returns the node.
+    fn place(&mut self, key: &ObjectKey, info: &Arc<PodInfo>, name: &Arc<str>) -> Option<NodeIdx> {
+        let idx = self.node_idx(name);
+        match idx.and_then(|i| self.nodes[i.index()].as_mut()) {
+            Some(n) => {
+                self.affinity_totals.add(info, 1);
+                n.add_pod(info.clone())
+            }
+            None => self
+                .orphans
+                .entry(name.clone())
+                .or_default()
+                .push(key.clone()),
+        }
+        idx
     }
 
     /// Forgets a pod entirely (deleted).
@@ -256,16 +278,15 @@ impl Cluster {
                         self.affinity_totals.add(&p, -1);
                     }
                 }
-                None => self.unorphan(key, entry.info.node_name.as_deref()),
+                None => self.unorphan(key, entry.on.as_deref()),
             }
             self.count_pvcs(&entry.info, -1);
         }
         Some(entry)
     }
 
-    /// Drops `key` from the pods waiting for their node to (re)appear. An assumed pod has no
-    /// `spec.nodeName` to look under, so without `node` every list is searched (rare: a node
-    /// deleted while a bind to it was in flight).
+    /// Drops `key` from the pods waiting for their node to (re)appear (every list is
+    /// searched when `node` is not known).
     fn unorphan(&mut self, key: &ObjectKey, node: Option<&str>) {
         match node {
             Some(name) => {
@@ -293,11 +314,10 @@ impl Cluster {
         let Some(n) = self.nodes.get_mut(node.index()).and_then(Option::as_mut) else {
             return false;
         };
-        {
-            self.affinity_totals.add(&entry.info, 1);
-            n.add_pod(entry.info.clone());
-        }
+        self.affinity_totals.add(&entry.info, 1);
+        n.add_pod(entry.info.clone());
         entry.node = Some(node);
+        entry.on = Some(n.name.clone());
         entry.state = PodState::Assumed;
         let info = entry.info.clone();
         self.count_pvcs(&info, 1);
@@ -323,10 +343,11 @@ impl Cluster {
         }
         entry.node = None;
         entry.state = PodState::Pending;
+        let on = entry.on.take();
         let info = entry.info.clone();
         if orphaned {
             // Its node was deleted meanwhile: it must not land there if the name comes back.
-            self.unorphan(key, None);
+            self.unorphan(key, on.as_deref());
         }
         self.count_pvcs(&info, -1);
     }

@@ -241,7 +241,14 @@ pub fn apply(cx: &mut Cluster, obj: Arc<Reservation>, now: Time) {
         };
         if same_user_fields(&old.obj, &obj) {
             // Our own status write coming back, or a bookkeeping change: the scheduler is
-            // the only writer of the status, so there is nothing to learn.
+            // the only writer of the status, so there is nothing to learn but the version,
+            // which a deletion decided on this reservation names as its precondition.
+            if old.obj.metadata.resource_version != obj.metadata.resource_version {
+                if let Some(m) = cx.reservations.get_mut(idx) {
+                    Arc::make_mut(&mut m.obj).metadata.resource_version =
+                        obj.metadata.resource_version.clone();
+                }
+            }
             return;
         }
         if old.obj.metadata.uid != obj.metadata.uid {
@@ -361,7 +368,10 @@ fn update(cx: &mut Cluster, idx: RIdx, obj: Arc<Reservation>, now: Time) {
     fresh.last_status = old.last_status.clone();
     fresh.final_status = old.final_status.clone();
     fresh.terminal_since = old.terminal_since;
-    fresh.gc_requested = old.gc_requested;
+    // The object changed: a delete asked for before named the old resourceVersion and may
+    // have been refused, so collection is planned again (a second delete of an object
+    // already gone is harmless).
+    fresh.gc_requested = false;
     if placed {
         detach(cx, idx);
         cx.reservations.unindex_owner(idx);

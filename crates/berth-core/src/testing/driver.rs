@@ -125,8 +125,8 @@ pub struct FakeDriver {
     answers: VecDeque<Event>,
     watch: VecDeque<Event>,
     /// Binds the scheduler has in flight as far as the driver can tell: asked for, and
-    /// neither answered with a failure nor shown bound by the watch. Pod → UID.
-    outstanding: BTreeMap<ObjectKey, String>,
+    /// neither answered with a failure nor shown bound by the watch (pod, UID).
+    outstanding: BTreeSet<(ObjectKey, String)>,
     /// Pods (key, UID) the scheduler was shown bound.
     shown_bound: BTreeSet<(ObjectKey, String)>,
     events: Vec<Record>,
@@ -152,7 +152,7 @@ impl FakeDriver {
             binds: VecDeque::new(),
             answers: VecDeque::new(),
             watch: VecDeque::new(),
-            outstanding: BTreeMap::new(),
+            outstanding: BTreeSet::new(),
             shown_bound: BTreeSet::new(),
             events: Vec::new(),
             violations: Vec::new(),
@@ -471,21 +471,17 @@ impl FakeDriver {
                 let key = Object::Pod(p.clone()).key();
                 let uid = p.metadata.uid.clone().unwrap_or_default();
                 if p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some() {
-                    if self.outstanding.get(&key) == Some(&uid) {
-                        self.outstanding.remove(&key);
-                    }
+                    self.outstanding.remove(&(key.clone(), uid.clone()));
                     self.shown_bound.insert((key, uid));
                 }
             }
             Event::Deleted(key) if key.kind == Kind::Pod => {
                 self.stats.watch_events += 1;
-                self.outstanding.remove(key);
+                self.outstanding.retain(|(k, _)| k != key);
                 self.shown_bound.retain(|(k, _)| k != key);
             }
             Event::BindFailed { pod, uid, .. } => {
-                if self.outstanding.get(pod) == Some(uid) {
-                    self.outstanding.remove(pod);
-                }
+                self.outstanding.remove(&(pod.clone(), uid.clone()));
             }
             _ => self.stats.watch_events += 1,
         }
@@ -510,17 +506,18 @@ impl FakeDriver {
                 annotations,
             } => {
                 self.stats.binds += 1;
-                if self.outstanding.contains_key(&pod) {
+                let id = (pod.clone(), uid.clone());
+                if self.outstanding.contains(&id) {
                     self.violations.push(format!(
                         "bind of {pod} to {node} while another bind of it is in flight"
                     ));
                 }
-                if self.shown_bound.contains(&(pod.clone(), uid.clone())) {
+                if self.shown_bound.contains(&id) {
                     self.violations.push(format!(
                         "bind of {pod} to {node}, which the scheduler was shown bound"
                     ));
                 }
-                self.outstanding.insert(pod.clone(), uid.clone());
+                self.outstanding.insert(id);
                 self.binds.push_back(PendingBind {
                     pod,
                     uid,
@@ -757,8 +754,10 @@ impl FakeDriver {
     /// A scheduler built from a LIST of every kind, as a restarted one starts: it waits for
     /// every kind ([`Config::wait_for_sync`]), the watchers of the kinds list concurrently
     /// (their objects interleave, each kind in shuffled order) and the scheduler is asked to
-    /// run between events, which must do nothing until every LIST is in. Its effects are
-    /// dropped; those made before the sync are checked ([`FakeDriver::violations`]).
+    /// run between events, which must do nothing until every LIST is in. It is returned as
+    /// the sync leaves it, before any scheduling cycle: the state the objects make. Its
+    /// effects are dropped; those made before the sync are checked
+    /// ([`FakeDriver::violations`]).
     pub fn rebuilt(&mut self) -> Scheduler {
         let (s, effects) = self.rebuilt_with_effects();
         for (e, synced) in effects {
@@ -798,11 +797,14 @@ impl FakeDriver {
                 continue;
             };
             s.handle(self.now, e);
-            if s.poll_timeout().is_some_and(|t| t <= self.now) {
-                s.handle_timeout(self.now);
-            }
-            s.run_until_idle(self.now);
             let synced = s.synced();
+            if !synced {
+                // The adapter's loop keeps turning during the LIST: nothing may come of it.
+                if s.poll_timeout().is_some_and(|t| t <= self.now) {
+                    s.handle_timeout(self.now);
+                }
+                s.run_until_idle(self.now);
+            }
             while let Some(e) = s.poll_effect() {
                 effects.push((e, synced));
             }
