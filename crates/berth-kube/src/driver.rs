@@ -25,7 +25,9 @@ use crate::effects::{Completion, Executor, Outcome};
 use crate::error::Error;
 use crate::http::{self, Health};
 use crate::kinds::Served;
+use crate::leader::{Elector, Role};
 use crate::metrics::Metrics;
+use crate::mirror::Mirror;
 use crate::settings::Settings;
 use crate::watch::{self as watching, Input};
 
@@ -101,6 +103,8 @@ pub struct Snapshot {
     pub idle: bool,
     /// The address `/metrics` is served on.
     pub metrics_addr: Option<SocketAddr>,
+    /// This replica leads (always, without leader election).
+    pub leader: bool,
 }
 
 /// A running `berth run`.
@@ -186,6 +190,7 @@ pub async fn run(options: RunOptions, shutdown: impl Future<Output = ()>) -> Res
 pub async fn start(client: Client, options: RunOptions) -> Result<Handle, Error> {
     let metrics = Arc::new(Metrics::new());
     let ready = Arc::new(AtomicBool::new(false));
+    let healthy = Arc::new(AtomicBool::new(true));
     let (stop_tx, stop_rx) = oneshot::channel();
     let (hold_tx, hold_rx) = watch::channel(false);
     let (snap_tx, snap_rx) = watch::channel(Snapshot::default());
@@ -202,6 +207,7 @@ pub async fn start(client: Client, options: RunOptions) -> Result<Handle, Error>
             let health = Health {
                 metrics: metrics.clone(),
                 ready: ready.clone(),
+                healthy: healthy.clone(),
             };
             let (bound, _task) = http::serve(addr, health, async {
                 let _ = http_stop_rx.await;
@@ -213,6 +219,22 @@ pub async fn start(client: Client, options: RunOptions) -> Result<Handle, Error>
         None => None,
     };
 
+    // Without leader election this replica leads from the start; with it, it watches as a
+    // standby until the elector says otherwise.
+    let (role_tx, role_rx) = watch::channel(Role::Standby);
+    let (elector_stop_tx, elector_stop_rx) = oneshot::channel();
+    let elector = if options.settings.leader_election.leader_elect {
+        let elector = Elector::new(
+            client.clone(),
+            options.settings.leader_election.clone(),
+            options.identity.clone(),
+        );
+        Some(tokio::spawn(elector.run(role_tx, elector_stop_rx)))
+    } else {
+        role_tx.send_replace(Role::Leader);
+        drop(elector_stop_rx);
+        None
+    };
     let profiles = options.settings.profiles;
     let profile_label = match profiles.as_slice() {
         [one] => one.scheduler_name.clone(),
@@ -222,7 +244,7 @@ pub async fn start(client: Client, options: RunOptions) -> Result<Handle, Error>
         profiles,
         Config {
             seed: options.seed,
-            wait_for_sync: kinds,
+            wait_for_sync: kinds.clone(),
         },
     );
     let reporter = Reporter {
@@ -238,6 +260,9 @@ pub async fn start(client: Client, options: RunOptions) -> Result<Handle, Error>
     );
     let seen: Option<Seen> = options.track_objects.then(Default::default);
     let driver = Driver {
+        role: role_rx,
+        mirror: Some(Mirror::new(kinds)),
+        healthy,
         seen: seen.clone(),
         scheduler,
         executor,
@@ -256,6 +281,11 @@ pub async fn start(client: Client, options: RunOptions) -> Result<Handle, Error>
     };
     let task = tokio::spawn(async move {
         let r = driver.run(stop_rx).await;
+        // Release the lease (if held) only once binds in flight are done.
+        let _ = elector_stop_tx.send(());
+        if let Some(e) = elector {
+            let _ = e.await;
+        }
         let _ = http_stop_tx.send(());
         r
     });
@@ -274,6 +304,12 @@ const BATCH: usize = 1024;
 const DRAIN: Duration = Duration::from_secs(30);
 
 struct Driver {
+    /// What the elector says.
+    role: watch::Receiver<Role>,
+    /// While standby: the warm caches, handed to the core on becoming the leader. `None`
+    /// once leading.
+    mirror: Option<Mirror>,
+    healthy: Arc<AtomicBool>,
     seen: Option<Seen>,
     scheduler: Scheduler,
     executor: Executor,
@@ -318,13 +354,27 @@ impl Driver {
                         }
                     }
                 }
-                _ = sleep_until(timer), if timer.is_some() => {
+                _ = sleep_until(timer), if timer.is_some() && self.mirror.is_none() => {
                     self.scheduler.handle_timeout(now());
                 }
                 changed = self.hold.changed() => {
                     if changed.is_err() {
                         // The handle is gone; nobody can release a hold any more.
                         let _ = self.hold.borrow_and_update();
+                    }
+                }
+                changed = self.role.changed() => {
+                    let role = *self.role.borrow_and_update();
+                    match (changed, role) {
+                        (Ok(()), Role::Leader) => self.lead(),
+                        (Ok(()), Role::Lost) => {
+                            // Stop at once: no new cycle, no new write.
+                            self.healthy.store(false, Ordering::Release);
+                            self.publish();
+                            return Err(Error::LeadershipLost);
+                        }
+                        // The elector ended (stopping): nothing changes.
+                        _ => {}
                     }
                 }
             }
@@ -335,23 +385,35 @@ impl Driver {
         Ok(())
     }
 
+    /// Became the leader: the core gets everything the standby watched, kind by kind as a
+    /// LIST would give it, then the live events.
+    fn lead(&mut self) {
+        let Some(mirror) = self.mirror.take() else {
+            return;
+        };
+        let now = now();
+        for event in mirror.replay() {
+            self.scheduler.handle(now, event);
+        }
+        tracing::info!("leading: scheduling");
+    }
+
     fn input(&mut self, input: Input) {
         match input {
+            Input::Event(event) if self.mirror.is_some() => {
+                self.events += 1;
+                self.track_seen(&event);
+                if let Some(mirror) = &mut self.mirror {
+                    mirror.apply(event);
+                }
+            }
+            Input::Unreadable(bad) if self.mirror.is_some() => {
+                tracing::debug!(%bad, "object not read (standby: the leader reports it)");
+            }
             Input::Event(event) => {
                 self.events += 1;
                 self.track_sli(&event);
-                if let Some(seen) = &self.seen {
-                    let mut map = seen.lock().unwrap_or_else(|p| p.into_inner());
-                    match &event {
-                        Event::Applied(o) => {
-                            map.insert(o.key(), Some(o.meta().uid.clone().unwrap_or_default()));
-                        }
-                        Event::Deleted(k) => {
-                            map.insert(k.clone(), None);
-                        }
-                        _ => {}
-                    }
-                }
+                self.track_seen(&event);
                 self.scheduler.handle(now(), event);
             }
             Input::Unreadable(bad) => {
@@ -366,6 +428,20 @@ impl Driver {
                 }));
             }
             Input::Done(c) => self.done(c),
+        }
+    }
+
+    fn track_seen(&self, event: &Event) {
+        let Some(seen) = &self.seen else { return };
+        let mut map = seen.lock().unwrap_or_else(|p| p.into_inner());
+        match event {
+            Event::Applied(o) => {
+                map.insert(o.key(), Some(o.meta().uid.clone().unwrap_or_default()));
+            }
+            Event::Deleted(k) => {
+                map.insert(k.clone(), None);
+            }
+            _ => {}
         }
     }
 
@@ -414,8 +490,21 @@ impl Driver {
         }
     }
 
+    fn synced(&self) -> bool {
+        match &self.mirror {
+            Some(m) => m.synced(),
+            None => self.scheduler.synced(),
+        }
+    }
+
     fn schedule(&mut self) {
-        let synced = self.scheduler.synced();
+        let synced = self.synced();
+        if self.mirror.is_some() {
+            if synced && !self.ready.swap(true, Ordering::AcqRel) {
+                tracing::info!("synced: every watched kind listed; standing by");
+            }
+            return;
+        }
         if synced && !self.ready.swap(true, Ordering::AcqRel) {
             tracing::info!("synced: every watched kind listed; scheduling");
         }
@@ -489,9 +578,10 @@ impl Driver {
     fn publish(&mut self) {
         let outstanding = self.executor.outstanding();
         let held = *self.hold.borrow();
-        let synced = self.scheduler.synced();
+        let synced = self.synced();
+        let leader = self.mirror.is_none();
         // Counting assumed pods walks every pod: only worth it when the rest says idle.
-        let maybe_idle = synced && !held && outstanding == 0 && self.rx.is_empty();
+        let maybe_idle = leader && synced && !held && outstanding == 0 && self.rx.is_empty();
         let assumed = if maybe_idle {
             self.scheduler
                 .cluster
@@ -512,6 +602,7 @@ impl Driver {
             assumed,
             idle: maybe_idle && assumed == 0,
             metrics_addr: self.metrics_addr,
+            leader,
         };
         self.snapshot.send_if_modified(|s| {
             if *s == snap {

@@ -31,6 +31,10 @@ pub enum Error {
     /// The API server could not be reached or refused what berth must do to start.
     #[error("talking to the API server: {0}")]
     Kube(#[from] kube::Error),
+    /// This replica led and could not renew its lease in time (or saw another holder): it
+    /// stopped scheduling at once; the process exits so that a restart rebuilds from LISTs.
+    #[error("leadership lost: the lease could not be renewed within the renew deadline")]
+    LeadershipLost,
     /// The metrics and health endpoint could not be served.
     #[error("serving {addr}: {source}")]
     Serve {

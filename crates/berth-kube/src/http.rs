@@ -25,13 +25,15 @@ pub struct Health {
     pub metrics: Arc<Metrics>,
     /// Set once the core has its first view of every watched kind.
     pub ready: Arc<AtomicBool>,
+    /// Cleared when this replica led and could not renew its lease.
+    pub healthy: Arc<AtomicBool>,
 }
 
 /// The router, for tests and for [`serve`].
 pub fn router(health: Health) -> Router {
     Router::new()
         .route("/metrics", get(metrics))
-        .route("/healthz", get(ok))
+        .route("/healthz", get(healthz))
         .route("/livez", get(ok))
         .route("/readyz", get(readyz))
         .with_state(health)
@@ -64,6 +66,17 @@ pub async fn serve(
 
 async fn ok() -> &'static str {
     "ok"
+}
+
+async fn healthz(State(h): State<Health>) -> impl IntoResponse {
+    if h.healthy.load(Ordering::Acquire) {
+        (StatusCode::OK, "ok")
+    } else {
+        (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "leader election: the lease could not be renewed",
+        )
+    }
 }
 
 async fn readyz(State(h): State<Health>) -> impl IntoResponse {

@@ -488,6 +488,8 @@ async fn run_in_cluster(cluster: &TestCluster, case: &Case) -> Vec<Value> {
             apply(&client, obj).await;
         }
     }
+    let mut settings = settings;
+    settings.leader_election.leader_elect = false;
     let mut options = RunOptions::new(settings);
     options.track_objects = true;
     options.max_binds_in_flight = 64;

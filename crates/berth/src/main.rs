@@ -150,11 +150,6 @@ fn run(args: RunArgs) -> anyhow::Result<i32> {
             }
         }
     };
-    if settings.leader_election.leader_elect {
-        tracing::warn!(
-            "leaderElection.leaderElect is set but berth does not elect a leader yet: run a single replica"
-        );
-    }
     let mut options = berth_kube::RunOptions::new(settings);
     options.kubeconfig = args.kubeconfig;
     options.metrics_addr = metrics_addr;
@@ -163,8 +158,15 @@ fn run(args: RunArgs) -> anyhow::Result<i32> {
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    runtime.block_on(berth_kube::run(options, shutdown_signal()))?;
-    Ok(0)
+    match runtime.block_on(berth_kube::run(options, shutdown_signal())) {
+        Ok(()) => Ok(0),
+        // As kube-scheduler: exit, and let the restart rebuild from LISTs.
+        Err(e @ berth_kube::Error::LeadershipLost) => {
+            tracing::error!("{e}");
+            Ok(1)
+        }
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// SIGTERM (what the kubelet sends) or Ctrl-C.
