@@ -1175,6 +1175,28 @@ mod tests {
     }
 
     #[test]
+    fn a_pod_of_another_scheduler_is_left_alone() {
+        let text = format!(
+            "{NODES}apiVersion: v1\nkind: Pod\nmetadata: {{name: theirs}}\nspec: {{schedulerName: other, containers: [{{name: c}}]}}\n"
+        );
+        let sim = run(&text);
+        assert_eq!(node_of(&sim, "theirs"), None);
+        let p = sim
+            .store()
+            .pod(&ObjectKey::pod("default", "theirs"))
+            .expect("stored");
+        let conditions = p.status.as_ref().and_then(|s| s.conditions.as_ref());
+        assert!(
+            conditions.is_none_or(|c| c.is_empty()),
+            "berth writes no condition: {conditions:?}"
+        );
+        assert!(
+            sim.store().events().next().is_none(),
+            "and records no event"
+        );
+    }
+
+    #[test]
     fn a_bind_to_an_already_bound_pod_fails() {
         let mut sim = run(NODES);
         let text = "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: {nodeName: n1, containers: [{name: c}]}\n";
