@@ -56,7 +56,10 @@
 
 mod bins;
 mod certs;
+mod faults;
 mod process;
+
+pub use faults::{FaultProxy, FaultStats, Faults};
 
 use std::collections::HashSet;
 use std::future::Future;
@@ -256,6 +259,13 @@ pub struct TestCluster {
     kubeconfig: PathBuf,
     config: kube::Config,
     procs: Mutex<Vec<Proc>>,
+    /// kube-apiserver's flags, kept for [`TestCluster::start_apiserver`].
+    apiserver_args: Vec<String>,
+    /// The API server's port while [`TestCluster::stop_apiserver`] keeps it down: bound
+    /// but not listening, so connections are refused (as by a dead server) and no other
+    /// socket, e.g. an outgoing connection's ephemeral port, takes it before the restart.
+    held_port: Mutex<Option<tokio::net::TcpSocket>>,
+    start_timeout: Duration,
     started_in: Duration,
     /// Keep the directory (logs) when dropped: set when `start` fails.
     keep_dir: bool,
@@ -324,6 +334,9 @@ impl TestCluster {
             admin_token,
             ca_pem: pki.ca_pem,
             procs: Mutex::new(Vec::new()),
+            apiserver_args: Vec::new(),
+            held_port: Mutex::new(None),
+            start_timeout: options.start_timeout,
             started_in: Duration::ZERO,
             keep_dir: false,
         };
@@ -343,7 +356,8 @@ impl TestCluster {
             cluster.config.auth_info.token_file = Some(path_str(&token_file)?);
             write_kubeconfig(
                 &cluster.kubeconfig,
-                &cluster,
+                &cluster.server_url,
+                Some(&cluster.dir.join("ca.crt")),
                 ADMIN_USER,
                 &cluster.admin_token,
             )?;
@@ -425,6 +439,7 @@ impl TestCluster {
             format!("--cert-dir={}", d("certdir")?),
         ];
         api_args.extend(options.apiserver_args.iter().cloned());
+        self.apiserver_args = api_args.clone();
 
         let deadline = Instant::now() + options.start_timeout;
         let etcd = Proc::start(
@@ -589,7 +604,13 @@ impl TestCluster {
         static NEXT: AtomicU64 = AtomicU64::new(0);
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
         let path = self.dir.join(format!("kubeconfig-{n}"));
-        write_kubeconfig(&path, self, "token-user", token)?;
+        write_kubeconfig(
+            &path,
+            &self.server_url,
+            Some(&self.dir.join("ca.crt")),
+            "token-user",
+            token,
+        )?;
         Ok(path)
     }
 
@@ -774,6 +795,128 @@ impl TestCluster {
         Ok(answer.status.map(|s| s.token).unwrap_or_default())
     }
 
+    /// Kills kube-apiserver (SIGKILL: a crash, not a graceful shutdown; open watches and
+    /// requests in flight are cut). etcd keeps running with every object. The port stays
+    /// reserved for [`Self::start_apiserver`]: meanwhile connections to it are refused.
+    /// Nothing happens if the API server is already down.
+    pub fn stop_apiserver(&self) {
+        let mut procs = self.procs_mut();
+        let mut kept = Vec::with_capacity(procs.len());
+        for mut p in procs.drain(..) {
+            if p.name == APISERVER {
+                p.kill();
+            } else {
+                kept.push(p);
+            }
+        }
+        *procs = kept;
+        // Under the processes' lock, so a concurrent start cannot launch in between.
+        let mut held = self.held_port_mut();
+        if held.is_none() {
+            *held = hold_port(self.ports[2]);
+        }
+    }
+
+    /// `true` while a kube-apiserver process of this cluster runs (ready or not).
+    pub fn apiserver_running(&self) -> bool {
+        self.procs_mut()
+            .iter_mut()
+            .any(|p| p.name == APISERVER && p.exited().is_none())
+    }
+
+    /// Starts kube-apiserver again after [`Self::stop_apiserver`], on the same port with
+    /// the same flags, certificates and etcd, and blocks until `/readyz` answers (up to the
+    /// start timeout of [`Options`]). A no-op wait if it is running. Clients made before
+    /// keep working: they reconnect on their next request.
+    ///
+    /// Blocking: inside a runtime whose other tasks must go on meanwhile (a scheduler under
+    /// test), use [`Self::start_apiserver_async`].
+    pub fn start_apiserver(&self) -> Result<(), Error> {
+        block_on(self.start_apiserver_async())?
+    }
+
+    /// [`Self::start_apiserver`] without blocking the caller's runtime.
+    pub async fn start_apiserver_async(&self) -> Result<(), Error> {
+        let deadline = Instant::now() + self.start_timeout;
+        let client =
+            Client::try_from(self.config.clone()).map_err(kube_err("building the admin client"))?;
+        loop {
+            let log_from = self.spawn_apiserver()?;
+            match self.wait_ready(&client, deadline).await {
+                Ok(()) => return Ok(()),
+                // Something took the port in the instant between releasing it and the new
+                // process binding it (an outgoing connection's ephemeral port): try again.
+                Err(Error::Exited { name, .. })
+                    if name == APISERVER
+                        && Instant::now() < deadline
+                        && log_from.is_some_and(|from| {
+                            self.apiserver_log_since(from)
+                                .contains("address already in use")
+                        }) =>
+                {
+                    self.stop_apiserver();
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// [`Self::stop_apiserver`] then [`Self::start_apiserver`]: the API server restarted
+    /// on the same etcd, as after a crash or an upgrade.
+    pub fn restart_apiserver(&self) -> Result<(), Error> {
+        self.stop_apiserver();
+        self.start_apiserver()
+    }
+
+    /// [`Self::restart_apiserver`] without blocking the caller's runtime.
+    pub async fn restart_apiserver_async(&self) -> Result<(), Error> {
+        self.stop_apiserver();
+        self.start_apiserver_async().await
+    }
+
+    /// Launches kube-apiserver unless one runs; returns the length of its log before the
+    /// launch (to read only the new process's lines), `None` if it was running.
+    fn spawn_apiserver(&self) -> Result<Option<u64>, Error> {
+        let mut procs = self.procs_mut();
+        // A process that died (e.g. on a port clash) is reaped and replaced.
+        procs.retain_mut(|p| p.name != APISERVER || p.exited().is_none());
+        if procs.iter().any(|p| p.name == APISERVER) {
+            return Ok(None);
+        }
+        let log = self.dir.join("kube-apiserver.log");
+        let log_from = std::fs::metadata(&log).map(|m| m.len()).unwrap_or(0);
+        // Released only now, as late as possible before the new process binds the port.
+        drop(self.held_port_mut().take());
+        let apiserver = Proc::start(
+            APISERVER,
+            &self.bin_dir.join("kube-apiserver"),
+            &self.apiserver_args,
+            &log,
+        )
+        .map_err(io_err("restarting kube-apiserver"))?;
+        procs.push(apiserver);
+        Ok(Some(log_from))
+    }
+
+    /// What kube-apiserver logged after byte `from`.
+    fn apiserver_log_since(&self, from: u64) -> String {
+        use std::io::{Read, Seek, SeekFrom};
+        let mut text = String::new();
+        if let Ok(mut f) = std::fs::File::open(self.dir.join("kube-apiserver.log")) {
+            if f.seek(SeekFrom::Start(from)).is_ok() {
+                let mut bytes = Vec::new();
+                let _ = f.read_to_end(&mut bytes);
+                text = String::from_utf8_lossy(&bytes).into_owned();
+            }
+        }
+        text
+    }
+
+    fn held_port_mut(&self) -> std::sync::MutexGuard<'_, Option<tokio::net::TcpSocket>> {
+        self.held_port.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// Kills both processes, releases the ports and removes the directory, or, with
     /// `keep_logs`, only the etcd data (the logs stay for a failure to be read).
     fn stop(&self, keep_logs: bool) {
@@ -792,6 +935,7 @@ impl TestCluster {
         for p in procs.iter_mut().rev() {
             p.kill();
         }
+        drop(self.held_port_mut().take());
         let mut ports = PORTS_IN_USE.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(set) = ports.as_mut() {
             for port in self.ports {
@@ -872,6 +1016,18 @@ fn reserve_ports() -> Result<[u16; 3], Error> {
     Ok([ports[0], ports[1], ports[2]])
 }
 
+/// A socket bound to `127.0.0.1:port` without listening (see `TestCluster::held_port`);
+/// `None` if the port cannot be bound, in which case it is simply not held.
+/// `SO_REUSEADDR`: the dead server's connections linger in `TIME_WAIT` on that port.
+fn hold_port(port: u16) -> Option<tokio::net::TcpSocket> {
+    let socket = tokio::net::TcpSocket::new_v4().ok()?;
+    socket.set_reuseaddr(true).ok()?;
+    socket
+        .bind(std::net::SocketAddr::from(([127, 0, 0, 1], port)))
+        .ok()?;
+    Some(socket)
+}
+
 /// Where cluster directories go: `/dev/shm` when there is one (etcd on tmpfs is faster
 /// and never touches the disk), else the system temp directory.
 fn run_base() -> PathBuf {
@@ -946,20 +1102,23 @@ fn write_private(path: &Path, text: &str) -> Result<(), Error> {
         .map_err(io_err(format!("writing {}", path.display())))
 }
 
-/// A kubeconfig (JSON, which every kubeconfig reader accepts) with the CA file and a token.
+/// A kubeconfig (JSON, which every kubeconfig reader accepts) with a server, the CA file
+/// (none for a plain-HTTP server such as [`FaultProxy`]) and a token.
 fn write_kubeconfig(
     path: &Path,
-    cluster: &TestCluster,
+    server: &str,
+    ca_file: Option<&Path>,
     user: &str,
     token: &str,
 ) -> Result<(), Error> {
+    let mut cluster = json!({ "server": server });
+    if let Some(ca) = ca_file {
+        cluster["certificate-authority"] = path_str(ca)?.into();
+    }
     let doc = json!({
         "apiVersion": "v1",
         "kind": "Config",
-        "clusters": [{"name": "berth-test", "cluster": {
-            "server": cluster.server_url,
-            "certificate-authority": path_str(&cluster.dir.join("ca.crt"))?,
-        }}],
+        "clusters": [{"name": "berth-test", "cluster": cluster}],
         "users": [{"name": user, "user": {"token": token}}],
         "contexts": [{"name": "berth-test", "context": {
             "cluster": "berth-test", "user": user, "namespace": "default",
