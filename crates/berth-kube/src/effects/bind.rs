@@ -83,7 +83,7 @@ pub(super) async fn bind(
         Class::Conflict => {
             // A retried binding whose first attempt went through answers 409: the pod is
             // already on our node, which is success.
-            if let Ok(current) = api.get(&pod.name).await {
+            if let Ok(current) = retry(Backoff::default(), || api.get(&pod.name)).await {
                 let same_uid = current.metadata.uid.as_deref() == Some(uid.as_str());
                 let on = current.spec.as_ref().and_then(|s| s.node_name.as_deref());
                 if same_uid && on == Some(node.as_str()) {
