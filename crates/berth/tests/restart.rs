@@ -216,6 +216,10 @@ fn a_restart_mid_burst_keeps_every_reservation_and_overcommits_nothing() {
             let want_phase = if name.starts_with("once-") { "Succeeded" } else { "Available" };
             assert_eq!(phase, want_phase, "reservation {name}: {s}");
         }
-        drop(second);
+        // SIGTERM: no new cycles, binds in flight finished, a clean exit.
+        let mut second = second;
+        let status = tokio::task::block_in_place(|| second.terminate(Duration::from_secs(40)));
+        assert!(status.is_some_and(|s| s.success()), "exit after SIGTERM: {status:?}\n{}", second.log_tail());
+        assert!(second.log_tail().contains("stopping: no new cycles"), "{}", second.log_tail());
     });
 }

@@ -75,6 +75,22 @@ impl Berth {
         lines[lines.len().saturating_sub(30)..].join("\n")
     }
 
+    /// SIGTERM (what the kubelet sends), then waits for the exit status.
+    pub fn terminate(&mut self, within: Duration) -> Option<std::process::ExitStatus> {
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.child.id().to_string())
+            .status();
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        None
+    }
+
     /// SIGKILL.
     pub fn kill9(&mut self) {
         let _ = self.child.kill();
