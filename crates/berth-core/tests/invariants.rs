@@ -1,15 +1,14 @@
 //! Property tests of the scheduling core: under random sequences of nodes, pods and
-//! deletions, no node is overcommitted, host ports never collide, and the state equals one
+//! deletions, driven by [`FakeDriver`] (binds refused now and then, delivered in shuffled
+//! order), no node is overcommitted, host ports never collide, and the state equals one
 //! rebuilt from scratch from the same objects (what a restarted scheduler would see).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
 
-use berth_api::k8s_openapi::api::core::v1::{Node, Pod};
 use berth_core::cache::PodState;
 use berth_core::resources::ResourceId;
-use berth_core::testing::{node, pod};
-use berth_core::{Config, Effect, Event, Kind, Object, ObjectKey, Profile, Scheduler};
+use berth_core::testing::{node, pod, DriverConfig, FakeDriver, Profiles};
+use berth_core::{Config, Kind, Object, ObjectKey, Scheduler};
 use proptest::prelude::*;
 
 #[derive(Debug, Clone)]
@@ -43,72 +42,47 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
-/// The API server: current objects.
-#[derive(Default)]
-struct Api {
-    nodes: BTreeMap<String, Arc<Node>>,
-    pods: BTreeMap<String, Arc<Pod>>,
+struct World {
+    d: FakeDriver,
     seq: usize,
 }
 
-struct World {
-    api: Api,
-    s: Scheduler,
-    now: i64,
-}
-
 impl World {
+    /// A cluster whose binds land at once, in order.
     fn new() -> Self {
+        Self::with(DriverConfig::default())
+    }
+
+    /// A cluster that misbehaves as `cfg` says.
+    fn with(cfg: DriverConfig) -> Self {
+        let config = Config {
+            seed: 7,
+            ..Config::default()
+        };
         Self {
-            api: Api::default(),
-            s: Scheduler::new(
-                vec![Profile::default_profile()],
-                Config {
-                    seed: 7,
-                    ..Config::default()
-                },
-            ),
-            now: 0,
+            d: FakeDriver::new(Profiles::default_profile(), config, cfg, 0),
+            seq: 0,
         }
     }
 
-    fn settle(&mut self) {
-        for _ in 0..1000 {
-            self.s.run_until_idle(self.now);
-            let mut any = false;
-            while let Some(e) = self.s.poll_effect() {
-                if let Effect::Bind { pod: key, node, .. } = e {
-                    any = true;
-                    let name = key.name.to_string();
-                    let Some(p) = self.api.pods.get(&name) else {
-                        continue;
-                    };
-                    let mut p = (**p).clone();
-                    p.spec.get_or_insert_with(Default::default).node_name = Some(node);
-                    let p = Arc::new(p);
-                    self.api.pods.insert(name, p.clone());
-                    self.s.handle(self.now, Event::Applied(Object::Pod(p)));
-                }
-            }
-            if !any {
-                return;
-            }
-        }
-        panic!("scheduler did not settle");
+    fn names(&self, kind: Kind) -> Vec<String> {
+        self.d
+            .of_kind(kind)
+            .map(|o| o.key().name.to_string())
+            .collect()
     }
 
     fn apply(&mut self, op: &Op) {
         match op {
             Op::AddNode { cpu, mem_gi, pods } => {
-                let name = format!("n{}", self.api.seq);
-                self.api.seq += 1;
+                let name = format!("n{}", self.seq);
+                self.seq += 1;
                 let n = node(&name)
                     .alloc("cpu", &cpu.to_string())
                     .alloc("memory", &format!("{mem_gi}Gi"))
                     .alloc("pods", &pods.to_string())
                     .build();
-                self.api.nodes.insert(name, n.clone());
-                self.s.handle(self.now, Event::Applied(Object::Node(n)));
+                self.d.apply(Object::Node(n));
             }
             Op::AddPod {
                 cpu_m,
@@ -116,8 +90,8 @@ impl World {
                 port,
                 priority,
             } => {
-                let name = format!("p{}", self.api.seq);
-                self.api.seq += 1;
+                let name = format!("p{}", self.seq);
+                self.seq += 1;
                 let mut b = pod(&name)
                     .req("cpu", &format!("{cpu_m}m"))
                     .req("memory", &format!("{mem_mi}Mi"))
@@ -125,66 +99,37 @@ impl World {
                 if let Some(port) = port {
                     b = b.host_port(i32::from(*port), "TCP", "");
                 }
-                let p = b.build();
-                self.api.pods.insert(name, p.clone());
-                self.s.handle(self.now, Event::Applied(Object::Pod(p)));
+                self.d.apply(Object::Pod(b.build()));
             }
             Op::DeletePod(i) => {
-                if self.api.pods.is_empty() {
-                    return;
+                let names = self.names(Kind::Pod);
+                if let Some(name) = names.get(i % names.len().max(1)) {
+                    self.d.delete(&ObjectKey::pod("default", name));
                 }
-                let name = self
-                    .api
-                    .pods
-                    .keys()
-                    .nth(i % self.api.pods.len())
-                    .cloned()
-                    .unwrap_or_default();
-                self.api.pods.remove(&name);
-                self.s
-                    .handle(self.now, Event::Deleted(ObjectKey::pod("default", &name)));
             }
             Op::DeleteNode(i) => {
-                if self.api.nodes.is_empty() {
-                    return;
+                let names = self.names(Kind::Node);
+                if let Some(name) = names.get(i % names.len().max(1)) {
+                    self.d.delete(&ObjectKey::cluster(Kind::Node, name));
                 }
-                let name = self
-                    .api
-                    .nodes
-                    .keys()
-                    .nth(i % self.api.nodes.len())
-                    .cloned()
-                    .unwrap_or_default();
-                self.api.nodes.remove(&name);
-                self.s.handle(
-                    self.now,
-                    Event::Deleted(ObjectKey::cluster(Kind::Node, &name)),
-                );
             }
             Op::FinishPod(i) => {
-                let bound: Vec<String> = self
-                    .api
-                    .pods
-                    .iter()
-                    .filter(|(_, p)| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some())
-                    .map(|(k, _)| k.clone())
+                let bound: Vec<ObjectKey> = self
+                    .d
+                    .of_kind(Kind::Pod)
+                    .filter(|o| {
+                        matches!(o, Object::Pod(p)
+                            if p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some())
+                    })
+                    .map(Object::key)
                     .collect();
-                if bound.is_empty() {
-                    return;
+                if let Some(key) = bound.get(i % bound.len().max(1)) {
+                    self.d.set_phase(key, "Succeeded");
                 }
-                let name = &bound[i % bound.len()];
-                let mut p = (*self.api.pods[name]).clone();
-                p.status.get_or_insert_with(Default::default).phase = Some("Succeeded".into());
-                let p = Arc::new(p);
-                self.api.pods.insert(name.clone(), p.clone());
-                self.s.handle(self.now, Event::Applied(Object::Pod(p)));
             }
-            Op::Advance(secs) => {
-                self.now += i64::from(*secs) * 1000;
-                self.s.handle_timeout(self.now);
-            }
+            Op::Advance(secs) => self.d.advance(i64::from(*secs) * 1000),
         }
-        self.settle();
+        self.d.settle();
     }
 }
 
@@ -206,7 +151,10 @@ fn accounting(s: &Scheduler) -> BTreeMap<String, (Vec<i64>, BTreeSet<String>, Ve
 }
 
 fn check(w: &World) -> Result<(), TestCaseError> {
-    for n in w.s.cluster.nodes() {
+    let s = w.d.scheduler();
+    prop_assert!(w.d.violations().is_empty(), "{:?}", w.d.violations());
+    prop_assert!(s.binds_in_flight().next().is_none(), "binds left in flight");
+    for n in s.cluster.nodes() {
         // Oracle: recompute from the pods the cache says are on the node.
         let mut cpu = 0;
         let mut mem = 0;
@@ -252,8 +200,10 @@ fn check(w: &World) -> Result<(), TestCaseError> {
         }
     }
     // Every pod the API server shows bound is on that node in the cache, and vice versa.
-    for (name, p) in &w.api.pods {
-        let entry = w.s.cluster.pod(&ObjectKey::pod("default", name));
+    for o in w.d.of_kind(Kind::Pod) {
+        let Object::Pod(p) = o else { continue };
+        let name = p.metadata.name.as_deref().unwrap_or("");
+        let entry = s.cluster.pod(&ObjectKey::pod("default", name));
         prop_assert!(entry.is_some(), "cache lost pod {}", name);
         if let Some(node) = p.spec.as_ref().and_then(|s| s.node_name.as_ref()) {
             prop_assert_eq!(entry.map(|e| e.state), Some(PodState::Bound));
@@ -262,38 +212,37 @@ fn check(w: &World) -> Result<(), TestCaseError> {
                 .as_ref()
                 .and_then(|s| s.phase.as_deref())
                 .is_some_and(|ph| ph == "Succeeded");
-            if let Some(n) = w.s.cluster.node_by_name(node) {
+            if let Some(n) = s.cluster.node_by_name(node) {
                 let on = n.pods.iter().any(|q| &*q.key.name == name);
                 prop_assert_eq!(on, !terminal, "pod {} presence on {}", name, node);
             }
         }
     }
-    // Rebuild from the API server's objects: nodes first, then pods.
-    let mut fresh = Scheduler::new(
-        vec![Profile::default_profile()],
-        Config {
-            seed: 7,
-            ..Config::default()
-        },
-    );
-    for n in w.api.nodes.values() {
-        fresh.handle(w.now, Event::Applied(Object::Node(n.clone())));
-    }
-    for p in w.api.pods.values() {
-        if p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some() {
-            fresh.handle(w.now, Event::Applied(Object::Pod(p.clone())));
-        }
-    }
-    prop_assert_eq!(accounting(&w.s), accounting(&fresh));
+    // Rebuild from the API server's objects, listed in shuffled order.
+    let fresh = w.d.rebuilt();
+    prop_assert_eq!(accounting(s), accounting(&fresh));
     Ok(())
 }
 
-proptest! {
-    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+fn cases() -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1000)
+}
 
+proptest! {
+    #![proptest_config(ProptestConfig { cases: cases(), ..ProptestConfig::default() })]
+
+    /// Binds are refused now and then, and binds, answers and watch events arrive in
+    /// shuffled order; every operation is settled before the check.
     #[test]
-    fn no_overcommit_no_port_collision_and_rebuild_equals_live(ops in prop::collection::vec(op(), 1..40)) {
-        let mut w = World::new();
+    fn no_overcommit_no_port_collision_and_rebuild_equals_live(
+        seed in any::<u64>(),
+        refuse_pct in 0u32..40,
+        ops in prop::collection::vec(op(), 1..40),
+    ) {
+        let mut w = World::with(DriverConfig { seed, refuse_pct, lose_answer_pct: 0, shuffle: true });
         for op in &ops {
             w.apply(op);
             check(&w)?;
@@ -322,7 +271,8 @@ fn pending_pods_wait_and_do_not_count() {
         priority: 0,
     });
     let n =
-        w.s.cluster
+        w.d.scheduler()
+            .cluster
             .nodes()
             .next()
             .map(|n| (n.pods.len(), n.requested[ResourceId::CPU]));

@@ -1,5 +1,6 @@
 //! Property tests of reservations: under random sequences of nodes, reservations, owners,
-//! non-owners, deletions and time steps, after every step
+//! non-owners, deletions and time steps, driven by [`berth_core::testing::FakeDriver`] with
+//! bind refusals and shuffled delivery, after every (settled) step
 //! - no node is overcommitted: requests plus what reservations hold fit its allocatable;
 //! - no reservation's `allocated` exceeds its `allocatable`;
 //! - no non-owner consumes reserved capacity: recomputed from the API objects alone, every
@@ -15,8 +16,7 @@ use berth_api::annotations::{AnnotationCodec, ReservationAllocated};
 use berth_api::parse_resource;
 use berth_api::reservation::ReservationPhase;
 use berth_core::reservation::testkit::{accounting, reservation, Sim};
-use berth_core::testing::{node, pod};
-use berth_core::Profile;
+use berth_core::testing::{node, pod, DriverConfig, Profiles};
 use proptest::prelude::*;
 use serde_json::json;
 
@@ -81,10 +81,11 @@ struct World {
 }
 
 impl World {
-    /// Starts with two nodes so that most sequences place reservations.
-    fn new() -> Self {
+    /// Starts with two nodes so that most sequences place reservations; binds are refused
+    /// now and then and delivered in shuffled order, as `cfg` says.
+    fn new(cfg: DriverConfig) -> Self {
         let mut w = Self {
-            sim: Sim::default(),
+            sim: Sim::with_driver(Profiles::default_profile(), cfg),
             seq: 0,
         };
         for _ in 0..2 {
@@ -141,7 +142,7 @@ impl World {
                     b = b.host_port(i32::from(p));
                 }
                 if let Some(i) = pin {
-                    let nodes: Vec<String> = self.sim.nodes.keys().cloned().collect();
+                    let nodes: Vec<String> = self.sim.nodes().keys().cloned().collect();
                     if !nodes.is_empty() {
                         b = b.template_spec("nodeName", json!(nodes[i % nodes.len()]));
                     }
@@ -179,28 +180,28 @@ impl World {
                 self.sim.pod(p.build());
             }
             Op::DeletePod(i) => {
-                let names: Vec<String> = self.sim.pods.keys().map(|(_, n)| n.clone()).collect();
+                let names: Vec<String> = self.sim.pods().keys().map(|(_, n)| n.clone()).collect();
                 if !names.is_empty() {
                     let n = names[i % names.len()].clone();
                     self.sim.delete_pod(&n);
                 }
             }
             Op::FinishPod(i) => {
-                let names: Vec<String> = self.sim.pods.keys().map(|(_, n)| n.clone()).collect();
+                let names: Vec<String> = self.sim.pods().keys().map(|(_, n)| n.clone()).collect();
                 if !names.is_empty() {
                     let n = names[i % names.len()].clone();
                     self.sim.finish_pod(&n);
                 }
             }
             Op::DeleteReservation(i) => {
-                let names: Vec<String> = self.sim.reservations.keys().cloned().collect();
+                let names: Vec<String> = self.sim.reservations().keys().cloned().collect();
                 if !names.is_empty() {
                     let n = names[i % names.len()].clone();
                     self.sim.delete_reservation(&n);
                 }
             }
             Op::DeleteNode(i) => {
-                let names: Vec<String> = self.sim.nodes.keys().cloned().collect();
+                let names: Vec<String> = self.sim.nodes().keys().cloned().collect();
                 if !names.is_empty() {
                     let n = names[i % names.len()].clone();
                     self.sim.delete_node(&n);
@@ -243,14 +244,14 @@ fn check(w: &World) -> Result<(), TestCaseError> {
     let sim = &w.sim;
     // Reservations by UID, as the API holds them.
     let by_uid: BTreeMap<String, _> = sim
-        .reservations
+        .reservations()
         .values()
         .map(|r| (r.metadata.uid.clone().unwrap_or_default(), r.clone()))
         .collect();
     // Per node: pod requests, and per reservation the requests of its bound owners.
     let mut node_used: BTreeMap<String, Amounts> = BTreeMap::new();
     let mut owners_of: BTreeMap<String, Vec<Amounts>> = BTreeMap::new();
-    for p in sim.pods.values() {
+    for p in sim.pods().values() {
         let spec = p.spec.as_ref().unwrap();
         let Some(node) = spec.node_name.clone() else {
             continue;
@@ -287,7 +288,7 @@ fn check(w: &World) -> Result<(), TestCaseError> {
             owners_of.entry(a.uid.clone()).or_default().push(req);
         }
     }
-    for r in sim.reservations.values() {
+    for r in sim.reservations().values() {
         let uid = r.metadata.uid.clone().unwrap_or_default();
         let st = r.status.clone().unwrap_or_default();
         let allocatable = amounts(&st.allocatable);
@@ -316,7 +317,7 @@ fn check(w: &World) -> Result<(), TestCaseError> {
         let Some(node) = st.node_name.clone() else {
             continue;
         };
-        if !sim.nodes.contains_key(&node) {
+        if !sim.nodes().contains_key(&node) {
             continue;
         }
         // The remainder this reservation holds on its node.
@@ -334,7 +335,7 @@ fn check(w: &World) -> Result<(), TestCaseError> {
             *used.entry(n.clone()).or_insert(0) += a - t;
         }
     }
-    for (name, n) in &sim.nodes {
+    for (name, n) in &sim.nodes() {
         let alloc = amounts(n.status.as_ref().unwrap().allocatable.as_ref().unwrap());
         for (res, v) in node_used.get(name).into_iter().flatten() {
             prop_assert!(
@@ -348,7 +349,7 @@ fn check(w: &World) -> Result<(), TestCaseError> {
         }
     }
     // The scheduler's own view agrees: requested + reserved fit.
-    for n in sim.s.cluster.nodes() {
+    for n in sim.s().cluster.nodes() {
         let mut total = n.requested;
         total.add(&n.reserved);
         prop_assert!(
@@ -359,12 +360,12 @@ fn check(w: &World) -> Result<(), TestCaseError> {
             n.allocatable
         );
     }
-    for r in sim.s.cluster.reservations.iter() {
+    for r in sim.s().cluster.reservations.iter() {
         prop_assert!(r.taken().le(&r.allocatable));
     }
-    let rebuilt = sim.rebuilt(Profile::default_profile());
+    let rebuilt = sim.rebuilt();
     prop_assert_eq!(
-        accounting(&sim.s),
+        accounting(sim.s()),
         accounting(&rebuilt),
         "rebuilt state differs"
     );
@@ -373,16 +374,21 @@ fn check(w: &World) -> Result<(), TestCaseError> {
 
 proptest! {
     #![proptest_config(ProptestConfig {
-        cases: std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(256),
+        cases: std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(1000),
         ..ProptestConfig::default()
     })]
 
     #[test]
-    fn reservations_never_overcommit_leak_or_diverge_from_a_rebuild(ops in prop::collection::vec(op(), 1..40)) {
-        let mut w = World::new();
+    fn reservations_never_overcommit_leak_or_diverge_from_a_rebuild(
+        seed in any::<u64>(),
+        refuse_pct in 0u32..40,
+        ops in prop::collection::vec(op(), 1..40),
+    ) {
+        let mut w = World::new(DriverConfig { seed, refuse_pct, lose_answer_pct: 0, shuffle: true });
         for op in &ops {
             w.apply(op);
             check(&w)?;
         }
+        prop_assert!(w.sim.d.violations().is_empty(), "{:?}", w.sim.d.violations());
     }
 }

@@ -1,7 +1,7 @@
-//! A fake API server around a [`Scheduler`] for reservation tests: it performs every effect
-//! (binds, status writes, annotations, deletions) and feeds the result back as the watch
-//! would, advances virtual time through the scheduler's timers, and rebuilds a scheduler
-//! from its objects, as a restart would.
+//! Reservation test helpers: builders, and [`Sim`], the synchronous [`FakeDriver`] seen
+//! through the API objects reservation tests look at (binds, status writes, annotations,
+//! deletions all performed and echoed back; virtual time through the scheduler's timers;
+//! a scheduler rebuilt from the objects, as a restart would).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -13,12 +13,11 @@ use berth_api::k8s_openapi::api::core::v1::{Node, Pod};
 use berth_api::reservation::Reservation;
 use serde_json::{json, Value};
 
-use crate::effect::{Effect, Record};
-use crate::event::Event;
+use crate::effect::Record;
 use crate::object::{Kind, Object, ObjectKey};
 use crate::scheduler::{Config, Scheduler};
+use crate::testing::{DriverConfig, FakeDriver, Profiles};
 use crate::time::Time;
-use crate::Profile;
 
 /// A reservation builder: `reservation("r").req("cpu", "4").owner_label("app", "web")`.
 #[derive(Debug, Clone)]
@@ -115,28 +114,18 @@ impl ReservationBuilder {
     }
 }
 
-/// The API server and the scheduler watching it.
+/// The API server and the scheduler watching it: a synchronous [`FakeDriver`] (every bind
+/// lands at once, every write is echoed back) with accessors in the terms reservation tests
+/// use.
 #[derive(Debug)]
 pub struct Sim {
-    /// The scheduler.
-    pub s: Scheduler,
-    /// Virtual time.
-    pub now: Time,
-    /// Nodes by name.
-    pub nodes: BTreeMap<String, Arc<Node>>,
-    /// Pods by namespace/name.
-    pub pods: BTreeMap<(String, String), Arc<Pod>>,
-    /// Reservations by name.
-    pub reservations: BTreeMap<String, Arc<Reservation>>,
-    /// Events recorded.
-    pub events: Vec<Record>,
-    /// Last PodScheduled message per pod.
-    pub messages: BTreeMap<(String, String), String>,
+    /// The fake cluster.
+    pub d: FakeDriver,
 }
 
 impl Default for Sim {
     fn default() -> Self {
-        Self::new(Profile::default_profile())
+        Self::new(Profiles::default_profile())
     }
 }
 
@@ -145,220 +134,142 @@ fn key_of(ns: &str, name: &str) -> (String, String) {
 }
 
 impl Sim {
-    /// An empty cluster at time 1,000,000 s.
-    pub fn new(profile: Profile) -> Self {
+    /// An empty cluster at time 1,000,000 s, scheduled by `profiles` (seed 1).
+    pub fn new(profiles: Profiles) -> Self {
+        Self::with_driver(profiles, DriverConfig::default())
+    }
+
+    /// Like [`Sim::new`], with a cluster that misbehaves as `cfg` says (every operation
+    /// still settles before it returns).
+    pub fn with_driver(profiles: Profiles, cfg: DriverConfig) -> Self {
         Self {
-            s: Scheduler::new(
-                vec![profile],
+            d: FakeDriver::new(
+                profiles,
                 Config {
                     seed: 1,
                     ..Config::default()
                 },
+                cfg,
+                1_000_000_000,
             ),
-            now: 1_000_000_000,
-            nodes: BTreeMap::new(),
-            pods: BTreeMap::new(),
-            reservations: BTreeMap::new(),
-            events: Vec::new(),
-            messages: BTreeMap::new(),
         }
+    }
+
+    /// The scheduler.
+    pub fn s(&self) -> &Scheduler {
+        self.d.scheduler()
+    }
+
+    /// Virtual now.
+    pub fn now(&self) -> Time {
+        self.d.now()
+    }
+
+    /// Nodes by name, as the API server holds them.
+    pub fn nodes(&self) -> BTreeMap<String, Arc<Node>> {
+        self.d
+            .of_kind(Kind::Node)
+            .filter_map(|o| match o {
+                Object::Node(n) => Some((n.metadata.name.clone().unwrap_or_default(), n.clone())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Pods by namespace/name, as the API server holds them.
+    pub fn pods(&self) -> BTreeMap<(String, String), Arc<Pod>> {
+        self.d
+            .of_kind(Kind::Pod)
+            .filter_map(|o| match o {
+                Object::Pod(p) => {
+                    let ns = p.metadata.namespace.as_deref().unwrap_or("default");
+                    let name = p.metadata.name.as_deref().unwrap_or("");
+                    Some((key_of(ns, name), p.clone()))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Reservations by name, as the API server holds them.
+    pub fn reservations(&self) -> BTreeMap<String, Arc<Reservation>> {
+        self.d
+            .of_kind(Kind::Reservation)
+            .filter_map(|o| match o {
+                Object::Reservation(r) => {
+                    Some((r.metadata.name.clone().unwrap_or_default(), r.clone()))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Events recorded.
+    pub fn events(&self) -> &[Record] {
+        self.d.events()
     }
 
     /// Creates or replaces a node, then schedules.
     pub fn node(&mut self, n: Arc<Node>) {
-        let name = n.metadata.name.clone().unwrap_or_default();
-        self.nodes.insert(name, n.clone());
-        self.s.handle(self.now, Event::Applied(Object::Node(n)));
-        self.settle();
+        self.d.apply(Object::Node(n));
+        self.d.settle();
     }
 
     /// Creates or replaces a pod (creation time: now when unset), then schedules.
     pub fn pod(&mut self, p: Arc<Pod>) {
-        let mut p = (*p).clone();
-        if p.metadata.creation_timestamp.is_none() {
-            p.metadata.creation_timestamp = super::status::meta_time(self.now);
-        }
-        let p = Arc::new(p);
-        let ns = p
-            .metadata
-            .namespace
-            .clone()
-            .unwrap_or_else(|| "default".into());
-        let name = p.metadata.name.clone().unwrap_or_default();
-        self.pods.insert(key_of(&ns, &name), p.clone());
-        self.s.handle(self.now, Event::Applied(Object::Pod(p)));
-        self.settle();
+        self.d.apply(Object::Pod(p));
+        self.d.settle();
     }
 
     /// Creates or replaces a reservation (creation time: now when unset), then schedules.
     pub fn reservation(&mut self, r: Reservation) {
-        let mut r = r;
-        if r.metadata.creation_timestamp.is_none() {
-            r.metadata.creation_timestamp = super::status::meta_time(self.now);
-        }
-        let name = r.metadata.name.clone().unwrap_or_default();
-        let r = Arc::new(r);
-        self.reservations.insert(name, r.clone());
-        self.s
-            .handle(self.now, Event::Applied(Object::Reservation(r)));
-        self.settle();
+        self.d.apply(Object::Reservation(Arc::new(r)));
+        self.d.settle();
     }
 
     /// Deletes a pod.
     pub fn delete_pod(&mut self, name: &str) {
-        self.pods.remove(&key_of("default", name));
-        self.s
-            .handle(self.now, Event::Deleted(ObjectKey::pod("default", name)));
-        self.settle();
+        self.d.delete(&ObjectKey::pod("default", name));
+        self.d.settle();
     }
 
     /// Marks a pod Succeeded.
     pub fn finish_pod(&mut self, name: &str) {
-        let Some(p) = self.pods.get(&key_of("default", name)) else {
-            return;
-        };
-        let mut p = (**p).clone();
-        p.status.get_or_insert_with(Default::default).phase = Some("Succeeded".into());
-        self.pods
-            .insert(key_of("default", name), Arc::new(p.clone()));
-        self.s
-            .handle(self.now, Event::Applied(Object::Pod(Arc::new(p))));
-        self.settle();
+        self.d
+            .set_phase(&ObjectKey::pod("default", name), "Succeeded");
+        self.d.settle();
     }
 
     /// Deletes a node.
     pub fn delete_node(&mut self, name: &str) {
-        self.nodes.remove(name);
-        self.s.handle(
-            self.now,
-            Event::Deleted(ObjectKey::cluster(Kind::Node, name)),
-        );
-        self.settle();
+        self.d.delete(&ObjectKey::cluster(Kind::Node, name));
+        self.d.settle();
     }
 
     /// Deletes a reservation.
     pub fn delete_reservation(&mut self, name: &str) {
-        self.reservations.remove(name);
-        self.s.handle(
-            self.now,
-            Event::Deleted(ObjectKey::cluster(Kind::Reservation, name)),
-        );
-        self.settle();
+        self.d.delete(&ObjectKey::cluster(Kind::Reservation, name));
+        self.d.settle();
     }
 
     /// Moves time forward by `ms`, firing the timers due on the way in order.
     pub fn advance(&mut self, ms: Time) {
-        let until = self.now + ms;
-        for _ in 0..10_000 {
-            match self.s.poll_timeout() {
-                Some(t) if t <= until => {
-                    self.now = self.now.max(t);
-                    self.s.handle_timeout(self.now);
-                    self.settle();
-                }
-                _ => break,
-            }
-        }
-        self.now = until;
-        self.s.handle_timeout(self.now);
-        self.settle();
+        self.d.advance(ms);
     }
 
     /// Runs the scheduler and performs its effects until nothing is left.
     pub fn settle(&mut self) {
-        for _ in 0..10_000 {
-            self.s.run_until_idle(self.now);
-            let effects: Vec<Effect> = std::iter::from_fn(|| self.s.poll_effect()).collect();
-            if effects.is_empty() {
-                return;
-            }
-            for e in effects {
-                self.perform(e);
-            }
-        }
-        panic!("the scheduler did not settle");
-    }
-
-    fn perform(&mut self, e: Effect) {
-        let now = self.now;
-        match e {
-            Effect::Bind {
-                pod,
-                node,
-                annotations,
-                ..
-            } => {
-                let k = key_of(&pod.namespace, &pod.name);
-                let Some(p) = self.pods.get(&k) else {
-                    return;
-                };
-                let mut p = (**p).clone();
-                p.metadata
-                    .annotations
-                    .get_or_insert_with(Default::default)
-                    .extend(annotations);
-                p.spec.get_or_insert_with(Default::default).node_name = Some(node);
-                let p = Arc::new(p);
-                self.pods.insert(k, p.clone());
-                self.s.handle(now, Event::Applied(Object::Pod(p)));
-            }
-            Effect::AnnotatePod { pod, annotations } => {
-                let k = key_of(&pod.namespace, &pod.name);
-                let Some(p) = self.pods.get(&k) else {
-                    return;
-                };
-                let mut p = (**p).clone();
-                p.metadata
-                    .annotations
-                    .get_or_insert_with(Default::default)
-                    .extend(annotations);
-                let p = Arc::new(p);
-                self.pods.insert(k, p.clone());
-                self.s.handle(now, Event::Applied(Object::Pod(p)));
-            }
-            Effect::ReservationStatus { name, status, .. } => {
-                let Some(r) = self.reservations.get(&name) else {
-                    return;
-                };
-                let mut r = (**r).clone();
-                r.status = Some(status);
-                let r = Arc::new(r);
-                self.reservations.insert(name, r.clone());
-                self.s.handle(now, Event::Applied(Object::Reservation(r)));
-            }
-            Effect::Delete { key, .. } => match key.kind {
-                Kind::Pod => {
-                    self.pods.remove(&key_of(&key.namespace, &key.name));
-                    self.s.handle(now, Event::Deleted(key));
-                }
-                Kind::Reservation => {
-                    self.reservations.remove(&*key.name);
-                    self.s.handle(now, Event::Deleted(key));
-                }
-                _ => {}
-            },
-            Effect::PodCondition { pod, message, .. } => {
-                self.messages
-                    .insert(key_of(&pod.namespace, &pod.name), message);
-            }
-            Effect::Record(r) => self.events.push(r),
-            _ => {}
-        }
+        self.d.settle();
     }
 
     /// The node a pod is bound to.
     pub fn bound(&self, name: &str) -> Option<String> {
-        self.pods
-            .get(&key_of("default", name))?
-            .spec
-            .as_ref()?
-            .node_name
-            .clone()
+        self.d.bound(name)
     }
 
     /// The reservation a pod allocated from (its annotation).
     pub fn allocated_from(&self, name: &str) -> Option<String> {
-        let p = self.pods.get(&key_of("default", name))?;
+        let p = self.d.pod("default", name)?;
         ReservationAllocated::from_annotations(p.metadata.annotations.as_ref())
             .ok()
             .flatten()
@@ -367,16 +278,16 @@ impl Sim {
 
     /// A reservation as the API server holds it.
     pub fn res(&self, name: &str) -> Arc<Reservation> {
-        self.reservations
-            .get(name)
+        self.d
+            .reservation(name)
             .cloned()
             .unwrap_or_else(|| panic!("no reservation {name}"))
     }
 
     /// A reservation's phase in the API server.
     pub fn phase(&self, name: &str) -> String {
-        self.reservations
-            .get(name)
+        self.d
+            .reservation(name)
             .map(|r| r.phase().to_string())
             .unwrap_or_else(|| "<deleted>".into())
     }
@@ -398,31 +309,14 @@ impl Sim {
     }
 
     /// The last PodScheduled message of a pod.
-    pub fn message(&self, name: &str) -> Option<&str> {
-        self.messages
-            .get(&key_of("default", name))
-            .map(String::as_str)
+    pub fn message(&self, name: &str) -> Option<String> {
+        self.d.condition(name).map(|(_, m)| m)
     }
 
-    /// A scheduler that starts from the API server's objects, as after a restart.
-    pub fn rebuilt(&self, profile: Profile) -> Scheduler {
-        let mut s = Scheduler::new(
-            vec![profile],
-            Config {
-                seed: 1,
-                ..Config::default()
-            },
-        );
-        for n in self.nodes.values() {
-            s.handle(self.now, Event::Applied(Object::Node(n.clone())));
-        }
-        for r in self.reservations.values() {
-            s.handle(self.now, Event::Applied(Object::Reservation(r.clone())));
-        }
-        for p in self.pods.values() {
-            s.handle(self.now, Event::Applied(Object::Pod(p.clone())));
-        }
-        s
+    /// A scheduler that starts from the API server's objects, as after a restart (a LIST
+    /// of every kind, shuffled and interleaved), before any scheduling cycle.
+    pub fn rebuilt(&self) -> Scheduler {
+        self.d.rebuilt()
     }
 }
 

@@ -34,8 +34,8 @@ fn allocated(s: &Sim, r: &str, res: &str) -> Option<String> {
 }
 
 fn assert_rebuild_equals_live(s: &Sim) {
-    let live = accounting(&s.s);
-    let rebuilt = accounting(&s.rebuilt(Profile::default_profile()));
+    let live = accounting(s.s());
+    let rebuilt = accounting(&s.rebuilt());
     assert_eq!(live, rebuilt, "a restarted scheduler sees the same state");
 }
 
@@ -57,7 +57,7 @@ fn a_placed_reservation_is_available_and_holds_its_capacity_against_non_owners()
     assert_eq!(st.conditions[0].type_, "Scheduled");
     assert_eq!(st.conditions[0].status, "True");
     assert!(s
-        .events
+        .events()
         .iter()
         .any(|e| e.reason == "Scheduled" && e.message == "Successfully assigned r to n1"));
     // Reservation reserved 4000m CPU, non-owner Pod requests 4000m CPU... of the 12 left.
@@ -102,7 +102,7 @@ fn an_owner_with_the_same_requests_takes_the_reservation_and_it_succeeds() {
         "the owner lands on its reservation's node"
     );
     assert_eq!(s.allocated_from("p").as_deref(), Some("r"));
-    let p = &s.pods[&("default".to_string(), "p".to_string())];
+    let p = &s.pods()[&("default".to_string(), "p".to_string())];
     assert_eq!(
         p.metadata.annotations.as_ref().unwrap()[super::testkit::ALLOCATED],
         r#"{"name":"r","uid":"uid-r"}"#
@@ -111,7 +111,11 @@ fn an_owner_with_the_same_requests_takes_the_reservation_and_it_succeeds() {
     assert_eq!(s.owners("r"), vec!["default/p"]);
     assert_eq!(allocated(&s, "r", "cpu").as_deref(), Some("4"));
     assert_eq!(allocated(&s, "r", "memory").as_deref(), Some("4Gi"));
-    let n = s.s.cluster.node_by_name(rnode.as_deref().unwrap()).unwrap();
+    let n = s
+        .s()
+        .cluster
+        .node_by_name(rnode.as_deref().unwrap())
+        .unwrap();
     assert!(n.reserved.is_zero(), "the remainder is released");
     assert_eq!(n.requested[ResourceId::CPU], 4000);
     // Allocate-once stays Succeeded when its owner goes away (E2E #14).
@@ -232,7 +236,7 @@ fn seed_node_resources_cases() {
             "{}",
             c.name
         );
-        let n = s.s.cluster.node_by_name("n1").unwrap();
+        let n = s.s().cluster.node_by_name("n1").unwrap();
         assert_eq!(
             n.reserved[ResourceId::CPU],
             c.reserved_cpu_left,
@@ -416,7 +420,7 @@ fn seed_node_ports_cases() {
     );
     assert_eq!(s.allocated_from("a").as_deref(), Some("r"));
     assert_eq!(s.allocated_from("b").as_deref(), Some("r"));
-    let n = s.s.cluster.node_by_name("n1").unwrap();
+    let n = s.s().cluster.node_by_name("n1").unwrap();
     let held: Vec<i32> = n.reserved_ports.iter().map(|p| p.port).collect();
     assert_eq!(held, vec![9999]);
     // Another owner wanting 7777 on that node finds it taken by A (E2E #48).
@@ -431,7 +435,7 @@ fn seed_node_ports_cases() {
     assert_rebuild_equals_live(&s);
     // Deleting the reservation releases 9999 but not the owners' ports (Koordinator #1247).
     s.delete_reservation("r");
-    let n = s.s.cluster.node_by_name("n1").unwrap();
+    let n = s.s().cluster.node_by_name("n1").unwrap();
     assert!(n.reserved_ports.is_empty());
     assert_eq!(n.used_ports.len(), 2);
 
@@ -722,7 +726,7 @@ fn reservations_expire_pending_ones_too_and_are_garbage_collected() {
         ("False", "Expired")
     );
     assert_eq!(
-        s.s.cluster.node_by_name("n1").unwrap().reserved[ResourceId::CPU],
+        s.s().cluster.node_by_name("n1").unwrap().reserved[ResourceId::CPU],
         2000,
         "only 'forever' holds"
     );
@@ -741,7 +745,7 @@ fn reservations_expire_pending_ones_too_and_are_garbage_collected() {
 #[test]
 fn expires_is_checked_before_ttl() {
     let mut s = sim_with_nodes(&["n1"]);
-    let at = super::status::meta_time(s.now + 5_000).unwrap();
+    let at = super::status::meta_time(s.now() + 5_000).unwrap();
     s.reservation(
         reservation("e")
             .req("cpu", "1")
@@ -831,13 +835,13 @@ fn deleting_an_owner_of_a_reusable_reservation_returns_its_share() {
     );
     s.pod(pod("a").label("app", "web").req("cpu", "3").build());
     assert_eq!(
-        s.s.cluster.node_by_name("n1").unwrap().reserved[ResourceId::CPU],
+        s.s().cluster.node_by_name("n1").unwrap().reserved[ResourceId::CPU],
         1000
     );
     assert_eq!(allocated(&s, "r", "cpu").as_deref(), Some("3"));
     s.delete_pod("a");
     assert_eq!(
-        s.s.cluster.node_by_name("n1").unwrap().reserved[ResourceId::CPU],
+        s.s().cluster.node_by_name("n1").unwrap().reserved[ResourceId::CPU],
         4000
     );
     assert!(s.owners("r").is_empty());
@@ -864,7 +868,7 @@ fn bad_reservations_say_why_and_stop_nothing_else() {
         cond_msg(&s, "no-owners"),
         "the reservation misses the owner spec"
     );
-    let at = super::status::meta_time(s.now + 60_000).unwrap();
+    let at = super::status::meta_time(s.now() + 60_000).unwrap();
     s.reservation(
         reservation("both")
             .req("cpu", "1")
@@ -936,13 +940,13 @@ fn pre_allocation_waits_for_room_then_becomes_available() {
         Some("n1")
     );
     assert!(
-        s.s.cluster.node_by_name("n1").unwrap().reserved.is_zero(),
+        s.s().cluster.node_by_name("n1").unwrap().reserved.is_zero(),
         "waiting holds nothing"
     );
     s.delete_pod("filler");
     assert_eq!(s.phase("pre"), "Available");
     assert_eq!(
-        s.s.cluster.node_by_name("n1").unwrap().reserved[ResourceId::CPU],
+        s.s().cluster.node_by_name("n1").unwrap().reserved[ResourceId::CPU],
         4000
     );
     assert_rebuild_equals_live(&s);
@@ -981,7 +985,7 @@ fn pre_allocation_takes_over_running_owner_pods() {
     // 1 CPU left of the reservation, and the node has 1 free: Available.
     assert_eq!(s.phase("pre"), "Available");
     assert_eq!(
-        s.s.cluster.node_by_name("n1").unwrap().reserved[ResourceId::CPU],
+        s.s().cluster.node_by_name("n1").unwrap().reserved[ResourceId::CPU],
         1000
     );
     assert_rebuild_equals_live(&s);
@@ -1111,10 +1115,10 @@ fn restart_rebuilds_the_same_state_from_objects() {
     s.pod(pod("x").req("cpu", "1").build());
     assert_rebuild_equals_live(&s);
     // And the rebuilt scheduler behaves the same from there.
-    let mut rebuilt = s.rebuilt(Profile::default_profile());
-    rebuilt.run_until_idle(s.now);
+    let mut rebuilt = s.rebuilt();
+    rebuilt.run_until_idle(s.now());
     let _ = std::iter::from_fn(|| rebuilt.poll_effect()).count();
-    assert_eq!(accounting(&rebuilt), accounting(&s.s));
+    assert_eq!(accounting(&rebuilt), accounting(s.s()));
 }
 
 #[test]
@@ -1190,7 +1194,7 @@ fn an_allocated_annotation_without_uid_names_its_reservation_by_name() {
     owners.sort();
     assert_eq!(owners, ["default/early", "default/late"]);
     assert_eq!(
-        s.s.cluster.node_by_name("n1").unwrap().reserved[ResourceId::CPU],
+        s.s().cluster.node_by_name("n1").unwrap().reserved[ResourceId::CPU],
         2000,
         "4 reserved, 2 taken by the owners"
     );

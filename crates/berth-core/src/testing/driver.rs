@@ -288,10 +288,10 @@ impl FakeDriver {
         }
     }
 
-    /// Creates or replaces an object, as `kubectl apply` of the whole object would: the
-    /// API server fills UID, creation time and resourceVersion, and keeps what a client
-    /// cannot take away (a pod's `spec.nodeName` once bound, annotations other writers
-    /// put). The watch shows the result.
+    /// Creates or replaces an object, as `kubectl replace` would (the API server's
+    /// validation aside: a test may move a pod off its node): the API server fills UID,
+    /// creation time and resourceVersion, and keeps the stored status when the new object
+    /// carries none (the status is a subresource). The watch shows the result.
     pub fn apply(&mut self, mut obj: Object) {
         let key = obj.key();
         let existing = self.store.get(&key).cloned();
@@ -302,23 +302,14 @@ impl FakeDriver {
                 self.fresh_uid(wanted.as_deref(), &key)
             }
         };
-        if let (Object::Pod(p), Some(Object::Pod(old))) = (&mut obj, &existing) {
-            let p = Arc::make_mut(p);
-            let bound = old.spec.as_ref().and_then(|s| s.node_name.clone());
-            if bound.is_some() {
-                p.spec.get_or_insert_with(Default::default).node_name = bound;
+        match (&mut obj, &existing) {
+            (Object::Pod(p), Some(Object::Pod(old))) if p.status.is_none() => {
+                Arc::make_mut(p).status = old.status.clone();
             }
-            let mut annotations = old.metadata.annotations.clone().unwrap_or_default();
-            annotations.extend(p.metadata.annotations.take().unwrap_or_default());
-            p.metadata.annotations = (!annotations.is_empty()).then_some(annotations);
-            if p.status.is_none() {
-                p.status = old.status.clone();
-            }
-        }
-        if let (Object::Reservation(r), Some(Object::Reservation(old))) = (&mut obj, &existing) {
-            if r.status.is_none() {
+            (Object::Reservation(r), Some(Object::Reservation(old))) if r.status.is_none() => {
                 Arc::make_mut(r).status = old.status.clone();
             }
+            _ => {}
         }
         let created = existing
             .as_ref()
@@ -694,7 +685,7 @@ impl FakeDriver {
         self.stats.relists += 1;
         self.watch.retain(|e| event_kind(e) != Some(kind));
         let mut objs: Vec<Object> = self.of_kind(kind).cloned().collect();
-        self.shuffle(&mut objs);
+        shuffle(&mut self.rng, &mut objs);
         self.watch.push_back(Event::ListStarted(kind));
         self.watch.extend(objs.into_iter().map(Event::Applied));
         self.watch.push_back(Event::Listed(kind));
@@ -738,14 +729,7 @@ impl FakeDriver {
     }
 
     fn check_premature(&mut self, e: &Effect) {
-        let premature = match e {
-            Effect::Bind { .. } | Effect::Delete { .. } | Effect::NominatePod { .. } => true,
-            Effect::ReservationStatus { status, .. } => {
-                status.phase == Some(ReservationPhase::Failed)
-            }
-            _ => false,
-        };
-        if premature {
+        if premature(e) {
             self.violations
                 .push(format!("before the initial sync: {e:?}"));
         }
@@ -758,17 +742,28 @@ impl FakeDriver {
     /// the sync leaves it, before any scheduling cycle: the state the objects make. Its
     /// effects are dropped; those made before the sync are checked
     /// ([`FakeDriver::violations`]).
-    pub fn rebuilt(&mut self) -> Scheduler {
+    ///
+    /// # Panics
+    /// When the rebuilt scheduler binds, deletes or fails a reservation before its sync.
+    pub fn rebuilt(&self) -> Scheduler {
         let (s, effects) = self.rebuilt_with_effects();
-        for (e, synced) in effects {
-            if !synced {
-                self.check_premature(&e);
-            }
-        }
+        let premature: Vec<String> = effects
+            .iter()
+            .filter(|(e, synced)| !synced && premature(e))
+            .map(|(e, _)| format!("{e:?}"))
+            .collect();
+        assert!(
+            premature.is_empty(),
+            "before the initial sync: {premature:?}"
+        );
         s
     }
 
-    fn rebuilt_with_effects(&mut self) -> (Scheduler, Vec<(Effect, bool)>) {
+    /// Builds the scheduler of [`FakeDriver::rebuilt`], with its effects and whether each
+    /// came after the sync. The shuffle is drawn from the seed and the store's version, so
+    /// that rebuilding does not change what the driver does next.
+    fn rebuilt_with_effects(&self) -> (Scheduler, Vec<(Effect, bool)>) {
+        let mut rng = SplitMix64::new(self.cfg.seed ^ self.resource_version.rotate_left(17));
         let config = Config {
             wait_for_sync: Kind::ALL.to_vec(),
             ..self.config.clone()
@@ -777,7 +772,7 @@ impl FakeDriver {
         let mut streams: Vec<VecDeque<Event>> = Vec::new();
         for kind in Kind::ALL {
             let mut objs: Vec<Object> = self.of_kind(kind).cloned().collect();
-            self.shuffle(&mut objs);
+            shuffle(&mut rng, &mut objs);
             let mut q = VecDeque::with_capacity(objs.len() + 2);
             q.push_back(Event::ListStarted(kind));
             q.extend(objs.into_iter().map(Event::Applied));
@@ -792,7 +787,7 @@ impl FakeDriver {
             if live.is_empty() {
                 break;
             }
-            let i = live[self.rng.below(live.len() as u64) as usize];
+            let i = live[rng.below(live.len() as u64) as usize];
             let Some(e) = streams[i].pop_front() else {
                 continue;
             };
@@ -811,12 +806,23 @@ impl FakeDriver {
         }
         (s, effects)
     }
+}
 
-    fn shuffle<T>(&mut self, v: &mut [T]) {
-        for i in (1..v.len()).rev() {
-            let j = self.rng.below(i as u64 + 1) as usize;
-            v.swap(i, j);
-        }
+/// Shuffles `v` (Fisher-Yates) with `rng`.
+fn shuffle<T>(rng: &mut SplitMix64, v: &mut [T]) {
+    for i in (1..v.len()).rev() {
+        let j = rng.below(i as u64 + 1) as usize;
+        v.swap(i, j);
+    }
+}
+
+/// Whether the effect must not come before the initial sync: a bind, a delete, a
+/// nomination (preemption), a reservation failed.
+fn premature(e: &Effect) -> bool {
+    match e {
+        Effect::Bind { .. } | Effect::Delete { .. } | Effect::NominatePod { .. } => true,
+        Effect::ReservationStatus { status, .. } => status.phase == Some(ReservationPhase::Failed),
+        _ => false,
     }
 }
 

@@ -655,7 +655,7 @@ mod tests {
     fn cycle(s: &Sim, p: &PodInfo) -> CycleState {
         let pl = Reservation::new(None).unwrap();
         let mut state = CycleState::default();
-        pl.before_pre_filter(&s.s.cluster, &mut state, p);
+        pl.before_pre_filter(&s.s().cluster, &mut state, p);
         state
     }
 
@@ -670,7 +670,7 @@ mod tests {
                 .owner_label("app", "web")
                 .build(),
         );
-        let cx = &s.s.cluster;
+        let cx = &s.s().cluster;
         let idx = cx.node_idx("n1").unwrap();
         let stand_in = cx
             .node(idx)
@@ -700,14 +700,15 @@ mod tests {
             !st.hides(&stand_in, idx),
             "a non-owner sees the reservation as a pod"
         );
-        let item =
-            s.s.cluster
-                .reservations
-                .by_name("r")
-                .unwrap()
-                .item
-                .clone()
-                .unwrap();
+        let item = s
+            .s()
+            .cluster
+            .reservations
+            .by_name("r")
+            .unwrap()
+            .item
+            .clone()
+            .unwrap();
         let state = cycle(&s, &item);
         assert!(
             hidden(&state, &stand_in, idx),
