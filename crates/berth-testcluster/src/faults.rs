@@ -7,11 +7,14 @@
 //! rate, reproducibly (every decision is a function of a seed and the request's arrival
 //! number), while the client under test talks to what looks like an ordinary API server.
 //!
-//! Clients reach it over plain HTTP on `127.0.0.1` (kube-rs and client-go both accept an
-//! `http://` server with a bearer token); it forwards over HTTPS to the API server,
-//! verifying it with the cluster's CA and passing the client's `Authorization` header
-//! through, so authentication and RBAC are the API server's own. Bodies are streamed both
-//! ways, never buffered: a watch response is a chunked stream that lives for minutes.
+//! Clients reach it over HTTPS on `127.0.0.1`, with the API server's own serving
+//! certificate (valid for `127.0.0.1`, signed by the cluster's CA), so a client sees what
+//! it would see of a real API server: the same CA, TLS, bearer tokens (client-go does not
+//! even send a token to a plain-HTTP server). The proxy forwards over HTTPS to the API
+//! server, verifying it with the cluster's CA and passing the client's `Authorization`
+//! header through, so authentication and RBAC are the API server's own. Bodies are
+//! streamed both ways, never buffered: a watch response is a chunked stream that lives for
+//! minutes. HTTP/1.1 only on both sides (what kube-rs speaks; client-go falls back to it).
 //!
 //! Not forwarded: protocol upgrades (`exec`, `attach`, `port-forward`), which berth never
 //! uses.
@@ -36,8 +39,10 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use kube::client::ConfigExt;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
+use tokio_rustls::rustls;
+use tokio_rustls::TlsAcceptor;
 
-use crate::{io_err, kube_err, path_str, write_kubeconfig, Error, TestCluster, PORTS_IN_USE};
+use crate::{io_err, kube_err, write_kubeconfig, Error, TestCluster, PORTS_IN_USE};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 type ProxyBody = UnsyncBoxBody<Bytes, BoxError>;
@@ -176,7 +181,8 @@ pub struct FaultProxy {
     url: String,
     port: u16,
     dir: PathBuf,
-    token_file: PathBuf,
+    /// The cluster's admin configuration, pointed at the proxy.
+    config: kube::Config,
     kubeconfig: PathBuf,
     accept_loop: tokio::task::JoinHandle<()>,
 }
@@ -208,6 +214,7 @@ impl FaultProxy {
     /// Starts a proxy to `cluster`'s API server on `127.0.0.1:<free port>`. Call inside a
     /// Tokio runtime (its tasks are spawned there).
     pub async fn start(cluster: &TestCluster, faults: Faults) -> Result<FaultProxy, Error> {
+        let acceptor = tls_acceptor(cluster.dir())?;
         let listener = bind_loopback().await?;
         let port = listener
             .local_addr()
@@ -235,10 +242,13 @@ impl FaultProxy {
             control: control_rx,
             counters: Counters::default(),
         });
-        let accept_loop = tokio::spawn(accept_loop(listener, shared.clone()));
-        let url = format!("http://127.0.0.1:{port}");
+        let accept_loop = tokio::spawn(accept_loop(listener, acceptor, shared.clone()));
+        let url = format!("https://127.0.0.1:{port}");
+        let mut config = cluster.kube_config();
+        config.cluster_url = url
+            .parse::<Uri>()
+            .map_err(|e| io_err("parsing the proxy URL")(std::io::Error::other(e)))?;
         let dir = cluster.dir().to_path_buf();
-        let token_file = dir.join("admin.token");
         let kubeconfig = dir.join(format!("kubeconfig-proxy-{port}"));
         let proxy = FaultProxy {
             shared,
@@ -246,17 +256,11 @@ impl FaultProxy {
             url,
             port,
             dir,
-            token_file,
+            config,
             kubeconfig,
             accept_loop,
         };
-        write_kubeconfig(
-            &proxy.kubeconfig,
-            &proxy.url,
-            None,
-            crate::ADMIN_USER,
-            cluster.admin_token(),
-        )?;
+        proxy.write_kubeconfig(&proxy.kubeconfig, crate::ADMIN_USER, cluster.admin_token())?;
         Ok(proxy)
     }
 
@@ -295,7 +299,7 @@ impl FaultProxy {
         }
     }
 
-    /// `http://127.0.0.1:<port>`.
+    /// `https://127.0.0.1:<port>`.
     pub fn url(&self) -> &str {
         &self.url
     }
@@ -305,7 +309,7 @@ impl FaultProxy {
         self.port
     }
 
-    /// An admin kubeconfig whose server is the proxy (no CA: plain HTTP), for a berth
+    /// An admin kubeconfig whose server is the proxy (with the cluster's CA), for a berth
     /// process or kubectl under test.
     pub fn kubeconfig_path(&self) -> &Path {
         &self.kubeconfig
@@ -317,24 +321,22 @@ impl FaultProxy {
         static NEXT: AtomicU64 = AtomicU64::new(0);
         let n = bump(&NEXT);
         let path = self.dir.join(format!("kubeconfig-proxy-{}-{n}", self.port));
-        write_kubeconfig(&path, &self.url, None, "token-user", token)?;
+        self.write_kubeconfig(&path, "token-user", token)?;
         Ok(path)
     }
 
-    /// The admin client configuration, pointed at the proxy.
-    pub fn kube_config(&self) -> Result<kube::Config, Error> {
-        let uri = self
-            .url
-            .parse::<Uri>()
-            .map_err(|e| io_err("parsing the proxy URL")(std::io::Error::other(e)))?;
-        let mut config = kube::Config::new(uri);
-        config.auth_info.token_file = Some(path_str(&self.token_file)?);
-        Ok(config)
+    fn write_kubeconfig(&self, path: &Path, user: &str, token: &str) -> Result<(), Error> {
+        write_kubeconfig(path, &self.url, Some(&self.dir.join("ca.crt")), user, token)
+    }
+
+    /// The admin client configuration ([`TestCluster::kube_config`]), pointed at the proxy.
+    pub fn kube_config(&self) -> kube::Config {
+        self.config.clone()
     }
 
     /// An admin client through the proxy. Call inside a Tokio runtime.
     pub fn client(&self) -> Result<kube::Client, Error> {
-        kube::Client::try_from(self.kube_config()?)
+        kube::Client::try_from(self.kube_config())
             .map_err(kube_err("building a client for the proxy"))
     }
 }
@@ -361,6 +363,31 @@ async fn bind_loopback() -> Result<tokio::net::TcpListener, Error> {
     }
 }
 
+/// TLS with the API server's serving certificate and key from the cluster's directory
+/// (valid for `127.0.0.1` on any port).
+fn tls_acceptor(dir: &Path) -> Result<TlsAcceptor, Error> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let tls_err = |context: &str| {
+        let context = context.to_string();
+        move |e: BoxError| Error::Tls { context, source: e }
+    };
+    let cert_file = dir.join("apiserver.crt");
+    let key_file = dir.join("apiserver.key");
+    let chain = CertificateDer::pem_file_iter(&cert_file)
+        .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+        .map_err(|e| tls_err(&format!("reading {}", cert_file.display()))(e.into()))?;
+    let key = PrivateKeyDer::from_pem_file(&key_file)
+        .map_err(|e| tls_err(&format!("reading {}", key_file.display()))(e.into()))?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .and_then(|builder| builder.with_no_client_auth().with_single_cert(chain, key))
+        .map_err(|e| tls_err("configuring the proxy's TLS")(e.into()))?;
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(TlsAcceptor::from(Arc::new(config)))
+}
+
 fn sanitize(mut faults: Faults) -> Faults {
     let unit = |x: f64| if x.is_nan() { 0.0 } else { x.clamp(0.0, 1.0) };
     faults.error_rate = unit(faults.error_rate);
@@ -368,7 +395,11 @@ fn sanitize(mut faults: Faults) -> Faults {
     faults
 }
 
-async fn accept_loop(listener: tokio::net::TcpListener, shared: Arc<Shared>) {
+async fn accept_loop(
+    listener: tokio::net::TcpListener,
+    acceptor: TlsAcceptor,
+    shared: Arc<Shared>,
+) {
     let mut connections = tokio::task::JoinSet::new();
     loop {
         tokio::select! {
@@ -376,7 +407,13 @@ async fn accept_loop(listener: tokio::net::TcpListener, shared: Arc<Shared>) {
                 Ok((stream, _)) => {
                     let _ = stream.set_nodelay(true);
                     let shared = shared.clone();
-                    connections.spawn(serve_connection(stream, shared));
+                    let acceptor = acceptor.clone();
+                    connections.spawn(async move {
+                        // A failed handshake is the client's problem; it sees it.
+                        if let Ok(stream) = acceptor.accept(stream).await {
+                            serve_connection(stream, shared).await;
+                        }
+                    });
                 }
                 // Out of file descriptors or the like: give it a moment.
                 Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
@@ -386,7 +423,10 @@ async fn accept_loop(listener: tokio::net::TcpListener, shared: Arc<Shared>) {
     }
 }
 
-async fn serve_connection(stream: tokio::net::TcpStream, shared: Arc<Shared>) {
+async fn serve_connection(
+    stream: tokio_rustls::server::TlsStream<tokio::net::TcpStream>,
+    shared: Arc<Shared>,
+) {
     let service = hyper::service::service_fn(move |req| handle(shared.clone(), req));
     let _ = hyper::server::conn::http1::Builder::new()
         .timer(TokioTimer::new())
@@ -448,7 +488,8 @@ fn fate(faults: &Faults, n: u64) -> Fate {
 
 /// The lifetime of the n-th watch: `every` jittered to `[0.5, 1.5) * every`.
 fn watch_lifetime(every: Duration, seed: u64, n: u64) -> Duration {
-    let u = unit(mix(mix(seed) ^ mix(n ^ 0x5741_5443_48)));
+    // "WATCH" in ASCII: draws apart from the requests' ones for the same (seed, n).
+    let u = unit(mix(mix(seed) ^ mix(n ^ 0x0057_4154_4348)));
     every.mul_f64(0.5 + u)
 }
 

@@ -40,6 +40,31 @@
 //! called inside the caller's Tokio runtime: a `kube::Client` spawns its connection task on
 //! the runtime it is created in.
 //!
+//! # Faults
+//!
+//! For fault-tolerance tests: [`FaultProxy`] sits between a client and the API server and
+//! fails a chosen fraction of requests (500s and time-outs, before or after the API server
+//! handled them), cuts watch streams and adds latency, reproducibly from a seed;
+//! [`TestCluster::restart_apiserver`] (or [`stop_apiserver`](TestCluster::stop_apiserver),
+//! then [`start_apiserver`](TestCluster::start_apiserver)) restarts kube-apiserver on the
+//! same port and etcd, as after a crash.
+//!
+//! ```no_run
+//! # async fn demo(cluster: &berth_testcluster::TestCluster) -> Result<(), berth_testcluster::Error> {
+//! use berth_testcluster::{FaultProxy, Faults};
+//! use std::time::Duration;
+//! let proxy = FaultProxy::start(cluster, Faults {
+//!     error_rate: 0.05,
+//!     timeout_rate: 0.01,
+//!     cut_watches_every: Some(Duration::from_secs(3)),
+//!     ..Faults::default()
+//! }).await?;
+//! // Run the code under test with proxy.client() or proxy.kubeconfig_path(), then:
+//! cluster.restart_apiserver_async().await?;
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! # Prerequisites
 //!
 //! Go (the version `tools/build.sh` names; `GOTOOLCHAIN=local`) on `PATH` the first time,
@@ -166,6 +191,15 @@ pub enum Error {
         /// The failure.
         #[source]
         source: serde_json::Error,
+    },
+    /// [`FaultProxy`]'s TLS set-up failed.
+    #[error("{context}: {source}")]
+    Tls {
+        /// What was being done.
+        context: String,
+        /// The failure.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
     },
     /// A path that must go into a kubeconfig or a flag is not UTF-8.
     #[error("{} is not valid UTF-8", .0.display())]

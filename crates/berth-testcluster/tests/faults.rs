@@ -92,7 +92,38 @@ async fn injected_errors_and_timeouts_reach_the_client_and_the_rest_passes() {
     assert_eq!(stats.forwarded, ok + stats.errors_after_forwarding);
     assert_eq!(stats.timeouts_injected, 0);
 
+    // Writes: a 500 injected after forwarding hides a write that happened.
+    let ns = cluster.unique_namespace("proxy-writes").await.unwrap();
+    let through_proxy: Api<ConfigMap> = Api::namespaced(proxy.client().unwrap(), &ns);
+    let before = proxy.stats();
+    let mut created = 0;
+    for i in 0..30 {
+        let cm: ConfigMap = serde_json::from_value(json!({
+            "metadata": {"name": format!("cm-{i}")}, "data": {"i": i.to_string()},
+        }))
+        .unwrap();
+        match through_proxy.create(&PostParams::default(), &cm).await {
+            Ok(got) => {
+                assert_eq!(got.data.unwrap()["i"], i.to_string());
+                created += 1;
+            }
+            Err(kube::Error::Api(status)) => assert_eq!(status.code, 500, "{status:?}"),
+            Err(e) => panic!("unexpected error: {e}"),
+        }
+    }
+    let hidden = proxy.stats().errors_after_forwarding - before.errors_after_forwarding;
+    let stored = Api::<ConfigMap>::namespaced(cluster.client(), &ns)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .len() as u64;
+    eprintln!("{created} created, {hidden} hidden writes, {stored} stored");
+    assert!(hidden > 0);
+    assert_eq!(stored, created + hidden);
+
     // Changed at run time: time-outs instead, held briefly then the connection dropped.
+    let before = proxy.stats();
     proxy.set_faults(Faults {
         timeout_rate: 0.5,
         timeout: Duration::from_millis(100),
@@ -115,13 +146,53 @@ async fn injected_errors_and_timeouts_reach_the_client_and_the_rest_passes() {
     eprintln!("{ok} ok, {dropped} dropped; {after:?}");
     assert!(ok >= 5 && dropped >= 5, "{ok} ok, {dropped} dropped");
     assert_eq!(after.timeouts_injected, dropped);
-    assert_eq!(after.errors_injected, stats.errors_injected);
+    assert_eq!(after.errors_injected, before.errors_injected);
+
+    // Latency only.
+    proxy.set_faults(Faults {
+        latency: Duration::from_millis(150),
+        ..Faults::default()
+    });
+    let started = Instant::now();
+    namespaces.get("default").await.unwrap();
+    assert!(started.elapsed() >= Duration::from_millis(150));
 
     // And none: transparent.
     proxy.set_faults(Faults::none());
     for _ in 0..10 {
         namespaces.get("default").await.unwrap();
     }
+
+    // The client's credentials are the ones the API server checks: a ServiceAccount with
+    // no RBAC is refused nodes through the proxy too.
+    let ns = cluster.unique_namespace("proxy-auth").await.unwrap();
+    let token = cluster.service_account_token(&ns, "nobody").await.unwrap();
+    let kubeconfig =
+        kube::config::Kubeconfig::read_from(proxy.kubeconfig_for_token(&token).unwrap()).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .unwrap();
+    let nobody = kube::Client::try_from(config).unwrap();
+    match Api::<Node>::all(nobody).list(&ListParams::default()).await {
+        Err(kube::Error::Api(status)) => assert_eq!(status.code, 403, "{status:?}"),
+        other => panic!("expected 403, got {other:?}"),
+    }
+
+    // kubectl (client-go) takes the proxy's kubeconfig. Off the
+    // runtime's only thread, which the proxy needs to answer.
+    let mut kubectl = std::process::Command::new(cluster.kubectl());
+    kubectl
+        .arg("--kubeconfig")
+        .arg(proxy.kubeconfig_path())
+        .args(["get", "namespace", "default", "-o", "name"]);
+    let out = tokio::task::spawn_blocking(move || kubectl.output())
+        .await
+        .unwrap()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(stdout.trim(), "namespace/default");
 }
 
 #[tokio::test]
