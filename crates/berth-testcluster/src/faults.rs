@@ -180,6 +180,7 @@ pub struct FaultProxy {
     control: watch::Sender<Control>,
     url: String,
     port: u16,
+    _port_record: PortRecord,
     dir: PathBuf,
     /// The cluster's admin configuration, pointed at the proxy.
     config: kube::Config,
@@ -202,10 +203,17 @@ impl Drop for FaultProxy {
         // The accept loop owns the connection tasks (a JoinSet): aborting it aborts them.
         // Watch streams' relay tasks end when `control` is dropped.
         self.accept_loop.abort();
-        if let Ok(mut ports) = PORTS_IN_USE.lock() {
-            if let Some(set) = ports.as_mut() {
-                set.remove(&self.port);
-            }
+    }
+}
+
+/// The proxy's port, recorded in `PORTS_IN_USE` (see [`bind_loopback`]) while this lives.
+struct PortRecord(u16);
+
+impl Drop for PortRecord {
+    fn drop(&mut self) {
+        let mut ports = PORTS_IN_USE.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(set) = ports.as_mut() {
+            set.remove(&self.0);
         }
     }
 }
@@ -215,11 +223,6 @@ impl FaultProxy {
     /// Tokio runtime (its tasks are spawned there).
     pub async fn start(cluster: &TestCluster, faults: Faults) -> Result<FaultProxy, Error> {
         let acceptor = tls_acceptor(cluster.dir())?;
-        let listener = bind_loopback().await?;
-        let port = listener
-            .local_addr()
-            .map_err(io_err("reading the proxy's address"))?
-            .port();
         let connector = cluster
             .kube_config()
             .rustls_https_connector()
@@ -232,6 +235,8 @@ impl FaultProxy {
             .trim_start_matches("https://")
             .parse::<http::uri::Authority>()
             .map_err(|e| io_err("parsing the API server's address")(std::io::Error::other(e)))?;
+        let (listener, port_record) = bind_loopback().await?;
+        let port = port_record.0;
         let (control, control_rx) = watch::channel(Control {
             faults: sanitize(faults),
             cut_generation: 0,
@@ -245,8 +250,7 @@ impl FaultProxy {
         let accept_loop = tokio::spawn(accept_loop(listener, acceptor, shared.clone()));
         let url = format!("https://127.0.0.1:{port}");
         let mut config = cluster.kube_config();
-        config.cluster_url = url
-            .parse::<Uri>()
+        config.cluster_url = Uri::from_maybe_shared(url.clone())
             .map_err(|e| io_err("parsing the proxy URL")(std::io::Error::other(e)))?;
         let dir = cluster.dir().to_path_buf();
         let kubeconfig = dir.join(format!("kubeconfig-proxy-{port}"));
@@ -255,6 +259,7 @@ impl FaultProxy {
             control,
             url,
             port,
+            _port_record: port_record,
             dir,
             config,
             kubeconfig,
@@ -344,7 +349,7 @@ impl FaultProxy {
 /// A listener on a free loopback port that is none of this process's clusters' ports: a
 /// cluster whose API server is stopped does not hold its port, and the proxy must not
 /// take it. The proxy's port is recorded too, so no cluster picks it meanwhile.
-async fn bind_loopback() -> Result<tokio::net::TcpListener, Error> {
+async fn bind_loopback() -> Result<(tokio::net::TcpListener, PortRecord), Error> {
     let mut rejected = Vec::new();
     loop {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
@@ -356,7 +361,7 @@ async fn bind_loopback() -> Result<tokio::net::TcpListener, Error> {
             .port();
         let mut ports = PORTS_IN_USE.lock().unwrap_or_else(|p| p.into_inner());
         if ports.get_or_insert_with(Default::default).insert(port) {
-            return Ok(listener);
+            return Ok((listener, PortRecord(port)));
         }
         // Held until a good one is found, so the kernel does not hand it out again.
         rejected.push(listener);

@@ -320,3 +320,49 @@ async fn the_api_server_restarts_on_the_same_etcd_and_old_clients_reconnect() {
             >= 2
     );
 }
+
+#[tokio::test]
+async fn a_concurrent_burst_through_the_proxy_is_streamed_to_a_watch() {
+    let cluster = TestCluster::shared().unwrap();
+    let proxy = FaultProxy::start(cluster, Faults::none()).await.unwrap();
+    let ns = cluster.unique_namespace("proxy-burst").await.unwrap();
+    let api: Api<ConfigMap> = Api::namespaced(proxy.client().unwrap(), &ns);
+    let (tx, mut seen) = tokio::sync::mpsc::unbounded_channel();
+    let stream = watcher::watcher(api.clone(), watcher::Config::default());
+    tokio::spawn(async move {
+        let mut stream = std::pin::pin!(stream);
+        while let Some(event) = stream.next().await {
+            if let Ok(Event::Apply(cm) | Event::InitApply(cm)) = event {
+                if tx.send(cm.metadata.name.unwrap_or_default()).is_err() {
+                    return;
+                }
+            }
+        }
+    });
+
+    let started = Instant::now();
+    let creates = (0..200).map(|i| {
+        let api = api.clone();
+        async move {
+            let cm: ConfigMap =
+                serde_json::from_value(json!({"metadata": {"name": format!("cm-{i}")}})).unwrap();
+            api.create(&PostParams::default(), &cm).await
+        }
+    });
+    for result in futures::future::join_all(creates).await {
+        result.unwrap();
+    }
+    let mut names = std::collections::HashSet::new();
+    tokio::time::timeout(Duration::from_secs(20), async {
+        while names.len() < 200 {
+            names.insert(seen.recv().await.unwrap());
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("the watch saw {} of 200", names.len()));
+    eprintln!(
+        "200 creates seen in {:?}; {:?}",
+        started.elapsed(),
+        proxy.stats()
+    );
+}
