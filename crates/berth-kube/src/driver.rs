@@ -277,6 +277,7 @@ pub async fn start(client: Client, options: RunOptions) -> Result<Handle, Error>
         events: 0,
         cycles: 0,
         metrics_addr,
+        gauges_at: None,
         _watchers: watchers,
     };
     let task = tokio::spawn(async move {
@@ -300,6 +301,8 @@ pub async fn start(client: Client, options: RunOptions) -> Result<Handle, Error>
 
 /// How many ready inputs one round takes at most before it schedules.
 const BATCH: usize = 1024;
+/// How often the gauges that walk the core's state are refreshed.
+const GAUGE_PERIOD: Duration = Duration::from_secs(1);
 /// How long a stop waits for binds in flight.
 const DRAIN: Duration = Duration::from_secs(30);
 
@@ -325,6 +328,7 @@ struct Driver {
     events: u64,
     cycles: u64,
     metrics_addr: Option<SocketAddr>,
+    gauges_at: Option<Instant>,
     /// Dropping the set aborts the watchers.
     _watchers: JoinSet<()>,
 }
@@ -354,6 +358,8 @@ impl Driver {
                         }
                     }
                 }
+                // Wakes an idle loop so the gauges stay fresh.
+                _ = tokio::time::sleep(GAUGE_PERIOD) => {}
                 _ = sleep_until(timer), if timer.is_some() && self.mirror.is_none() => {
                     self.scheduler.handle_timeout(now());
                 }
@@ -518,8 +524,7 @@ impl Driver {
         while let Some(effect) = self.scheduler.poll_effect() {
             self.executor.submit(effect);
         }
-        self.metrics.binds_in_flight(self.executor.binds());
-        self.metrics.pending("all", self.scheduler.pending());
+        self.refresh_gauges();
     }
 
     fn attempt_metrics(&mut self, elapsed: Duration, cycles: usize) {
@@ -540,6 +545,17 @@ impl Driver {
         self.metrics
             .attempts(p, "error", c.errors - self.last.errors, each);
         self.last = c;
+    }
+
+    /// Gauges that walk the core's state (queue, reservations, NUMA cache): refreshed at
+    /// most once a second, so a busy loop does not pay a walk per round.
+    fn refresh_gauges(&mut self) {
+        if self.gauges_at.is_some_and(|t| t.elapsed() < GAUGE_PERIOD) {
+            return;
+        }
+        self.gauges_at = Some(Instant::now());
+        self.metrics.binds_in_flight(self.executor.binds());
+        self.metrics.pending("all", self.scheduler.pending());
         let mut phases: [(&'static str, usize); 5] = [
             ("Pending", 0),
             ("Available", 0),
