@@ -100,6 +100,9 @@ pub struct Scheduler {
     relisting: BTreeMap<Kind, BTreeSet<ObjectKey>>,
     /// Binds asked for and not yet confirmed by the watch nor failed, by pod.
     in_flight: BTreeMap<ObjectKey, InFlight>,
+    /// The input being handled changed nothing any cycle reads (a pending pod's update
+    /// that `isPodUpdated` ignores): the epoch stays, so retries can still be replayed.
+    quiet: bool,
 }
 
 /// A bind in flight: what kube-scheduler's binding goroutine holds, so that a failure can
@@ -183,6 +186,7 @@ impl Scheduler {
             unsynced: config.wait_for_sync.iter().copied().collect(),
             relisting: BTreeMap::new(),
             in_flight: BTreeMap::new(),
+            quiet: false,
         }
     }
 
@@ -285,7 +289,9 @@ impl Scheduler {
 
     /// Applies an observed change.
     pub fn handle(&mut self, now: Time, event: Event) {
+        let epoch = self.epoch;
         self.epoch += 1;
+        self.quiet = false;
         match event {
             Event::Applied(obj) => {
                 if let Some(seen) = self.relisting.get_mut(&obj.kind()) {
@@ -305,6 +311,9 @@ impl Scheduler {
                 class,
                 message,
             } => self.bind_failed(now, pod, &uid, &node, class, message),
+        }
+        if self.quiet {
+            self.epoch = epoch;
         }
         self.sync_reservations(now);
     }
@@ -697,8 +706,9 @@ impl Scheduler {
         }
         let prev_info = prev
             .as_ref()
-            .filter(|p| p.info.uid == info.uid)
+            .filter(|p| p.info.uid == info.uid && p.state == PodState::Pending)
             .map(|p| &*p.info);
+        let nominated = self.nominator.node_of(&key).cloned();
         self.nominator.update(prev_info, &info);
         // kube-scheduler's `isPodUpdated`: an update that changes nothing the scheduler reads
         // (the echo of its own condition patch, a status or resourceVersion change) leaves a
@@ -706,6 +716,8 @@ impl Scheduler {
         let updated = prev_info.is_none_or(|p| pod_updated(&p.pod, &info.pod));
         if updated || !self.queue.contains(&key) {
             self.queue.add(key, info.priority, info.created, now);
+        } else if self.nominator.node_of(&key) == nominated.as_ref() {
+            self.quiet = true;
         }
     }
 
@@ -1512,137 +1524,96 @@ fn pod_updated(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::{node, pod};
+    use crate::testing::{node, pod, FakeDriver};
 
-    fn drain(s: &mut Scheduler) -> Vec<Effect> {
-        std::iter::from_fn(|| s.poll_effect()).collect()
-    }
-
-    /// Plays the API server: binds pods the scheduler asked to bind.
-    fn run(s: &mut Scheduler, now: Time) -> Vec<Effect> {
-        s.run_until_idle(now);
-        let effects = drain(s);
-        for e in &effects {
-            if let Effect::Bind { pod: key, node, .. } = e {
-                let info = s.cluster.pod(key).unwrap().info.clone();
-                let mut p = (*info.pod).clone();
-                p.spec.get_or_insert_with(Default::default).node_name = Some(node.clone());
-                s.handle(now, Event::Applied(Object::Pod(Arc::new(p))));
-            }
-        }
-        effects
-    }
-
-    fn bound_node(s: &Scheduler, name: &str) -> Option<String> {
-        let e = s.cluster.pod(&ObjectKey::pod("default", name))?;
-        (e.state == PodState::Bound).then(|| e.info.node_name.as_deref().unwrap_or("").to_string())
+    fn requested_cpu(d: &FakeDriver, node: &str) -> Option<i64> {
+        d.scheduler()
+            .cluster
+            .node_by_name(node)
+            .map(|n| n.requested[crate::resources::ResourceId::CPU])
     }
 
     #[test]
     fn schedules_pods_onto_nodes_with_room_and_reports_the_rest() {
-        let mut s = Scheduler::new(vec![Profile::default_profile()], Config::default());
-        s.handle(
-            0,
-            Event::Applied(Object::Node(
-                node("n1").alloc("cpu", "2").alloc("memory", "4Gi").build(),
-            )),
-        );
-        s.handle(
-            0,
-            Event::Applied(Object::Node(
-                node("n2").alloc("cpu", "1").alloc("memory", "4Gi").build(),
-            )),
-        );
-        s.handle(
-            0,
-            Event::Applied(Object::Pod(pod("big").req("cpu", "2").build())),
-        );
-        s.handle(
-            0,
-            Event::Applied(Object::Pod(pod("small").req("cpu", "1").build())),
-        );
-        s.handle(
-            0,
-            Event::Applied(Object::Pod(pod("huge").req("cpu", "3").build())),
-        );
-        let effects = run(&mut s, 0);
-        assert_eq!(bound_node(&s, "big").as_deref(), Some("n1"));
-        assert_eq!(bound_node(&s, "small").as_deref(), Some("n2"));
-        assert_eq!(bound_node(&s, "huge"), None);
-        let msg = effects.iter().find_map(|e| match e {
-            Effect::PodCondition { pod, message, .. } if &*pod.name == "huge" => {
-                Some(message.clone())
-            }
-            _ => None,
-        });
+        let mut d = FakeDriver::synchronous();
+        d.apply(Object::Node(
+            node("n1").alloc("cpu", "2").alloc("memory", "4Gi").build(),
+        ));
+        d.apply(Object::Node(
+            node("n2").alloc("cpu", "1").alloc("memory", "4Gi").build(),
+        ));
+        d.apply(Object::Pod(pod("big").req("cpu", "2").build()));
+        d.apply(Object::Pod(pod("small").req("cpu", "1").build()));
+        d.apply(Object::Pod(pod("huge").req("cpu", "3").build()));
+        d.settle();
+        assert_eq!(d.bound("big").as_deref(), Some("n1"));
+        assert_eq!(d.bound("small").as_deref(), Some("n2"));
+        assert_eq!(d.bound("huge"), None);
         // DefaultPreemption's verdict follows, as kube-scheduler appends it: 3 CPUs exceed
         // both nodes' allocatable, so no eviction could help.
         assert_eq!(
-            msg.as_deref(),
+            d.condition("huge").map(|c| c.1).as_deref(),
             Some("0/2 nodes are available: 2 Insufficient cpu. preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling.")
         );
-        let n1 = s.cluster.node_by_name("n1").unwrap();
-        assert_eq!(n1.requested[crate::resources::ResourceId::CPU], 2000);
+        assert_eq!(requested_cpu(&d, "n1"), Some(2000));
     }
 
     #[test]
     fn a_deleted_pod_frees_room_for_an_unschedulable_one() {
-        let mut s = Scheduler::new(vec![Profile::default_profile()], Config::default());
-        s.handle(
-            0,
-            Event::Applied(Object::Node(node("n1").alloc("cpu", "1").build())),
-        );
-        s.handle(
-            0,
-            Event::Applied(Object::Pod(pod("a").req("cpu", "1").build())),
-        );
-        run(&mut s, 0);
-        s.handle(
-            0,
-            Event::Applied(Object::Pod(pod("b").req("cpu", "1").build())),
-        );
-        run(&mut s, 0);
-        assert_eq!(bound_node(&s, "b"), None);
-        s.handle(1, Event::Deleted(ObjectKey::pod("default", "a")));
-        run(&mut s, 1);
-        assert_eq!(bound_node(&s, "b").as_deref(), Some("n1"));
+        let mut d = FakeDriver::synchronous();
+        d.apply(Object::Node(node("n1").alloc("cpu", "1").build()));
+        d.apply(Object::Pod(pod("a").req("cpu", "1").build()));
+        d.settle();
+        d.apply(Object::Pod(pod("b").req("cpu", "1").build()));
+        d.settle();
+        assert_eq!(d.bound("b"), None);
+        d.delete(&ObjectKey::pod("default", "a"));
+        d.settle();
+        assert_eq!(d.bound("b").as_deref(), Some("n1"));
     }
 
     #[test]
     fn an_unreadable_pod_gets_a_condition_and_the_rest_is_scheduled() {
-        let mut s = Scheduler::new(vec![Profile::default_profile()], Config::default());
-        s.handle(
-            0,
-            Event::Applied(Object::Node(node("n1").alloc("cpu", "2").build())),
-        );
-        s.handle(
-            0,
-            Event::Applied(Object::Pod(pod("bad").req("cpu", "-1").build())),
-        );
-        s.handle(
-            0,
-            Event::Applied(Object::Pod(pod("good").req("cpu", "1").build())),
-        );
-        let effects = run(&mut s, 0);
-        assert_eq!(bound_node(&s, "good").as_deref(), Some("n1"));
-        let msg = effects.iter().find_map(|e| match e {
-            Effect::PodCondition { pod, message, .. } if &*pod.name == "bad" => {
-                Some(message.clone())
-            }
-            _ => None,
-        });
+        let mut d = FakeDriver::synchronous();
+        d.apply(Object::Node(node("n1").alloc("cpu", "2").build()));
+        d.apply(Object::Pod(pod("bad").req("cpu", "-1").build()));
+        d.apply(Object::Pod(pod("good").req("cpu", "1").build()));
+        d.settle();
+        assert_eq!(d.bound("good").as_deref(), Some("n1"));
         assert_eq!(
-            msg.as_deref(),
+            d.condition("bad").map(|c| c.1).as_deref(),
             Some("pod cannot be scheduled: spec.containers[0].resources.requests[cpu]: must be greater than or equal to 0")
         );
     }
 
     #[test]
     fn an_empty_cluster_says_so() {
-        let mut s = Scheduler::new(vec![], Config::default());
-        s.handle(0, Event::Applied(Object::Pod(pod("p").build())));
-        let effects = run(&mut s, 0);
-        assert!(effects.iter().any(|e| matches!(e, Effect::PodCondition { message, .. } if message == "no nodes available to schedule pods")));
+        let mut d = FakeDriver::synchronous();
+        d.apply(Object::Pod(pod("p").build()));
+        d.settle();
+        assert_eq!(
+            d.condition("p").map(|c| c.1).as_deref(),
+            Some("no nodes available to schedule pods")
+        );
+    }
+
+    #[test]
+    fn is_pod_updated_ignores_what_the_scheduler_does_not_read() {
+        let base = pod("p").req("cpu", "1").build();
+        let mut status_only = (*base).clone();
+        status_only.metadata.resource_version = Some("7".into());
+        status_only.metadata.generation = Some(3);
+        status_only.metadata.finalizers = Some(vec!["f".into()]);
+        status_only.status = Some(berth_api::k8s_openapi::api::core::v1::PodStatus {
+            phase: Some("Pending".into()),
+            nominated_node_name: Some("n1".into()),
+            ..Default::default()
+        });
+        assert!(!pod_updated(&base, &status_only));
+        let labelled = pod("p").req("cpu", "1").label("a", "b").build();
+        assert!(pod_updated(&base, &labelled));
+        let bigger = pod("p").req("cpu", "2").build();
+        assert!(pod_updated(&base, &bigger));
     }
 
     #[test]

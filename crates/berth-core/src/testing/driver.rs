@@ -130,6 +130,8 @@ pub struct FakeDriver {
     /// Pods (key, UID) the scheduler was shown bound.
     shown_bound: BTreeSet<(ObjectKey, String)>,
     events: Vec<Record>,
+    /// Every effect performed since the last [`FakeDriver::take_effects`].
+    log: Vec<Effect>,
     violations: Vec<String>,
     stats: DriverStats,
 }
@@ -155,6 +157,7 @@ impl FakeDriver {
             outstanding: BTreeSet::new(),
             shown_bound: BTreeSet::new(),
             events: Vec::new(),
+            log: Vec::new(),
             violations: Vec::new(),
             stats: DriverStats::default(),
         }
@@ -191,6 +194,12 @@ impl FakeDriver {
     /// Virtual now.
     pub fn now(&self) -> Time {
         self.now
+    }
+
+    /// Moves virtual time to `t` without firing anything (a test that drives the
+    /// scheduler's timers itself); time never goes back.
+    pub fn set_now(&mut self, t: Time) {
+        self.now = self.now.max(t);
     }
 
     /// What the driver did so far.
@@ -484,7 +493,21 @@ impl FakeDriver {
         if !self.sched.synced() {
             self.check_premature(&effect);
         }
+        self.log.push(effect.clone());
         self.execute(effect);
+    }
+
+    /// The effects the scheduler asked for since the last call, in order.
+    pub fn take_effects(&mut self) -> Vec<Effect> {
+        std::mem::take(&mut self.log)
+    }
+
+    /// Hands the scheduler every watch event waiting, in order, without letting it run:
+    /// the state right after an input, for a test to look at.
+    pub fn deliver_watch(&mut self) {
+        while let Some(e) = self.watch.pop_front() {
+            self.deliver(e);
+        }
     }
 
     /// Carries an effect out.

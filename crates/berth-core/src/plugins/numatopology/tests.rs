@@ -7,13 +7,12 @@ use berth_api::nrt::NodeResourceTopology;
 use serde_json::{json, Value};
 
 use super::*;
-use crate::cache::PodState;
 use crate::framework::config::ProfileConfig;
 use crate::framework::Profile;
 use crate::numa::fingerprint;
 use crate::numa::CacheMode;
-use crate::testing::{node, pod, PodBuilder};
-use crate::{Config, Effect, Event, Object, ObjectKey, Scheduler};
+use crate::testing::{node, pod, DriverConfig, FakeDriver, PodBuilder, Profiles};
+use crate::{Config, Effect, Event, Object, ObjectKey};
 
 const T0: Time = 1_704_067_200_000;
 const SEC: Time = 1000;
@@ -57,21 +56,63 @@ fn gpod(name: &str, cpu: &str) -> PodBuilder {
         .limit("memory", "1Gi")
 }
 
-fn scheduler(args: Option<Value>) -> Scheduler {
-    let profile = match args {
-        None => Profile::default_profile(),
-        Some(a) => {
-            let pc: ProfileConfig = serde_json::from_value(json!({
-                "pluginConfig": [{"name": "NodeResourceTopologyMatch", "args": a}]
-            }))
-            .expect("profile config");
-            Profile::from_config(&pc).expect("valid profile")
-        }
-    };
-    Scheduler::new(vec![profile], Config::default())
+/// The scheduler in a synchronous [`FakeDriver`], driven event by event as the tests read:
+/// an input is delivered at once; [`run`] lets the cluster settle (binds land, every write
+/// is echoed back).
+struct Harness {
+    d: FakeDriver,
 }
 
-fn add_node(s: &mut Scheduler, name: &str, cpu: &str) {
+impl Harness {
+    fn handle(&mut self, now: Time, e: Event) {
+        self.d.set_now(now);
+        match e {
+            Event::Applied(o) => self.d.apply(o),
+            Event::Deleted(k) => {
+                self.d.delete(&k);
+            }
+            other => self.d.scheduler_mut().handle(now, other),
+        }
+        self.d.deliver_watch();
+    }
+
+    fn handle_timeout(&mut self, now: Time) {
+        self.d.set_now(now);
+        self.d.scheduler_mut().handle_timeout(now);
+    }
+
+    fn poll_timeout(&self) -> Option<Time> {
+        self.d.scheduler().poll_timeout()
+    }
+
+    fn cluster(&self) -> &crate::cache::Cluster {
+        &self.d.scheduler().cluster
+    }
+
+    fn numa_metrics(&self) -> NumaMetrics {
+        self.d.scheduler().numa_metrics()
+    }
+}
+
+fn scheduler(args: Option<Value>) -> Harness {
+    let profiles = Profiles::new(move || {
+        vec![match &args {
+            None => Profile::default_profile(),
+            Some(a) => {
+                let pc: ProfileConfig = serde_json::from_value(json!({
+                    "pluginConfig": [{"name": "NodeResourceTopologyMatch", "args": a}]
+                }))
+                .expect("profile config");
+                Profile::from_config(&pc).expect("valid profile")
+            }
+        }]
+    });
+    Harness {
+        d: FakeDriver::new(profiles, Config::default(), DriverConfig::default(), T0),
+    }
+}
+
+fn add_node(s: &mut Harness, name: &str, cpu: &str) {
     s.handle(
         T0,
         Event::Applied(Object::Node(
@@ -82,7 +123,7 @@ fn add_node(s: &mut Scheduler, name: &str, cpu: &str) {
 
 /// Adds a cordoned node with room for any pod: the node-add event retries the pods waiting
 /// (queueing hints skip pods a new node cannot hold), and none lands there.
-fn add_cordoned(s: &mut Scheduler, name: &str) {
+fn add_cordoned(s: &mut Harness, name: &str) {
     let n = node(name)
         .alloc("cpu", "64")
         .alloc("memory", "256Gi")
@@ -90,24 +131,15 @@ fn add_cordoned(s: &mut Scheduler, name: &str) {
     s.handle(T0, Event::Applied(Object::Node(n.build())));
 }
 
-/// Schedules what can be, confirming binds as the API server would; returns the effects.
-fn run(s: &mut Scheduler, now: Time) -> Vec<Effect> {
-    s.run_until_idle(now);
-    let effects: Vec<Effect> = std::iter::from_fn(|| s.poll_effect()).collect();
-    for e in &effects {
-        if let Effect::Bind { pod: key, node, .. } = e {
-            let info = s.cluster.pod(key).expect("bound pod known").info.clone();
-            let mut p = (*info.pod).clone();
-            p.spec.get_or_insert_with(Default::default).node_name = Some(node.clone());
-            s.handle(now, Event::Applied(Object::Pod(Arc::new(p))));
-        }
-    }
-    effects
+/// Lets the cluster settle at `now` (binds land and come back); returns the effects.
+fn run(s: &mut Harness, now: Time) -> Vec<Effect> {
+    s.d.set_now(now);
+    s.d.settle();
+    s.d.take_effects()
 }
 
-fn bound(s: &Scheduler, name: &str) -> Option<String> {
-    let e = s.cluster.pod(&ObjectKey::pod("default", name))?;
-    (e.state == PodState::Bound).then(|| e.info.node_name.as_deref().unwrap_or("").to_string())
+fn bound(s: &Harness, name: &str) -> Option<String> {
+    s.d.bound(name)
 }
 
 fn message(effects: &[Effect], name: &str) -> Option<String> {
@@ -177,9 +209,9 @@ fn the_reserve_cache_blocks_a_burst_until_the_node_republishes() {
     assert_eq!(bound(&s, "b"), None, "a was subtracted from both zones");
     let m = message(&effects, "b").unwrap_or_default();
     assert!(m.contains(REASON_RESYNC_PENDING), "{m}");
-    assert!(s.cluster.numa.cache().is_dirty("n1"));
+    assert!(s.cluster().numa.cache().is_dirty("n1"));
     // The resync tick is the next multiple of 5s.
-    assert_eq!(s.cluster.numa.next_resync(), Some(T0 + 5 * SEC));
+    assert_eq!(s.cluster().numa.next_resync(), Some(T0 + 5 * SEC));
     // The agent has not seen a yet: mismatch, b stays out, and its message says why.
     s.handle(
         T0 + 2 * SEC,
@@ -305,8 +337,8 @@ fn a_deleted_or_rejected_pod_gives_back_what_it_reserved() {
         );
         s.handle(T0, Event::Applied(Object::Pod(gpod("a", "3").build())));
         run(&mut s, T0);
-        assert_eq!(s.cluster.numa.cache().assumed_count("n1"), 1);
-        assert!(s.cluster.numa.cache().is_assumed_bound("n1", "uid-a") == Some(true));
+        assert_eq!(s.cluster().numa.cache().assumed_count("n1"), 1);
+        assert!(s.cluster().numa.cache().is_assumed_bound("n1", "uid-a") == Some(true));
         if terminal {
             let p = gpod("a", "3").node_name("n1").phase("Failed").build();
             s.handle(T0, Event::Applied(Object::Pod(p)));
@@ -314,7 +346,7 @@ fn a_deleted_or_rejected_pod_gives_back_what_it_reserved() {
             s.handle(T0, Event::Deleted(ObjectKey::pod("default", "a")));
         }
         assert_eq!(
-            s.cluster.numa.cache().assumed_count("n1"),
+            s.cluster().numa.cache().assumed_count("n1"),
             0,
             "terminal {terminal}"
         );
@@ -405,10 +437,10 @@ fn rejections_in_a_row_make_a_node_dirty_only_at_the_threshold() {
     s.handle(T0, Event::Applied(Object::Pod(gpod("a", "3").build())));
     s.handle(T0, Event::Applied(Object::Pod(gpod("b", "3").build())));
     run(&mut s, T0);
-    assert!(!s.cluster.numa.cache().is_dirty("n1"), "one rejection");
-    assert_eq!(s.cluster.numa.next_resync(), None);
+    assert!(!s.cluster().numa.cache().is_dirty("n1"), "one rejection");
+    assert_eq!(s.cluster().numa.next_resync(), None);
     // A node added requeues b: its retry is a second rejection in a row on n1.
     add_cordoned(&mut s, "cordoned");
     run(&mut s, T0 + 2 * SEC);
-    assert!(s.cluster.numa.cache().is_dirty("n1"));
+    assert!(s.cluster().numa.cache().is_dirty("n1"));
 }
