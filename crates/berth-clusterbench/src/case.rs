@@ -1,0 +1,78 @@
+//! The workloads: scheduler_perf's SchedulingBasic sizes, and the reservation case.
+
+/// One workload: nodes, pods scheduled before the measurement (`init`), pods measured, and
+/// Available reservations in place before any pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Case {
+    /// Name in the report.
+    pub name: String,
+    /// Nodes (4 CPU / 32Gi / 110 pods each).
+    pub nodes: usize,
+    /// Pods created and bound before the measured phase.
+    pub init_pods: usize,
+    /// Pods measured.
+    pub pods: usize,
+    /// Reservations created and awaited `Available` before the init pods; with any, every
+    /// other measured pod is an owner of some of them.
+    pub reservations: usize,
+}
+
+/// Owner groups of the reservation case: reservation `i` is owned by pods labelled
+/// `app=owner-<i mod OWNER_GROUPS>`, so each group matches `reservations / OWNER_GROUPS`
+/// reservations.
+pub const OWNER_GROUPS: usize = 100;
+
+impl Case {
+    /// A case of any size.
+    pub fn new(
+        name: impl Into<String>,
+        nodes: usize,
+        init_pods: usize,
+        pods: usize,
+        reservations: usize,
+    ) -> Self {
+        Self {
+            name: name.into(),
+            nodes,
+            init_pods,
+            pods,
+            reservations,
+        }
+    }
+
+    /// SchedulingBasic 500 nodes / 500 init pods / 1,000 pods.
+    pub fn basic_500() -> Self {
+        Self::new("basic-500", 500, 500, 1000, 0)
+    }
+
+    /// SchedulingBasic 5,000 nodes / 1,000 init pods / 5,000 pods.
+    pub fn basic_5000() -> Self {
+        Self::new("basic-5000", 5000, 1000, 5000, 0)
+    }
+
+    /// [`Case::basic_5000`] with 1,000 Available reservations (100m / 500Mi each,
+    /// `allocateOnce`), half of the measured pods owners. Compared with berth's own
+    /// [`Case::basic_5000`] run: kube-scheduler has no reservations.
+    pub fn reservations() -> Self {
+        Self::new("reservations", 5000, 1000, 5000, 1000)
+    }
+
+    /// The case of the same size without reservations (itself when it has none).
+    pub fn baseline(&self) -> Case {
+        if self.reservations == 0 {
+            return self.clone();
+        }
+        let name = if *self == Self::reservations() {
+            Self::basic_5000().name
+        } else {
+            format!("{}-baseline", self.name)
+        };
+        Self::new(name, self.nodes, self.init_pods, self.pods, 0)
+    }
+
+    /// Whether the measured pod `i` carries an owner label, and which.
+    pub fn owner_of(&self, i: usize) -> Option<String> {
+        (self.reservations > 0 && i.is_multiple_of(2))
+            .then(|| format!("owner-{}", (i / 2) % OWNER_GROUPS))
+    }
+}

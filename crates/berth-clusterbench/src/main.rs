@@ -1,0 +1,155 @@
+//! `berth-clusterbench`: berth and kube-scheduler on the same real API server with the same
+//! workload; pods bound per second, their ratio, CPU seconds and peak RSS.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use berth_clusterbench::{report, run_one, BerthOptions, Case, Outcome, RunConfig, Which};
+use clap::{Parser, ValueEnum};
+
+/// Scheduling throughput through a real kube-apiserver: kube-scheduler, then berth, each on
+/// a fresh cluster with the same workload (scheduler_perf's SchedulingBasic shapes).
+#[derive(Debug, Parser)]
+#[command(name = "berth-clusterbench", version, about, long_about = None)]
+struct Cli {
+    /// Which case: basic-500 (500 nodes / 500 init / 1,000 pods), basic-5000 (5,000 / 1,000 /
+    /// 5,000), reservations (basic-5000 with 1,000 Available reservations and half the pods
+    /// owners; berth only, compared with berth's basic-5000 run, which it runs too), or all.
+    #[arg(long, value_enum, default_value_t = CaseArg::All)]
+    case: CaseArg,
+    /// Which scheduler.
+    #[arg(long, value_enum, default_value_t = SchedArg::Both)]
+    scheduler: SchedArg,
+    /// The berth binary (build it with `cargo build --release -p berth`).
+    #[arg(long, value_name = "PATH", default_value = "target/release/berth")]
+    berth: PathBuf,
+    /// berth's --max-binds-in-flight.
+    #[arg(long, value_name = "N", default_value_t = 256)]
+    max_binds_in_flight: usize,
+    /// Creates in flight at most (the one client's concurrency).
+    #[arg(long, value_name = "N", default_value_t = 200)]
+    concurrency: usize,
+    /// Where the schedulers' configurations and logs are written.
+    #[arg(long, value_name = "DIR", default_value = "target/clusterbench")]
+    work_dir: PathBuf,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum CaseArg {
+    #[value(name = "basic-500")]
+    Basic500,
+    #[value(name = "basic-5000")]
+    Basic5000,
+    Reservations,
+    All,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum SchedArg {
+    Berth,
+    #[value(name = "kube-scheduler")]
+    KubeScheduler,
+    Both,
+}
+
+/// The runs to make, in order: per case kube-scheduler first, then berth.
+fn plan(case: CaseArg, sched: SchedArg) -> Vec<(Case, Which)> {
+    let cases = match case {
+        CaseArg::Basic500 => vec![Case::basic_500()],
+        CaseArg::Basic5000 => vec![Case::basic_5000()],
+        CaseArg::Reservations => vec![Case::reservations()],
+        CaseArg::All => vec![Case::basic_500(), Case::basic_5000(), Case::reservations()],
+    };
+    let scheds: &[Which] = match sched {
+        SchedArg::Berth => &[Which::Berth],
+        SchedArg::KubeScheduler => &[Which::KubeScheduler],
+        SchedArg::Both => &[Which::KubeScheduler, Which::Berth],
+    };
+    let mut runs: Vec<(Case, Which)> = Vec::new();
+    for c in cases {
+        if c.reservations > 0 {
+            // kube-scheduler has no reservations: berth against its own run of the same
+            // size without them (made here unless already planned).
+            if !scheds.contains(&Which::Berth) {
+                eprintln!("note: case {} runs berth only; skipped", c.name);
+                continue;
+            }
+            let base = c.baseline();
+            if !runs.iter().any(|(r, w)| *r == base && *w == Which::Berth) {
+                runs.push((base, Which::Berth));
+            }
+            runs.push((c, Which::Berth));
+        } else {
+            for &w in scheds {
+                runs.push((c.clone(), w));
+            }
+        }
+    }
+    runs
+}
+
+fn machine() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("model name"))
+                .map(|v| v.trim_start_matches([' ', '\t', ':']).to_string())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    let mem_gib = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("MemTotal:"))
+                .and_then(|v| {
+                    v.split_whitespace()
+                        .next()
+                        .and_then(|k| k.parse::<f64>().ok())
+                })
+        })
+        .map_or_else(|| "?".into(), |kib| format!("{:.0}", kib / 1024.0 / 1024.0));
+    let cores = std::thread::available_parallelism().map_or(0, usize::from);
+    format!("{cores} cores ({cpu}), {mem_gib} GiB RAM")
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let runs = plan(cli.case, cli.scheduler);
+    let config = RunConfig {
+        berth: BerthOptions {
+            binary: cli.berth.clone(),
+            max_binds_in_flight: cli.max_binds_in_flight,
+        },
+        concurrency: cli.concurrency,
+        work_dir: cli.work_dir.clone(),
+    };
+    if runs.iter().any(|(_, w)| *w == Which::Berth) && !config.berth.binary.is_file() {
+        return Err(berth_clusterbench::Error::BerthMissing(cli.berth.clone()).into());
+    }
+    println!("machine: {}", machine());
+    let mut outcomes: Vec<Outcome> = Vec::new();
+    for (case, which) in &runs {
+        eprintln!(
+            "running {} ({} nodes, {} init pods, {} pods, {} reservations) with {}...",
+            case.name,
+            case.nodes,
+            case.init_pods,
+            case.pods,
+            case.reservations,
+            which.name()
+        );
+        let outcome = run_one(case, *which, &config)
+            .with_context(|| format!("case {} with {}", case.name, which.name()))?;
+        eprintln!("{}", report::setup_line(&outcome));
+        println!("{}", report::line(&outcome));
+        outcomes.push(outcome);
+    }
+    println!();
+    for l in report::ratios(&outcomes) {
+        println!("{l}");
+    }
+    println!();
+    print!("{}", report::markdown(&outcomes));
+    Ok(())
+}

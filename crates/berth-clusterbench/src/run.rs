@@ -1,0 +1,108 @@
+//! One (case, scheduler) run from start to finish: a fresh cluster, the nodes, the scheduler
+//! process, the reservations, the init pods, the measurement.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use berth_testcluster::{Options, TestCluster};
+
+use crate::case::Case;
+use crate::error::{io_err, Error};
+use crate::scheduler::{BerthOptions, SchedulerProcess, Which};
+use crate::workload::{Measured, Workload};
+
+/// The API server flags for throughput: no max-in-flight limits and no priority and
+/// fairness (both schedulers and the harness would otherwise queue behind them).
+pub const APISERVER_ARGS: &[&str] = &[
+    "--max-requests-inflight=0",
+    "--max-mutating-requests-inflight=0",
+    "--enable-priority-and-fairness=false",
+];
+
+/// The test cluster's options for a benchmark.
+pub fn cluster_options() -> Options {
+    APISERVER_ARGS
+        .iter()
+        .fold(Options::new(), |o, a| o.apiserver_arg(*a))
+}
+
+/// How every run is made.
+#[derive(Debug, Clone)]
+pub struct RunConfig {
+    /// How to start berth.
+    pub berth: BerthOptions,
+    /// Creates in flight at most.
+    pub concurrency: usize,
+    /// Where the schedulers' configurations and logs go (one directory per run).
+    pub work_dir: PathBuf,
+}
+
+/// How long the preparation took.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Setup {
+    /// Starting etcd and kube-apiserver.
+    pub cluster: Duration,
+    /// Creating the nodes.
+    pub nodes: Duration,
+    /// Creating the reservations until all were Available.
+    pub reservations: Duration,
+    /// Creating the init pods until all were bound.
+    pub init: Duration,
+}
+
+/// One run's result.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    /// The case.
+    pub case: Case,
+    /// The scheduler.
+    pub which: Which,
+    /// The preparation.
+    pub setup: Setup,
+    /// The measurement.
+    pub measured: Measured,
+    /// The scheduler's log.
+    pub log: PathBuf,
+}
+
+/// Runs `case` with `which` on a fresh cluster. Blocking.
+pub fn run_one(case: &Case, which: Which, config: &RunConfig) -> Result<Outcome, Error> {
+    if which == Which::Berth && !config.berth.binary.is_file() {
+        return Err(Error::BerthMissing(config.berth.binary.clone()));
+    }
+    let started = Instant::now();
+    let cluster = TestCluster::start_with(cluster_options())?;
+    let mut setup = Setup {
+        cluster: started.elapsed(),
+        ..Setup::default()
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(io_err("building the Tokio runtime"))?;
+    let dir = config
+        .work_dir
+        .join(format!("{}-{}", case.name, which.name()));
+    runtime.block_on(async {
+        let workload = Workload::new(cluster.client(), case.clone(), config.concurrency);
+        setup.nodes = workload.create_nodes().await?;
+        // As scheduler_perf: the scheduler starts once the nodes exist, before any pod.
+        let mut process = SchedulerProcess::start(which, &cluster, &dir, &config.berth)?;
+        let pid = process.pid();
+        let log = process.log().to_path_buf();
+        let measured = {
+            let mut alive = || process.check_alive();
+            setup.reservations = workload.create_reservations(&mut alive).await?;
+            setup.init = workload.run_init(&mut alive).await?;
+            workload.run_measured(pid, &mut alive).await?
+        };
+        process.stop(Duration::from_secs(10));
+        Ok(Outcome {
+            case: case.clone(),
+            which,
+            setup,
+            measured,
+            log,
+        })
+    })
+}
