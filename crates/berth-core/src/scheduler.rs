@@ -7,6 +7,26 @@
 //! 4. [`Scheduler::poll_effect`] until it returns `None`, performing each effect and
 //!    feeding the results back as events (a bound pod comes back as `Applied` with
 //!    `spec.nodeName`).
+//!
+//! What a driver that is not synchronous (the cluster adapter) may rely on:
+//! - **Binds are asynchronous.** After an [`Effect::Bind`] the pod stays assumed on its
+//!   node, holding what it claimed (resources, reservation share, NUMA hold), while later
+//!   cycles run, until the watch shows it bound there (confirmation) or
+//!   [`Event::BindFailed`] arrives with its UID and node; whichever comes second is
+//!   ignored. A failure runs every Reserve plugin's Unreserve and puts that pod alone in
+//!   back-off (`NotFound`: nothing more, the deletion is on its way). Binds in flight:
+//!   [`Scheduler::binds_in_flight`].
+//! - **Every write may come back** through the watch. An update that changes nothing the
+//!   scheduler reads (kube-scheduler's `isPodUpdated`) schedules nothing, and a
+//!   reservation's own status coming back is only noted (its resourceVersion, which GC
+//!   deletes name as a precondition).
+//! - **Initial sync.** With [`Config::wait_for_sync`] naming the watched kinds, nothing is
+//!   scheduled, expired or failed, and no timer is due, until each has had its
+//!   [`Event::Listed`]; [`Scheduler::synced`] says when (readiness). A later
+//!   [`Event::ListStarted`] .. [`Event::Listed`] (a re-list after a broken watch) deletes
+//!   what the LIST did not return.
+//! - **Other schedulers' pods** (a `schedulerName` that is no profile's) are never queued
+//!   and never get a condition; once bound they count like any pod.
 
 use crate::collections::HashMap;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};

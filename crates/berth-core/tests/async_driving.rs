@@ -452,3 +452,45 @@ fn reservation_writes_carry_their_preconditions_and_pass_them() {
     // A reservation created again under the name is not touched by writes for the old one.
     assert!(d.violations().is_empty(), "{:?}", d.violations());
 }
+
+#[test]
+fn a_namespace_selector_selects_on_the_labels_of_the_namespaces_fed() {
+    // `solo` refuses nodes running pods labelled app=db in namespaces of team t1. n1 has
+    // more room, so it is the node solo takes unless a db pod of t1 runs there.
+    let ns = |name: &str, team: &str| {
+        let n: berth_api::k8s_openapi::api::core::v1::Namespace =
+            serde_json::from_value(json!({"metadata": {"name": name, "labels": {"team": team}}}))
+                .expect("namespace");
+        Object::Namespace(Arc::new(n))
+    };
+    let placed_with = |namespaces: bool| {
+        let mut s = scheduler();
+        if namespaces {
+            apply(&mut s, T0, ns("red", "t1"));
+            apply(&mut s, T0, ns("blue", "t2"));
+        }
+        for (n, cpu) in [("n1", "8"), ("n2", "4")] {
+            apply(&mut s, T0, Object::Node(node(n).alloc("cpu", cpu).build()));
+        }
+        for (namespace, n) in [("red", "n1"), ("blue", "n2")] {
+            let db = pod("db")
+                .namespace(namespace)
+                .label("app", "db")
+                .node_name(n);
+            apply(&mut s, T0, Object::Pod(db.build()));
+        }
+        let solo = pod("solo").req("cpu", "1").spec(
+            "affinity",
+            json!({"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
+                "topologyKey": "kubernetes.io/hostname",
+                "labelSelector": {"matchLabels": {"app": "db"}},
+                "namespaceSelector": {"matchLabels": {"team": "t1"}}}]}}),
+        );
+        apply(&mut s, T0, Object::Pod(solo.build()));
+        s.run_until_idle(T0);
+        binds(&drain(&mut s)).first().map(|b| b.2.clone())
+    };
+    assert_eq!(placed_with(true).as_deref(), Some("n2"), "red is t1's");
+    // Namespaces the core was never told about carry only their name label.
+    assert_eq!(placed_with(false).as_deref(), Some("n1"));
+}

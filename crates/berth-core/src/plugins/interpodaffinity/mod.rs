@@ -1,11 +1,12 @@
 //! InterPodAffinity: required pod affinity / anti-affinity as a filter (including the
 //! anti-affinity of pods already placed), preferred terms as a score.
 //!
-//! Behaviour and reasons follow kube-scheduler's `interpodaffinity` plugin. What berth
-//! cannot know is documented in [`terms`]: namespaces carry only their
-//! `kubernetes.io/metadata.name` label. Reserve pods are not checked against pods held by
-//! reservations (nothing to do yet). PreFilter's AddPod/RemovePod extensions (used by
-//! preemption) are not implemented.
+//! Behaviour and reasons follow kube-scheduler's `interpodaffinity` plugin. A
+//! `namespaceSelector` selects on the labels of the `Namespace` objects the driver feeds;
+//! a namespace the core was never told about (the simulator feeds none) carries only its
+//! `kubernetes.io/metadata.name` label (see the `terms` module). Reserve pods are not
+//! checked against pods held by reservations (nothing to do yet). PreFilter's
+//! AddPod/RemovePod extensions (used by preemption) are not implemented.
 
 mod args;
 mod filtering;
