@@ -29,5 +29,6 @@ pub use effect::{Effect, Record};
 pub use event::{BindFailure, Event};
 pub use framework::{Code, Profile, Status};
 pub use object::{Kind, Object, ObjectKey};
+pub use queue::QueueLengths;
 #[doc(alias = "Framework")]
 pub use scheduler::{Config, Scheduler};

@@ -296,6 +296,11 @@ impl Scheduler {
         self.queue.stats()
     }
 
+    /// Items waiting in each part of the queue (walks the queue: sample it).
+    pub fn queue_lengths(&self) -> crate::queue::QueueLengths {
+        self.queue.lengths()
+    }
+
     /// Number of items waiting in the queue (including in-flight ones).
     pub fn pending(&self) -> usize {
         self.queue.len()

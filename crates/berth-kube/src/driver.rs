@@ -555,7 +555,10 @@ impl Driver {
         }
         self.gauges_at = Some(Instant::now());
         self.metrics.binds_in_flight(self.executor.binds());
-        self.metrics.pending("all", self.scheduler.pending());
+        let l = self.scheduler.queue_lengths();
+        self.metrics.pending("active", l.active);
+        self.metrics.pending("backoff", l.backoff);
+        self.metrics.pending("unschedulable", l.unschedulable);
         let mut phases: [(&'static str, usize); 5] = [
             ("Pending", 0),
             ("Available", 0),

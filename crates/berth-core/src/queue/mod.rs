@@ -75,6 +75,17 @@ pub struct QueueStats {
     pub moved_by_max_wait: u64,
 }
 
+/// How many items wait in each part of the queue.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct QueueLengths {
+    /// Ready to be tried.
+    pub active: usize,
+    /// Waiting out a back-off after a failed attempt.
+    pub backoff: usize,
+    /// Waiting for a cluster event that may make them fit.
+    pub unschedulable: usize,
+}
+
 /// The queue of pods (and reservations) waiting to be scheduled.
 #[derive(Debug, Default, Clone)]
 pub struct SchedulingQueue {
@@ -368,6 +379,21 @@ impl SchedulingQueue {
             .iter()
             .filter(|(_, e)| e.place == Where::Unschedulable)
             .map(|(k, _)| k)
+    }
+
+    /// How many items wait where: kube-scheduler's `scheduler_pending_pods{queue}`. Walks
+    /// every entry; callers sample it (the adapter at most once a second).
+    pub fn lengths(&self) -> QueueLengths {
+        let mut l = QueueLengths::default();
+        for e in self.entries.values() {
+            match e.place {
+                Where::Active => l.active += 1,
+                Where::Backoff => l.backoff += 1,
+                Where::Unschedulable => l.unschedulable += 1,
+                Where::InFlight => {}
+            }
+        }
+        l
     }
 
     /// Why items left the unschedulable pool so far.
