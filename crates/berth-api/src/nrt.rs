@@ -460,8 +460,7 @@ mod tests {
     use super::*;
 
     fn samples_dir() -> std::path::PathBuf {
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../../testdata/upstream/samples")
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/upstream/samples")
     }
 
     fn read_sample(name: &str) -> String {
