@@ -748,6 +748,7 @@ pub enum NumaConvertError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde::Deserialize;
 
     fn res(pairs: &[(&str, &str)]) -> Resources {
         Resources::parse(pairs.iter().copied()).expect("valid quantities")
@@ -963,20 +964,31 @@ zones:
 
     #[test]
     fn worker_samples_convert() {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../../../shared/reference/data/samples");
-        for name in [
-            "scheduler-plugins-worker-node-A.yaml",
-            "scheduler-plugins-worker-node-B.yaml",
-        ] {
-            let path = dir.join(name);
-            let text = std::fs::read_to_string(&path)
-                .unwrap_or_else(|e| panic!("sample {} missing: {e}", path.display()));
-            let nrt: NodeResourceTopology = serde_yaml_ng::from_str(&text).expect("yaml");
+        // Two workers shaped like scheduler-plugins' NodeResourceTopologyMatch samples,
+        // written in testdata as our own fixture.
+        let text = include_str!("testdata/nrt-two-workers.yaml");
+        let mut seen = Vec::new();
+        for doc in serde_yaml_ng::Deserializer::from_str(text) {
+            let nrt = NodeResourceTopology::deserialize(doc).expect("yaml");
             let topo = NodeTopology::from_nrt(&nrt).expect("converts");
             assert_eq!(topo.zones.len(), 2);
             assert_eq!(topo.tm.policy, TmPolicy::SingleNumaNode);
+            assert_eq!(topo.tm.scope, TmScope::Container);
             assert_eq!(topo.zones.available(0, "cpu"), Some(3000));
+            assert_eq!(topo.zones.available(1, "cpu"), Some(3000));
+            seen.push((
+                nrt.metadata.name.clone().unwrap_or_default(),
+                topo.zones.available(0, "example.com/deviceA"),
+                topo.zones.available(1, "example.com/deviceB"),
+                topo.zones.available(1, "example.com/deviceA"),
+            ));
         }
+        assert_eq!(
+            seen,
+            vec![
+                ("worker-a".to_string(), Some(1), Some(1), Some(2)),
+                ("worker-b".to_string(), Some(3), Some(3), None),
+            ]
+        );
     }
 }
