@@ -2,9 +2,13 @@
 //! phase, the conditions (with Koordinator's exact update rules), `currentOwners` (bound
 //! owners, sorted by UID) and `allocated`.
 //!
-//! `allocated` counts what owners took from the reservation: their requests masked to the
-//! reservation's resource names, capped at `allocatable`. Koordinator writes the uncapped
-//! sum, which under `Aligned` counts an owner's overflow (taken from the node) twice.
+//! `allocated` is what Koordinator's controller (`syncStatus`) writes: the sum of the current
+//! owners' requests masked to the resource names of `allocatable`, and not capped at it. An
+//! owner that took 6 CPU of a 4-CPU reservation (4 from it, 2 from the node) shows
+//! `cpu: 6`, so `allocated` may exceed `allocatable`. It is a report of who uses the
+//! reservation, not of what the node holds: node accounting counts only the part taken from
+//! the reservation ([`ReservationInfo::taken`]) as reserved, the overflow as the owner's own
+//! node usage.
 
 use berth_api::format_resource;
 use berth_api::k8s_openapi::api::core::v1::ObjectReference;
@@ -169,13 +173,12 @@ pub fn compute(r: &ReservationInfo, names: &ResourceNames) -> ReservationStatus 
         for o in r.owner_pods.values().filter(|o| o.bound) {
             sum.add(&o.requests);
         }
-        let taken = sum.min(&r.cap());
         for id in names.ids() {
             if r.names & (1 << id.0) == 0 || sum[id] == 0 {
                 continue;
             }
             let n = names.name(id);
-            allocated.insert(n.to_string(), Quantity(format_resource(n, taken[id])));
+            allocated.insert(n.to_string(), Quantity(format_resource(n, sum[id])));
         }
     }
     let placed =

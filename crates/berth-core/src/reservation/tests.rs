@@ -173,7 +173,8 @@ fn seed_node_resources_cases() {
             reserve: &[("cpu", "4")],
             reusable: false,
             owners: &[&[("cpu", "6")]],
-            allocated_cpu: "4",
+            // Koordinator's syncStatus: the owners' requests, not capped at allocatable.
+            allocated_cpu: "6",
             reserved_cpu_left: 0,
         },
         Case {
@@ -189,7 +190,7 @@ fn seed_node_resources_cases() {
             reserve: &[("cpu", "6")],
             reusable: true,
             owners: &[&[("cpu", "4")], &[("cpu", "4")]],
-            allocated_cpu: "6",
+            allocated_cpu: "8",
             reserved_cpu_left: 0,
         },
         Case {
@@ -254,6 +255,67 @@ fn seed_node_resources_cases() {
 }
 
 #[test]
+fn allocated_is_the_uncapped_sum_of_owner_requests_while_the_node_counts_what_was_taken() {
+    // Issue 8, Koordinator's syncStatus: allocated = Σ owners' requests masked to the names
+    // of allocatable, not capped. The node holds only what is left of the reservation and
+    // counts each owner's full request once.
+    let mut s = Sim::default();
+    s.node(node("n1").alloc("cpu", "8").alloc("memory", "8Gi").build());
+    s.reservation(
+        reservation("r")
+            .req("cpu", "4")
+            .owner_label("app", "web")
+            .build(),
+    );
+    s.pod(
+        pod("p")
+            .label("app", "web")
+            .req("cpu", "6")
+            .req("memory", "1Gi")
+            .build(),
+    );
+    assert_eq!(s.allocated_from("p").as_deref(), Some("r"));
+    assert_eq!(allocated(&s, "r", "cpu").as_deref(), Some("6"));
+    assert_eq!(
+        allocated(&s, "r", "memory"),
+        None,
+        "memory is not among the names of allocatable"
+    );
+    let n = s.s().cluster.node_by_name("n1").unwrap();
+    assert_eq!(n.requested[ResourceId::CPU], 6000);
+    assert!(
+        n.reserved.is_zero(),
+        "4 from the reservation, 2 from the node"
+    );
+    s.pod(pod("fits").req("cpu", "2").build());
+    assert_eq!(s.bound("fits").as_deref(), Some("n1"));
+    s.pod(pod("too-big").req("cpu", "1").build());
+    assert_eq!(s.bound("too-big"), None, "the node is full: 6 + 2 of 8");
+
+    let mut s = Sim::default();
+    s.node(node("n1").alloc("cpu", "10").alloc("memory", "8Gi").build());
+    s.reservation(
+        reservation("r")
+            .req("cpu", "6")
+            .owner_label("app", "web")
+            .reusable()
+            .build(),
+    );
+    for name in ["a", "b"] {
+        s.pod(pod(name).label("app", "web").req("cpu", "4").build());
+        assert_eq!(s.allocated_from(name).as_deref(), Some("r"));
+    }
+    assert_eq!(allocated(&s, "r", "cpu").as_deref(), Some("8"));
+    assert_eq!(s.phase("r"), "Available");
+    let n = s.s().cluster.node_by_name("n1").unwrap();
+    assert_eq!(n.requested[ResourceId::CPU], 8000);
+    assert!(n.reserved.is_zero());
+    s.pod(pod("fits").req("cpu", "2").build());
+    assert_eq!(s.bound("fits").as_deref(), Some("n1"), "8 + 2 of 10");
+    assert_rebuild_equals_live(&s);
+}
+
+#[test]
 fn owner_and_non_owner_share_a_node_without_touching_the_remainder() {
     // Reservation reserved 4000m CPU, owner Pod requests 2000m CPU, and non-owner Pod
     // requests 2000m CPU, on a node with exactly 6 CPUs.
@@ -283,7 +345,7 @@ fn owner_and_non_owner_share_a_node_without_touching_the_remainder() {
 #[test]
 fn restricted_and_aligned_policies_match_koordinator_e2e() {
     // E2E #6 / #7: reservation 4C8Gi reusable; two owners 2C2Gi, one 3Gi, one 2Gi.
-    for (policy, fourth_fits, memory) in [("Restricted", false, "7Gi"), ("Aligned", true, "8Gi")] {
+    for (policy, fourth_fits, memory) in [("Restricted", false, "7Gi"), ("Aligned", true, "9Gi")] {
         let mut s = sim_with_nodes(&["n1"]);
         s.reservation(
             reservation("r")
@@ -325,7 +387,8 @@ fn restricted_and_aligned_policies_match_koordinator_e2e() {
             assert_eq!(s.allocated_from("d").as_deref(), Some("r"));
         }
         assert_eq!(allocated(&s, "r", "cpu").as_deref(), Some("4"), "{policy}");
-        // berth caps allocated at allocatable: the Aligned overflow is node usage.
+        // Koordinator's E2E: the Aligned fourth owner takes 1Gi from the reservation and 1Gi
+        // from the node, and allocated is the uncapped sum (9Gi of 8Gi).
         assert_eq!(
             allocated(&s, "r", "memory").as_deref(),
             Some(memory),
