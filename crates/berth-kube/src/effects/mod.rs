@@ -10,14 +10,13 @@
 
 mod bind;
 mod delete;
+pub mod lanes;
 mod pod;
 mod record;
 mod reservation;
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 
-use berth_core::collections::HashMap;
 use berth_core::object::ObjectKey;
 use berth_core::{BindFailure, Effect};
 use kube::runtime::events::{Recorder, Reporter};
@@ -27,6 +26,7 @@ use tokio::task::JoinSet;
 
 use crate::metrics::Metrics;
 use crate::watch::Input;
+use lanes::{Lanes, Ready};
 
 /// What an effect's task reports back to the driver.
 #[derive(Debug)]
@@ -66,15 +66,11 @@ pub(crate) struct Ctx {
     pub metrics: Arc<Metrics>,
 }
 
-/// Runs effects as tasks, keeping per-object order and the bind bound.
+/// Runs effects as tasks, as [`Lanes`] clears them.
 pub struct Executor {
     ctx: Arc<Ctx>,
     tx: mpsc::Sender<Input>,
-    /// Objects with an effect running; the effects queued behind it.
-    busy: HashMap<ObjectKey, VecDeque<Effect>>,
-    binds_running: usize,
-    binds_waiting: VecDeque<Effect>,
-    max_binds: usize,
+    lanes: Lanes,
     running: usize,
     tasks: JoinSet<()>,
 }
@@ -83,29 +79,8 @@ impl std::fmt::Debug for Executor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Executor")
             .field("running", &self.running)
-            .field("binds_running", &self.binds_running)
-            .field("binds_waiting", &self.binds_waiting.len())
+            .field("lanes", &self.lanes)
             .finish_non_exhaustive()
-    }
-}
-
-/// The object an effect is about, for ordering; events are unordered.
-fn key_of(effect: &Effect) -> Option<ObjectKey> {
-    match effect {
-        Effect::Bind { pod, .. }
-        | Effect::PodCondition { pod, .. }
-        | Effect::NominatePod { pod, .. }
-        | Effect::AnnotatePod { pod, .. } => Some(pod.clone()),
-        Effect::ReservationStatus { name, .. } => Some(ObjectKey::cluster(
-            berth_core::object::Kind::Reservation,
-            name,
-        )),
-        Effect::CreateReservation(r) => Some(ObjectKey::cluster(
-            berth_core::object::Kind::Reservation,
-            r.metadata.name.as_deref().unwrap_or(""),
-        )),
-        Effect::Delete { key, .. } => Some(key.clone()),
-        _ => None,
     }
 }
 
@@ -127,10 +102,7 @@ impl Executor {
                 metrics,
             }),
             tx,
-            busy: HashMap::default(),
-            binds_running: 0,
-            binds_waiting: VecDeque::new(),
-            max_binds: max_binds.max(1),
+            lanes: Lanes::new(max_binds),
             running: 0,
             tasks: JoinSet::new(),
         }
@@ -138,36 +110,12 @@ impl Executor {
 
     /// Takes an effect of the core.
     pub fn submit(&mut self, effect: Effect) {
-        let Some(key) = key_of(&effect) else {
-            self.spawn(None, effect);
-            return;
-        };
-        if let Some(queue) = self.busy.get_mut(&key) {
-            if let Effect::ReservationStatus { .. } = effect {
-                if let Some(last @ Effect::ReservationStatus { .. }) = queue.back_mut() {
-                    *last = effect;
-                    return;
-                }
-            }
-            queue.push_back(effect);
-            return;
+        if let Some(ready) = self.lanes.submit(effect) {
+            self.spawn(ready);
         }
-        self.busy.insert(key.clone(), VecDeque::new());
-        self.start(key, effect);
     }
 
-    fn start(&mut self, key: ObjectKey, effect: Effect) {
-        if matches!(effect, Effect::Bind { .. }) {
-            if self.binds_running >= self.max_binds {
-                self.binds_waiting.push_back(effect);
-                return;
-            }
-            self.binds_running += 1;
-        }
-        self.spawn(Some(key), effect);
-    }
-
-    fn spawn(&mut self, key: Option<ObjectKey>, effect: Effect) {
+    fn spawn(&mut self, (key, effect): Ready) {
         self.running += 1;
         let ctx = self.ctx.clone();
         let tx = self.tx.clone();
@@ -186,38 +134,24 @@ impl Executor {
         self.running = self.running.saturating_sub(1);
         // Reap finished tasks so the set does not grow.
         while self.tasks.try_join_next().is_some() {}
-        if c.bind {
-            self.binds_running = self.binds_running.saturating_sub(1);
-            if let Some(next) = self.binds_waiting.pop_front() {
-                self.binds_running += 1;
-                let key = key_of(&next);
-                self.spawn(key, next);
-            }
-        }
-        let Some(key) = &c.key else { return };
-        match self.busy.get_mut(key).and_then(VecDeque::pop_front) {
-            Some(next) => self.start(key.clone(), next),
-            None => {
-                self.busy.remove(key);
-            }
+        for ready in self.lanes.done(c.key.as_ref(), c.bind) {
+            self.spawn(ready);
         }
     }
 
     /// Effects running or waiting.
     pub fn outstanding(&self) -> usize {
-        self.running
-            + self.binds_waiting.len()
-            + self.busy.values().map(VecDeque::len).sum::<usize>()
+        self.running + self.lanes.queued()
     }
 
     /// Binds running or waiting for a slot.
     pub fn binds(&self) -> usize {
-        self.binds_running + self.binds_waiting.len()
+        self.lanes.binds()
     }
 
     /// Whether binds wait for a slot: the driver holds new cycles back until they do not.
     pub fn saturated(&self) -> bool {
-        !self.binds_waiting.is_empty() || self.binds_running >= self.max_binds
+        self.lanes.saturated()
     }
 }
 

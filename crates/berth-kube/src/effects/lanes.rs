@@ -1,0 +1,219 @@
+//! Which effects may start now: one lane per object (its effects run in the order the core
+//! emitted them), a bound on binds in flight, and a newer status write replacing an older one
+//! still waiting in the same lane. Pure bookkeeping, so the rules are tested without an API
+//! server; [`super::Executor`] starts what this says.
+
+use std::collections::VecDeque;
+
+use berth_core::collections::HashMap;
+use berth_core::object::{Kind, ObjectKey};
+use berth_core::Effect;
+
+/// An effect cleared to start, with the lane it belongs to.
+pub type Ready = (Option<ObjectKey>, Effect);
+
+/// The lanes.
+#[derive(Debug)]
+pub struct Lanes {
+    /// Objects with an effect running; the effects queued behind it.
+    busy: HashMap<ObjectKey, VecDeque<Effect>>,
+    binds_running: usize,
+    /// Binds cleared by their lane but waiting for a slot.
+    binds_waiting: VecDeque<Ready>,
+    max_binds: usize,
+}
+
+/// The object an effect is about, for ordering; events are unordered.
+pub fn key_of(effect: &Effect) -> Option<ObjectKey> {
+    match effect {
+        Effect::Bind { pod, .. }
+        | Effect::PodCondition { pod, .. }
+        | Effect::NominatePod { pod, .. }
+        | Effect::AnnotatePod { pod, .. } => Some(pod.clone()),
+        Effect::ReservationStatus { name, .. } => Some(ObjectKey::cluster(Kind::Reservation, name)),
+        Effect::CreateReservation(r) => Some(ObjectKey::cluster(
+            Kind::Reservation,
+            r.metadata.name.as_deref().unwrap_or(""),
+        )),
+        Effect::Delete { key, .. } => Some(key.clone()),
+        _ => None,
+    }
+}
+
+impl Lanes {
+    /// Lanes allowing `max_binds` binds in flight (at least one).
+    pub fn new(max_binds: usize) -> Self {
+        Self {
+            busy: HashMap::default(),
+            binds_running: 0,
+            binds_waiting: VecDeque::new(),
+            max_binds: max_binds.max(1),
+        }
+    }
+
+    /// Takes an effect; returns it if it may start now.
+    pub fn submit(&mut self, effect: Effect) -> Option<Ready> {
+        let Some(key) = key_of(&effect) else {
+            return Some((None, effect));
+        };
+        if let Some(queue) = self.busy.get_mut(&key) {
+            if let Effect::ReservationStatus { .. } = effect {
+                if let Some(last @ Effect::ReservationStatus { .. }) = queue.back_mut() {
+                    *last = effect;
+                    return None;
+                }
+            }
+            queue.push_back(effect);
+            return None;
+        }
+        self.busy.insert(key.clone(), VecDeque::new());
+        self.clear(key, effect)
+    }
+
+    /// An effect of `key`'s lane (a bind if `bind`) finished; returns what may start now.
+    pub fn done(&mut self, key: Option<&ObjectKey>, bind: bool) -> Vec<Ready> {
+        let mut ready = Vec::new();
+        if bind {
+            self.binds_running = self.binds_running.saturating_sub(1);
+            if let Some(next) = self.binds_waiting.pop_front() {
+                self.binds_running += 1;
+                ready.push(next);
+            }
+        }
+        if let Some(key) = key {
+            match self.busy.get_mut(key).and_then(VecDeque::pop_front) {
+                Some(next) => ready.extend(self.clear(key.clone(), next)),
+                None => {
+                    self.busy.remove(key);
+                }
+            }
+        }
+        ready
+    }
+
+    fn clear(&mut self, key: ObjectKey, effect: Effect) -> Option<Ready> {
+        if matches!(effect, Effect::Bind { .. }) {
+            if self.binds_running >= self.max_binds {
+                self.binds_waiting.push_back((Some(key), effect));
+                return None;
+            }
+            self.binds_running += 1;
+        }
+        Some((Some(key), effect))
+    }
+
+    /// Effects queued behind others or waiting for a bind slot.
+    pub fn queued(&self) -> usize {
+        self.binds_waiting.len() + self.busy.values().map(VecDeque::len).sum::<usize>()
+    }
+
+    /// Binds running or waiting for a slot.
+    pub fn binds(&self) -> usize {
+        self.binds_running + self.binds_waiting.len()
+    }
+
+    /// Whether binds wait for a slot (the driver holds new cycles back until they do not).
+    pub fn saturated(&self) -> bool {
+        !self.binds_waiting.is_empty() || self.binds_running >= self.max_binds
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use berth_api::reservation::{ReservationPhase, ReservationStatus};
+    use std::collections::BTreeMap;
+
+    fn bind(pod: &str) -> Effect {
+        Effect::Bind {
+            pod: ObjectKey::pod("default", pod),
+            uid: format!("uid-{pod}"),
+            node: "n1".into(),
+            annotations: BTreeMap::new(),
+        }
+    }
+
+    fn condition(pod: &str, message: &str) -> Effect {
+        Effect::PodCondition {
+            pod: ObjectKey::pod("default", pod),
+            status: "False",
+            reason: "Unschedulable".into(),
+            message: message.into(),
+        }
+    }
+
+    fn status(name: &str, phase: ReservationPhase) -> Effect {
+        let s = ReservationStatus {
+            phase: Some(phase),
+            ..ReservationStatus::default()
+        };
+        Effect::ReservationStatus {
+            name: name.into(),
+            uid: "u".into(),
+            status: s,
+        }
+    }
+
+    #[test]
+    fn one_object_one_effect_at_a_time_in_order() {
+        let mut l = Lanes::new(8);
+        assert!(l.submit(condition("a", "first")).is_some());
+        assert!(l.submit(condition("a", "second")).is_none());
+        assert!(l.submit(bind("a")).is_none());
+        // Another pod is not held up.
+        assert!(l.submit(condition("b", "x")).is_some());
+        let key = ObjectKey::pod("default", "a");
+        let next = l.done(Some(&key), false);
+        assert!(
+            matches!(&next[..], [(_, Effect::PodCondition { message, .. })] if message == "second")
+        );
+        let next = l.done(Some(&key), false);
+        assert!(matches!(&next[..], [(_, Effect::Bind { .. })]));
+        assert!(l.done(Some(&key), true).is_empty());
+        assert_eq!(l.queued(), 0);
+        assert_eq!(l.binds(), 0);
+    }
+
+    #[test]
+    fn binds_past_the_bound_wait_for_a_slot() {
+        let mut l = Lanes::new(2);
+        assert!(l.submit(bind("a")).is_some());
+        assert!(l.submit(bind("b")).is_some());
+        assert!(l.saturated());
+        assert!(l.submit(bind("c")).is_none());
+        assert_eq!(l.binds(), 3);
+        let next = l.done(Some(&ObjectKey::pod("default", "a")), true);
+        assert!(matches!(&next[..], [(Some(k), Effect::Bind { .. })] if &*k.name == "c"));
+        assert_eq!(l.binds(), 2);
+    }
+
+    #[test]
+    fn a_waiting_status_write_is_replaced_by_a_newer_one() {
+        let mut l = Lanes::new(2);
+        assert!(l.submit(status("r", ReservationPhase::Pending)).is_some());
+        assert!(l.submit(status("r", ReservationPhase::Available)).is_none());
+        assert!(l.submit(status("r", ReservationPhase::Succeeded)).is_none());
+        assert_eq!(l.queued(), 1);
+        let next = l.done(Some(&ObjectKey::cluster(Kind::Reservation, "r")), false);
+        match &next[..] {
+            [(_, Effect::ReservationStatus { status, .. })] => {
+                assert_eq!(status.phase, Some(ReservationPhase::Succeeded));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn events_are_never_held() {
+        let mut l = Lanes::new(1);
+        let record = Effect::Record(berth_core::Record {
+            involved: ObjectKey::pod("default", "a"),
+            uid: String::new(),
+            type_: "Normal",
+            reason: "Scheduled".into(),
+            message: String::new(),
+        });
+        assert!(l.submit(bind("a")).is_some());
+        assert!(matches!(l.submit(record), Some((None, _))));
+    }
+}
