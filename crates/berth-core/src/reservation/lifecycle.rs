@@ -52,6 +52,19 @@ fn same_user_fields(a: &Reservation, b: &Reservation) -> bool {
         && a.spec == b.spec
 }
 
+/// When a reservation created at `created` expires, from its `ttl` (`None`: unreadable, so
+/// only `expires` counts) and `expires`: never with `ttl: 0`, else the earlier of the two.
+fn expiry(created: Time, ttl_ms: Option<Time>, expires: Option<Time>) -> Option<Time> {
+    if ttl_ms == Some(0) {
+        return None;
+    }
+    let by_ttl = ttl_ms.map(|ms| created.saturating_add(ms));
+    match (expires, by_ttl) {
+        (Some(e), Some(t)) => Some(e.min(t)),
+        (e, t) => e.or(t),
+    }
+}
+
 /// Compiles the spec of `obj` into a fresh, Pending [`ReservationInfo`]. Problems become
 /// [`ReservationInfo::problem`], never errors.
 fn compile(cx: &mut Cluster, obj: Arc<Reservation>, now: Time) -> ReservationInfo {
@@ -84,8 +97,11 @@ fn compile(cx: &mut Cluster, obj: Arc<Reservation>, now: Time) -> ReservationInf
             }
         }
     };
-    // Expiry: `expires` is checked first; else `ttl` from creation ("0" disables; absent is
-    // the CRD's default 24h).
+    // Expiry, as Koordinator's controller decides it (`isReservationNeedExpiration`):
+    // `ttl: 0` disables expiry altogether; otherwise `expires` is checked first and then
+    // `ttl` from creation, so whichever comes first expires the reservation. Both may be
+    // set: the CRD defaults `ttl` to 24h even when `expires` is given, so an object read
+    // back from an API server always carries a ttl.
     let ttl = spec
         .ttl
         .clone()
@@ -97,18 +113,11 @@ fn compile(cx: &mut Cluster, obj: Arc<Reservation>, now: Time) -> ReservationInf
             None
         }
     };
-    let explicit_ttl = ttl.as_str() != DEFAULT_TTL && ttl_ms.is_some_and(|v| v != 0);
-    if spec.expires.is_some() && explicit_ttl {
-        problems
-            .push("spec.ttl and spec.expires are mutually exclusive; set only one of them".into());
-    }
-    let expires_at = match &spec.expires {
-        Some(t) => Some(time_of(&t.0)),
-        None => match ttl_ms {
-            Some(0) | None => None,
-            Some(ms) => Some(created.saturating_add(ms)),
-        },
-    };
+    let expires_at = expiry(
+        created,
+        ttl_ms,
+        spec.expires.as_ref().map(|t| time_of(&t.0)),
+    );
     let labels = meta.labels.clone().unwrap_or_default();
     let mut inner_reserved = Resources::ZERO;
     match NodeReservation::from_annotations(meta.annotations.as_ref()) {
@@ -1316,4 +1325,34 @@ pub fn record(
         reason: reason.to_string(),
         message,
     }));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::expiry;
+
+    #[test]
+    fn expiry_is_the_earlier_of_ttl_and_expires_and_ttl_zero_disables_it() {
+        let cases = [
+            ("ttl only", Some(60_000), None, Some(1_060_000)),
+            (
+                "expires first",
+                Some(60_000),
+                Some(1_010_000),
+                Some(1_010_000),
+            ),
+            ("ttl first", Some(60_000), Some(9_000_000), Some(1_060_000)),
+            ("ttl 0 wins over expires", Some(0), Some(1_010_000), None),
+            (
+                "unreadable ttl leaves expires",
+                None,
+                Some(1_010_000),
+                Some(1_010_000),
+            ),
+            ("nothing", None, None, None),
+        ];
+        for (name, ttl, expires, want) in cases {
+            assert_eq!(expiry(1_000_000, ttl, expires), want, "{name}");
+        }
+    }
 }
