@@ -7,23 +7,12 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use berth_testcluster::{FaultProxy, Faults, TestCluster};
+use berth_testcluster::{FaultProxy, Faults};
 use support::*;
-
-const CONFIG: &str =
-    "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n\
-    clientConnection: {qps: 1000, burst: 1000}\nleaderElection: {leaderElect: false}\n\
-    profiles: [{schedulerName: default-scheduler}]\n";
 
 #[test]
 fn a_burst_through_failing_requests_and_cut_watches_binds_every_pod_once() {
-    let cluster = TestCluster::start().unwrap_or_else(|e| panic!("{e}"));
-    let dir = scratch("faults");
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let Env { cluster, dir, rt } = Env::new("faults");
     rt.block_on(async {
         let client = cluster.client();
         perf_nodes(&cluster, "node-", 30).await;
@@ -68,13 +57,7 @@ fn a_burst_through_failing_requests_and_cut_watches_binds_every_pod_once() {
 
 #[test]
 fn scheduling_resumes_by_itself_after_the_api_server_restarts() {
-    let cluster = TestCluster::start().unwrap_or_else(|e| panic!("{e}"));
-    let dir = scratch("apiserver-restart");
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let Env { cluster, dir, rt } = Env::new("apiserver-restart");
     rt.block_on(async {
         let client = cluster.client();
         perf_nodes(&cluster, "node-", 20).await;

@@ -7,7 +7,6 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use berth_testcluster::TestCluster;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::Api;
 use support::*;
@@ -34,13 +33,7 @@ async fn holder(client: &kube::Client) -> Option<String> {
 
 #[test]
 fn the_standby_takes_over_a_killed_leader_and_every_pod_is_bound_once() {
-    let cluster = TestCluster::start().unwrap_or_else(|e| panic!("{e}"));
-    let dir = scratch("ha");
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let Env { cluster, dir, rt } = Env::new("ha");
     rt.block_on(async {
         let client = cluster.client();
         perf_nodes(&cluster, "node-", 60).await;

@@ -9,16 +9,10 @@ mod support;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use berth_testcluster::TestCluster;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DynamicObject, ListParams, PostParams};
 use serde_json::{json, Value};
 use support::*;
-
-const CONFIG: &str =
-    "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n\
-    clientConnection: {qps: 1000, burst: 1000}\nleaderElection: {leaderElect: false}\n\
-    profiles: [{schedulerName: default-scheduler}]\n";
 
 fn reservation_api(client: &kube::Client) -> Api<DynamicObject> {
     Api::all_with(
@@ -108,13 +102,7 @@ fn cpu_millis(p: &Pod) -> i64 {
 
 #[test]
 fn a_restart_mid_burst_keeps_every_reservation_and_overcommits_nothing() {
-    let cluster = TestCluster::start().unwrap_or_else(|e| panic!("{e}"));
-    let dir = scratch("restart");
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let Env { cluster, dir, rt } = Env::new("restart");
     rt.block_on(async {
         let client = cluster.client();
         perf_nodes(&cluster, "node-", 16).await;

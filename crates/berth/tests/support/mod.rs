@@ -16,6 +16,36 @@ use kube::api::{Api, ListParams, PostParams};
 use kube::Client;
 use serde_json::{json, Value};
 
+/// A single replica's configuration: no leader election, client limits raised.
+pub const CONFIG: &str =
+    "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n\
+    clientConnection: {qps: 1000, burst: 1000}\nleaderElection: {leaderElect: false}\n\
+    profiles: [{schedulerName: default-scheduler}]\n";
+
+/// What every end-to-end test starts from: its own cluster (nodes are cluster-scoped, so
+/// tests cannot share one), a scratch directory and a runtime.
+pub struct Env {
+    pub cluster: TestCluster,
+    pub dir: PathBuf,
+    pub rt: tokio::runtime::Runtime,
+}
+
+impl Env {
+    pub fn new(test: &str) -> Env {
+        let cluster = TestCluster::start().unwrap_or_else(|e| panic!("{e}"));
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("runtime");
+        Env {
+            cluster,
+            dir: scratch(test),
+            rt,
+        }
+    }
+}
+
 /// A `berth run` process.
 pub struct Berth {
     pub name: String,
