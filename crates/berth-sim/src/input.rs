@@ -10,7 +10,7 @@
 //! `Value` first (so their error names the exact field), then the typed read reports wrong
 //! types and missing required fields with the path `serde_path_to_error` tracked.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read;
 use std::sync::Arc;
 
@@ -30,6 +30,7 @@ use berth_core::{Kind, Object, ObjectKey};
 
 use crate::error::{Error, FieldError, InputError};
 use crate::scenario::{self, DurationText, NodeAgentConfig, Scenario, ScenarioDoc, Step};
+use crate::strict::{self, Schema};
 
 /// Priority classes every cluster has without anyone creating them (name, value).
 pub const SYSTEM_PRIORITY_CLASSES: [(&str, i32); 2] = [
@@ -105,6 +106,7 @@ pub fn read_files(files: &[String], stdin: &mut dyn Read) -> Result<Input, Error
 pub fn parse(files: &[(String, String)]) -> Result<Input, InputError> {
     let mut cx = Decoder::default();
     let mut input = Input::default();
+    let mut seen = Created::default();
     for (file, text) in files {
         let file: Arc<str> = file.as_str().into();
         for (doc, value) in split_documents(&file, text)? {
@@ -118,7 +120,10 @@ pub fn parse(files: &[(String, String)]) -> Result<Input, InputError> {
                 .map_err(|e| e.at(&source.file, source.doc))?;
             for d in decoded {
                 match d {
-                    Decoded::Item(item) => input.items.push((source.clone(), item)),
+                    Decoded::Item(path, item) => {
+                        seen.insert(&source, &path, &item)?;
+                        input.items.push((source.clone(), item));
+                    }
                     Decoded::Scenario(s) => {
                         if input.scenario.is_some() {
                             return Err(FieldError::new(
@@ -135,6 +140,51 @@ pub fn parse(files: &[(String, String)]) -> Result<Input, InputError> {
     }
     cx.check_priority_classes()?;
     Ok(input)
+}
+
+/// The objects created at time 0, by kind, namespace and name, with where each was written.
+///
+/// A second document creating the same object is bad input, as the API server answers a
+/// second create with `AlreadyExists`; replacing an object is what a Scenario `apply` step
+/// is for.
+#[derive(Default)]
+struct Created(BTreeMap<(&'static str, String, String), (Source, String)>);
+
+impl Created {
+    fn insert(&mut self, source: &Source, path: &str, item: &Item) -> Result<(), InputError> {
+        let meta = item_meta(item);
+        let namespace = meta.namespace.clone().unwrap_or_default();
+        let name = meta.name.clone().unwrap_or_default();
+        let key = (item.kind_name(), namespace, name);
+        if let Some((first, first_path)) = self.0.get(&key) {
+            let (kind, namespace, name) = &key;
+            let shown = if namespace.is_empty() {
+                name.clone()
+            } else {
+                format!("{namespace}/{name}")
+            };
+            let at = if first_path.is_empty() {
+                String::new()
+            } else {
+                format!(" at {first_path}")
+            };
+            let field = if path.is_empty() {
+                "metadata.name".to_string()
+            } else {
+                format!("{path}.metadata.name")
+            };
+            return Err(FieldError::new(
+                field,
+                format!(
+                    "{kind} {shown:?} already exists (created by {}: document {}{at}); the API server answers AlreadyExists. To replace an object, apply it in a Scenario step",
+                    first.file, first.doc
+                ),
+            )
+            .at(&source.file, source.doc));
+        }
+        self.0.insert(key, (source.clone(), path.to_string()));
+        Ok(())
+    }
 }
 
 /// Decodes one file's text.
@@ -170,7 +220,8 @@ fn split_documents(file: &str, text: &str) -> Result<Vec<(usize, Value)>, InputE
 }
 
 enum Decoded {
-    Item(Item),
+    /// An object, with its path in the document (empty, or `items[i]` inside a List).
+    Item(String, Item),
     Scenario(Box<Scenario>),
 }
 
@@ -217,21 +268,37 @@ impl Decoder {
             _ => Ok(self
                 .object(value, "")?
                 .into_iter()
-                .map(Decoded::Item)
+                .map(|(path, item)| Decoded::Item(path, item))
                 .collect()),
         }
     }
 
     /// Decodes an object (or a `v1` `List` of them); `prefix` is its path in the document.
-    fn object(&mut self, value: Value, prefix: &str) -> Result<Vec<Item>, FieldError> {
+    /// Returns each object with its path relative to `value` (empty, or `items[i]` inside
+    /// a List).
+    fn object(&mut self, value: Value, prefix: &str) -> Result<Vec<(String, Item)>, FieldError> {
         self.object_inner(value, prefix)
             .map_err(|e| e.within(prefix))
     }
 
-    fn object_inner(&mut self, mut value: Value, prefix: &str) -> Result<Vec<Item>, FieldError> {
+    fn object_inner(
+        &mut self,
+        mut value: Value,
+        prefix: &str,
+    ) -> Result<Vec<(String, Item)>, FieldError> {
         let (api_version, kind) = type_meta(&value)?;
         let item = match (api_version.as_str(), kind.as_str()) {
             ("v1", "List") => {
+                if let Some(map) = value.as_object() {
+                    if let Some(name) = map.keys().find(|k| {
+                        !matches!(k.as_str(), "apiVersion" | "kind" | "metadata" | "items")
+                    }) {
+                        return Err(FieldError::new(
+                            name.clone(),
+                            format!("unknown field {name:?}: a v1 List has apiVersion, kind, metadata and items"),
+                        ));
+                    }
+                }
                 let items = match value.get_mut("items").map(Value::take) {
                     None | Some(Value::Null) => Vec::new(),
                     Some(Value::Array(items)) => items,
@@ -249,17 +316,26 @@ impl Decoder {
                         // Re-root the error under `items[i]` relative to this List.
                         e.within(&format!("items[{i}]"))
                     })?;
-                    out.extend(decoded);
+                    out.extend(decoded.into_iter().map(|(p, item)| {
+                        let at = if p.is_empty() {
+                            format!("items[{i}]")
+                        } else {
+                            format!("items[{i}].{p}")
+                        };
+                        (at, item)
+                    }));
                 }
                 return Ok(out);
             }
             ("v1", "Node") => {
                 normalize_meta(&mut value, false, &mut self.generated)?;
+                strict::check(Schema::Node, &value)?;
                 check_node(&value)?;
                 Item::Object(Object::Node(Arc::new(typed::<Node>(&value)?)))
             }
             ("v1", "Pod") => {
                 normalize_meta(&mut value, true, &mut self.generated)?;
+                strict::check(Schema::Pod, &value)?;
                 if let Some(spec) = value.get("spec") {
                     check_pod_spec(spec).map_err(|e| e.within("spec"))?;
                     crate::selectors::check_pod_selectors(spec).map_err(|e| e.within("spec"))?;
@@ -284,6 +360,7 @@ impl Decoder {
             }
             ("scheduling.koordinator.sh/v1alpha1", "Reservation") => {
                 normalize_meta(&mut value, false, &mut self.generated)?;
+                strict::check(Schema::Reservation, &value)?;
                 check_reservation(&value)?;
                 let mut r = typed::<Reservation>(&value)?;
                 r.apply_defaults();
@@ -293,8 +370,15 @@ impl Decoder {
             }
             ("topology.node.k8s.io/v1alpha2" | "topology.node.k8s.io/v1alpha1", nrt::KIND) => {
                 normalize_meta(&mut value, false, &mut self.generated)?;
+                let v1alpha1 = api_version.ends_with("v1alpha1");
+                let schema = if v1alpha1 {
+                    Schema::NrtV1alpha1
+                } else {
+                    Schema::NrtV1alpha2
+                };
+                strict::check(schema, &value)?;
                 check_nrt(&value)?;
-                let t = if api_version.ends_with("v1alpha1") {
+                let t = if v1alpha1 {
                     typed::<nrt::v1alpha1::NodeResourceTopology>(&value)?.into()
                 } else {
                     typed::<NodeResourceTopology>(&value)?
@@ -303,15 +387,18 @@ impl Decoder {
             }
             ("v1", "PersistentVolumeClaim") => {
                 normalize_meta(&mut value, true, &mut self.generated)?;
+                strict::check(Schema::PersistentVolumeClaim, &value)?;
                 check_pvc(&value)?;
                 Item::Object(Object::PersistentVolumeClaim(Arc::new(typed(&value)?)))
             }
             ("storage.k8s.io/v1", "CSINode") => {
                 normalize_meta(&mut value, false, &mut self.generated)?;
+                strict::check(Schema::CsiNode, &value)?;
                 Item::Object(Object::CsiNode(Arc::new(typed::<CSINode>(&value)?)))
             }
             ("scheduling.k8s.io/v1", "PriorityClass") => {
                 normalize_meta(&mut value, false, &mut self.generated)?;
+                strict::check(Schema::PriorityClass, &value)?;
                 require(&value, "value", "value")?;
                 let pc = typed::<PriorityClass>(&value)?;
                 if let Some(name) = &pc.metadata.name {
@@ -321,6 +408,7 @@ impl Decoder {
             }
             ("policy/v1", "PodDisruptionBudget") => {
                 normalize_meta(&mut value, true, &mut self.generated)?;
+                strict::check(Schema::PodDisruptionBudget, &value)?;
                 Item::Object(Object::PodDisruptionBudget(Arc::new(typed::<
                     PodDisruptionBudget,
                 >(
@@ -329,6 +417,7 @@ impl Decoder {
             }
             ("v1", "Event") => {
                 normalize_meta(&mut value, true, &mut self.generated)?;
+                strict::check(Schema::Event, &value)?;
                 Item::Event(Box::new(typed::<CoreEvent>(&value)?))
             }
             (scenario::API_VERSION, scenario::KIND) => {
@@ -339,7 +428,7 @@ impl Decoder {
             }
             (v, k) => return Err(unknown_kind(v, k)),
         };
-        Ok(vec![item])
+        Ok(vec![(String::new(), item)])
     }
 
     fn scenario(&mut self, value: Value) -> Result<Scenario, FieldError> {
@@ -373,7 +462,7 @@ impl Decoder {
                 actions += 1;
                 for (j, obj) in apply.into_iter().enumerate() {
                     let items = self.object(obj, &format!("{path}.apply[{j}]"))?;
-                    step.apply.extend(items);
+                    step.apply.extend(items.into_iter().map(|(_, item)| item));
                 }
             }
             if let Some(delete) = step_doc.delete {
@@ -967,6 +1056,72 @@ mod tests {
             "{SCENARIO}  steps:\n  - delete: [{{kind: Deployment, name: d}}]\n"
         ));
         assert_eq!(e.field, "spec.steps[0].delete[0].kind");
+    }
+
+    #[test]
+    fn unknown_fields_are_rejected_with_their_path() {
+        let e = err(&format!("{NODE}---\napiVersion: v1\nkind: Pod\nmetadata: {{name: p}}\nspec:\n  nodeSelecter: {{zone: a}}\n  containers: [{{name: c}}]\n"));
+        assert_eq!((e.doc, e.field.as_str()), (1, "spec.nodeSelecter"));
+        assert!(
+            e.message
+                .starts_with("unknown field \"nodeSelecter\" (did you mean \"nodeSelector\"?)"),
+            "{e}"
+        );
+        let e = err("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers:\n  - name: c\n    resources: {request: {cpu: 1}}\n");
+        assert_eq!(e.field, "spec.containers[0].resources.request");
+        let e = err(
+            "apiVersion: v1\nkind: Node\nmetadata: {name: n}\nstatus: {alocatable: {cpu: 1}}\n",
+        );
+        assert_eq!(e.field, "status.alocatable");
+        let r = "apiVersion: scheduling.koordinator.sh/v1alpha1\nkind: Reservation\nmetadata: {name: r}\nspec:\n  template: {spec: {containers: [{name: c}]}}\n  owners: [{object: {name: p}}]\n";
+        let e = err(&format!("{r}  tll: 1h\n"));
+        assert_eq!(e.field, "spec.tll");
+        let e = err(&format!("{r}  allocateonce: false\n"));
+        assert_eq!(e.field, "spec.allocateonce");
+        let e = err(&format!("{SCENARIO}  steps:\n  - apply:\n    - {{apiVersion: v1, kind: Node, metadata: {{name: n}}, spec: {{unschedulabel: true}}}}\n"));
+        assert_eq!(e.field, "spec.steps[0].apply[0].spec.unschedulabel");
+        let e = err("apiVersion: v1\nkind: List\nitems:\n- {apiVersion: v1, kind: Node, metadata: {name: a, labelz: {}}}\n");
+        assert_eq!(e.field, "items[0].metadata.labelz");
+        let e = err("apiVersion: v1\nkind: List\nitem: []\n");
+        assert_eq!(e.field, "item");
+    }
+
+    #[test]
+    fn schemaless_parts_stay_lenient() {
+        // A Reservation's template is `x-kubernetes-preserve-unknown-fields` upstream.
+        ok("apiVersion: scheduling.koordinator.sh/v1alpha1\nkind: Reservation\nmetadata: {name: r}\nspec:\n  template:\n    namespace: default\n    spec: {containers: [{name: c, resources: {request: {cpu: 1}}}]}\n  owners: [{object: {name: p}}]\n");
+        // Attribute names are data, not fields.
+        ok("apiVersion: topology.node.k8s.io/v1alpha2\nkind: NodeResourceTopology\nmetadata: {name: n1}\nattributes: [{name: anything-at-all, value: x}]\nzones: []\n");
+    }
+
+    #[test]
+    fn a_second_document_creating_the_same_object_is_rejected() {
+        let e = err(&format!("{NODE}---\n{NODE}"));
+        assert_eq!((e.doc, e.field.as_str()), (1, "metadata.name"));
+        assert!(
+            e.message
+                .starts_with("Node \"n1\" already exists (created by in.yaml: document 0)"),
+            "{e}"
+        );
+        let e = parse(&[
+            ("a.yaml".into(), "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\n".into()),
+            (
+                "b.yaml".into(),
+                "apiVersion: v1\nkind: List\nitems:\n- {apiVersion: v1, kind: Pod, metadata: {name: q}}\n- {apiVersion: v1, kind: Pod, metadata: {name: p, namespace: default}}\n".into(),
+            ),
+        ])
+        .expect_err("duplicate");
+        assert_eq!((e.file.as_str(), e.doc), ("b.yaml", 0));
+        assert_eq!(e.field, "items[1].metadata.name");
+        assert!(
+            e.message
+                .contains("Pod \"default/p\" already exists (created by a.yaml: document 0)"),
+            "{e}"
+        );
+        // Same name, different kind or namespace: different objects.
+        ok("apiVersion: v1\nkind: Pod\nmetadata: {name: x}\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: x, namespace: other}\n---\napiVersion: v1\nkind: Node\nmetadata: {name: x}\n");
+        // Apply steps replace.
+        ok(&format!("{NODE}---\n{SCENARIO}  steps:\n  - apply: [{{apiVersion: v1, kind: Node, metadata: {{name: n1}}}}]\n  - apply: [{{apiVersion: v1, kind: Node, metadata: {{name: n1}}}}]\n"));
     }
 
     #[test]

@@ -17,6 +17,7 @@ pub mod scenario;
 mod selectors;
 pub mod sim;
 pub mod store;
+mod strict;
 
 mod run;
 

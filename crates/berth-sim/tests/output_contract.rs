@@ -8,7 +8,8 @@
 //!   and a message, or was rejected by its kubelet (`Failed`);
 //! - a scheduled pod that allocated from a reservation carries `reservation-allocated` with
 //!   the reservation's name and uid;
-//! - the same `--seed` gives byte-identical output, and so does the default seed.
+//! - the same `--seed` gives byte-identical output, and so does the default seed;
+//! - the `-o yaml` output reads back as input (no field the API server's schema lacks).
 
 use std::path::{Path, PathBuf};
 
@@ -76,6 +77,11 @@ fn problems(path: &Path) -> Vec<String> {
         Ok(v) if v == list => {}
         Ok(_) => out.push("-o yaml and -o json differ".into()),
         Err(e) => out.push(format!("-o yaml is not one YAML document: {e}")),
+    }
+    // What berth prints is what an API server would hold, so it is valid input again:
+    // strict field validation finds no field berth made up.
+    if let Err(e) = berth_sim::input::parse_str("output.yaml", &yaml) {
+        out.push(format!("-o yaml does not read back as input: {e}"));
     }
     if (list.get("apiVersion"), list.get("kind"))
         != (Some(&Value::from("v1")), Some(&Value::from("List")))
