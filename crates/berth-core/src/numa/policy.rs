@@ -26,7 +26,9 @@ use super::types::{
     ResourceName, Resources, TmPolicy, TmScope, TopologyManagerConfig,
 };
 
-/// Why the filter rejected a node.
+/// Why the filter rejected a node. `Display` is the detailed explanation (which container,
+/// which resource) for a person looking at one pod on one node; [`NumaReject::reason`] is
+/// the fixed string the plugin returns as its Filter reason.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum NumaReject {
     /// Init container `index` fits no single NUMA zone; `resource` is the first that failed.
@@ -65,7 +67,33 @@ pub enum NumaReject {
     },
 }
 
+/// scheduler-plugins' Filter reason when an init container fits no single NUMA zone.
+pub const REASON_CANNOT_ALIGN_INIT_CONTAINER: &str = "cannot align init container";
+/// scheduler-plugins' Filter reason when an app container fits no single NUMA zone.
+pub const REASON_CANNOT_ALIGN_CONTAINER: &str = "cannot align container";
+/// scheduler-plugins' Filter reason when the pod (pod scope) fits no single NUMA zone.
+pub const REASON_CANNOT_ALIGN_POD: &str = "cannot align pod";
+/// scheduler-plugins' Filter reason when the node's topology data cannot be trusted.
+pub const REASON_INVALID_TOPOLOGY_DATA: &str = "invalid node topology data";
+/// scheduler-plugins' Filter error when the container-scope accounting goes negative.
+pub const REASON_INCONSISTENT_ACCOUNTING: &str = "inconsistent resource accounting";
+
 impl NumaReject {
+    /// The Filter reason, a fixed string exactly as scheduler-plugins returns it. It names
+    /// neither the container nor the resource: kube-scheduler counts nodes per distinct
+    /// reason (`0/2 nodes are available: 2 cannot align container.`), so a per-node detail
+    /// in the reason would split one cause into many entries, and formatting it on every
+    /// node is what kube-scheduler's fixed reasons avoid. The detail is the `Display` text.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::InitContainer { .. } => REASON_CANNOT_ALIGN_INIT_CONTAINER,
+            Self::Container { .. } => REASON_CANNOT_ALIGN_CONTAINER,
+            Self::Pod { .. } => REASON_CANNOT_ALIGN_POD,
+            Self::InvalidTopologyData => REASON_INVALID_TOPOLOGY_DATA,
+            Self::InconsistentAccounting { .. } => REASON_INCONSISTENT_ACCOUNTING,
+        }
+    }
+
     /// The resource that made the node unfit, when there is one.
     pub fn resource(&self) -> Option<&ResourceName> {
         match self {

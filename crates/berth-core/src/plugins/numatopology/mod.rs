@@ -5,10 +5,14 @@
 //! - PreFilter builds the pod's per-container request once; BestEffort pods without devices
 //!   skip Filter (they always pass), as does every pod while no node has an NRT.
 //! - Filter reads the node's cached view: no NRT passes, unusable data (foreign pods, an
-//!   in-flight reservation) rejects, else the policy check. A rejection names the resource
-//!   that could not be aligned and, when the node's data may be stale (pods reserved since
-//!   its NRT, or a newer NRT held back), adds a second reason: the node is being resynced,
-//!   or why its last resync failed (fingerprint mismatch, no fingerprint).
+//!   in-flight reservation) rejects, else the policy check. A rejection's reason is the
+//!   fixed string scheduler-plugins returns (`cannot align container`, `cannot align init
+//!   container`, `cannot align pod`), so kube-scheduler's per-reason counting reads
+//!   `0/2 nodes are available: 2 cannot align container.`; which container and resource did
+//!   not fit is per-node detail, given by [`explain`]. When the node's data may be stale
+//!   (pods reserved since its NRT, or a newer NRT held back), a second fixed reason says so:
+//!   the node is being resynced, or why its last resync failed (fingerprint mismatch, no
+//!   fingerprint).
 //! - Filter cannot write (`&Cluster`; preemption re-runs it on copies), so the streaks that
 //!   make a node dirty are recorded after the loop, from the verdicts the scheduler hands
 //!   to [`Plugin::filter_feedback`].
@@ -17,7 +21,7 @@
 mod cluster_state;
 mod request;
 
-use std::borrow::Cow;
+use berth_api::k8s_openapi::api::core::v1::Container;
 
 use crate::cache::Cluster;
 use crate::framework::config::ConfigError;
@@ -120,31 +124,11 @@ pub fn may_fit(cx: &Cluster, pod: &PodInfo, node: &NodeInfo) -> bool {
     }
 }
 
-/// The reason for an alignment failure: fixed strings for the common cases so the
-/// per-node path does not format.
-fn align_reason(r: &NumaReject) -> Cow<'static, str> {
-    match r {
-        NumaReject::Container { index: 0, resource } if resource == "cpu" => {
-            Cow::Borrowed("cannot align container (index 0, resource cpu)")
-        }
-        NumaReject::Container { index: 0, resource } if resource == "memory" => {
-            Cow::Borrowed("cannot align container (index 0, resource memory)")
-        }
-        NumaReject::Pod { resource } if resource == "cpu" => {
-            Cow::Borrowed("cannot align pod (resource cpu)")
-        }
-        NumaReject::Pod { resource } if resource == "memory" => {
-            Cow::Borrowed("cannot align pod (resource memory)")
-        }
-        other => Cow::Owned(other.to_string()),
-    }
-}
-
 fn reject(cx: &Cluster, node: &str, r: &NumaReject) -> Status {
     if r.is_internal_error() {
-        return Status::error(r.to_string());
+        return Status::error(r.reason());
     }
-    let status = Status::unschedulable(align_reason(r));
+    let status = Status::unschedulable(r.reason());
     let cache = cx.numa.cache();
     if !cache.is_stale(node) {
         return status;
@@ -154,6 +138,63 @@ fn reject(cx: &Cluster, node: &str, r: &NumaReject) -> Status {
         Some(ResyncCheck::NoFingerprint) => REASON_NO_FINGERPRINT,
         None => REASON_RESYNC_PENDING,
     })
+}
+
+/// Why the plugin's Filter rejects `node` for `pod`, in detail (the container by name and
+/// index, the resource, whether the node's topology data is stale), or `None` when it passes.
+/// The Filter reason is a fixed string for every node; this is the per-node explanation a
+/// person asks for about one pod on one node, computed on demand, never on the filter path.
+pub fn explain(cx: &Cluster, pod: &PodInfo, node: &NodeInfo) -> Option<String> {
+    if !cx.numa.has_topology() {
+        return None;
+    }
+    let request = match pod_numa_request(pod) {
+        Ok(r) => r,
+        Err(e) => return Some(format!("reading the pod's requests: {e}")),
+    };
+    if request.qos() == QosClass::BestEffort && !request.includes_non_native() {
+        return None;
+    }
+    let view = cx.numa.view(&node.name);
+    let alloc = Allocatable {
+        names: &cx.names,
+        node,
+    };
+    let r = filter_node(view, &request, &alloc).err()?;
+    let spec = pod.pod.spec.as_ref();
+    let mut out = match &r {
+        NumaReject::InitContainer { index, resource } => format!(
+            "cannot align init container {:?} (index {index}): {resource} fits no single NUMA zone",
+            container_name(spec.and_then(|s| s.init_containers.as_deref()), *index)
+        ),
+        NumaReject::Container { index, resource } => format!(
+            "cannot align container {:?} (index {index}): {resource} fits no single NUMA zone",
+            container_name(spec.map(|s| s.containers.as_slice()), *index)
+        ),
+        NumaReject::InvalidTopologyData => match view {
+            NodeNumaView::Unusable(UnusableReason::ReservationInFlight) => {
+                REASON_RESERVATION_IN_FLIGHT.to_string()
+            }
+            _ => REASON_FOREIGN_PODS.to_string(),
+        },
+        other => other.to_string(),
+    };
+    let cache = cx.numa.cache();
+    if !matches!(r, NumaReject::InvalidTopologyData) && cache.is_stale(&node.name) {
+        out.push_str("; ");
+        out.push_str(match cache.resync_check(&node.name) {
+            Some(ResyncCheck::Mismatch) => REASON_FINGERPRINT_MISMATCH,
+            Some(ResyncCheck::NoFingerprint) => REASON_NO_FINGERPRINT,
+            None => REASON_RESYNC_PENDING,
+        });
+    }
+    Some(out)
+}
+
+/// The name of container `index` of `list` (empty when the pod has no such container).
+fn container_name(list: Option<&[Container]>, index: usize) -> &str {
+    list.and_then(|l| l.get(index))
+        .map_or("", |c| c.name.as_str())
 }
 
 fn request(state: &CycleState) -> Option<&PodNumaRequest> {

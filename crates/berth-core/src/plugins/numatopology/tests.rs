@@ -156,7 +156,7 @@ fn a_pod_wider_than_any_zone_is_filtered_on_single_numa_node_but_fits_a_none_nod
         (
             "single-numa-node",
             None,
-            Some("1 cannot align container (index 0, resource cpu)"),
+            Some("0/1 nodes are available: 1 cannot align container."),
         ),
         ("none", Some("n1"), None),
         ("best-effort", Some("n1"), None),
@@ -172,6 +172,85 @@ fn a_pod_wider_than_any_zone_is_filtered_on_single_numa_node_but_fits_a_none_nod
             let got = message(&effects, "wide").unwrap_or_default();
             assert!(got.contains(m), "policy {policy}: {got}");
         }
+    }
+}
+
+/// `nrt` with the Topology Manager scope attribute set to `scope`.
+fn nrt_scoped(name: &str, zones: &[(i64, i64)], scope: &str) -> Value {
+    let mut v = nrt(name, "single-numa-node", zones, None);
+    v["attributes"][1]["value"] = json!(scope);
+    v
+}
+
+#[test]
+fn filter_reasons_are_scheduler_plugins_fixed_strings_counted_per_node() {
+    // Issue 8: kube-scheduler counts nodes per reason, so the reason is the same string on
+    // every node; the container and resource are explain detail.
+    // (scope, pod, expected message, expected explain detail for n1)
+    let guaranteed = |name: &str, cpu: &str| {
+        let r = json!({"cpu": cpu, "memory": "1Gi"});
+        json!({"name": name, "resources": {"requests": r, "limits": r}})
+    };
+    let init = pod("init")
+        .spec("initContainers", json!([guaranteed("setup", "6")]))
+        .spec("containers", json!([guaranteed("app", "1")]));
+    let two = pod("two").spec(
+        "containers",
+        json!([guaranteed("small", "1"), guaranteed("big", "6")]),
+    );
+    let cases = [
+        (
+            "container",
+            gpod("wide", "6"),
+            "0/2 nodes are available: 2 cannot align container.",
+            "cannot align container \"c\" (index 0): cpu fits no single NUMA zone",
+        ),
+        (
+            "container",
+            two,
+            "0/2 nodes are available: 2 cannot align container.",
+            "cannot align container \"big\" (index 1): cpu fits no single NUMA zone",
+        ),
+        (
+            "container",
+            init,
+            "0/2 nodes are available: 2 cannot align init container.",
+            "cannot align init container \"setup\" (index 0): cpu fits no single NUMA zone",
+        ),
+        (
+            "pod",
+            gpod("wide", "6"),
+            "0/2 nodes are available: 2 cannot align pod.",
+            "cannot align pod (resource cpu)",
+        ),
+    ];
+    for (scope, builder, want, detail) in cases {
+        let mut s = scheduler(None);
+        for (n, cpus) in [("n1", (4, 8)), ("n2", (5, 8))] {
+            add_node(&mut s, n, "10");
+            let zones = [cpus, (cpus.0 - 1, cpus.1)];
+            s.handle(T0, nrt_event(nrt_scoped(n, &zones, scope)));
+        }
+        let p = builder.build();
+        let name = p.metadata.name.clone().unwrap_or_default();
+        s.handle(T0, Event::Applied(Object::Pod(p.clone())));
+        let effects = run(&mut s, T0);
+        assert_eq!(bound(&s, &name), None, "{scope} {name}");
+        let got = message(&effects, &name).unwrap_or_default();
+        // The filter histogram, then preemption's own sentence.
+        assert!(
+            got.starts_with(&format!("{want} preemption:")),
+            "{scope} {name}: {got}"
+        );
+        let cx = s.cluster();
+        let mut names = cx.names.clone();
+        let info = PodInfo::new(p, &mut names).expect("valid pod");
+        let n1 = cx.node_by_name("n1").expect("n1");
+        assert_eq!(
+            explain(cx, &info, n1).as_deref(),
+            Some(detail),
+            "{scope} {name}"
+        );
     }
 }
 
