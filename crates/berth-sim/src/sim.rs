@@ -82,6 +82,9 @@ pub struct Simulation {
     recorder: Recorder,
     /// Pods bound to a node that does not exist (yet): the kubelet admits them when it does.
     awaiting_node: BTreeMap<String, BTreeSet<ObjectKey>>,
+    /// While the initial objects are created: the names of the nodes among them, so a pod
+    /// written before its node is still found running there.
+    initial_nodes: BTreeSet<String>,
     /// Lines for standard error: warnings and failed expectations, in order.
     log: Vec<String>,
     /// How many expectations failed.
@@ -104,6 +107,7 @@ impl Simulation {
             now: start,
             recorder: Recorder::default(),
             awaiting_node: BTreeMap::new(),
+            initial_nodes: BTreeSet::new(),
             log: Vec::new(),
             failed: 0,
         }
@@ -197,6 +201,15 @@ impl Simulation {
     /// Creates or replaces `items` in order, PriorityClasses first, so a pod may name a class
     /// written after it in the same batch (priority admission runs at pod creation).
     fn create_all(&mut self, items: &[&Item], initial: bool) {
+        if initial {
+            self.initial_nodes = items
+                .iter()
+                .filter_map(|i| match i {
+                    Item::Object(Object::Node(n)) => n.metadata.name.clone(),
+                    _ => None,
+                })
+                .collect();
+        }
         let is_class = |i: &&&Item| matches!(i, Item::Object(Object::PriorityClass(_)));
         for item in items.iter().filter(is_class) {
             self.apply_item(item, initial);
@@ -204,6 +217,7 @@ impl Simulation {
         for item in items.iter().filter(|i| !is_class(i)) {
             self.apply_item(item, initial);
         }
+        self.initial_nodes.clear();
     }
 
     /// Creates or replaces one object, as `kubectl apply` of the whole object would (status
@@ -242,16 +256,19 @@ impl Simulation {
                     self.warn(format!("pod {key} not created: {message}"));
                     return;
                 }
-                let bound = pod
+                let node = pod
                     .spec
                     .as_ref()
-                    .and_then(|s| s.node_name.as_deref())
-                    .is_some_and(|n| !n.is_empty());
+                    .and_then(|s| s.node_name.clone())
+                    .filter(|n| !n.is_empty());
+                let node_exists = node.as_ref().is_some_and(|n| {
+                    self.store.node(n).is_some() || self.initial_nodes.contains(n)
+                });
                 let status = pod.status.get_or_insert_with(PodStatus::default);
                 if status.phase.is_none() {
-                    if !bound {
+                    if node.is_none() {
                         status.phase = Some("Pending".into());
-                    } else if initial {
+                    } else if initial && node_exists {
                         status.phase = Some("Running".into());
                     } else {
                         admit = true;
@@ -640,6 +657,9 @@ impl Simulation {
             return;
         }
         if self.store.node(&node).is_none() {
+            self.warn(format!(
+                "pod {key} is bound to node {node:?}, which does not exist: no kubelet admits it, so it stays Pending (until a node of that name is created)"
+            ));
             self.awaiting_node
                 .entry(node)
                 .or_default()
@@ -671,28 +691,16 @@ impl Simulation {
         self.core.handle(self.now, Event::Applied(obj));
     }
 
-    /// Stores a `v1` Event for a record of the core, folding an identical repeat for the
-    /// same object into a count.
+    /// Stores a `v1` Event for a record of the core, as client-go's event correlator writes
+    /// it: an event identical to one recorded before (same source, involved object with its
+    /// UID, type, reason and message) is not a new object but the earlier one with `count`
+    /// raised and `lastTimestamp` moved, however many other events came in between.
     fn record(&mut self, r: Record) {
         let namespace = if r.involved.namespace.is_empty() {
             "default".to_string()
         } else {
             r.involved.namespace.to_string()
         };
-        if let Some(name) = self.recorder.last.get(&r.involved) {
-            if let Some(e) = self.store.event_mut(&namespace, name) {
-                if e.reason.as_deref() == Some(r.reason.as_str())
-                    && e.message.as_deref() == Some(r.message.as_str())
-                    && e.type_.as_deref() == Some(r.type_)
-                {
-                    e.count = Some(e.count.unwrap_or(1).saturating_add(1));
-                    e.last_timestamp = Some(meta_time(self.now));
-                    return;
-                }
-            }
-        }
-        self.recorder.counter += 1;
-        let name = format!("{}.{:016x}", r.involved.name, self.recorder.counter);
         let uid = if r.uid.is_empty() {
             self.store
                 .get(&r.involved)
@@ -701,6 +709,22 @@ impl Simulation {
             Some(r.uid.clone())
         };
         let kind = r.involved.kind;
+        let key = EventKey {
+            involved: r.involved.clone(),
+            uid: uid.clone().unwrap_or_default(),
+            type_: r.type_,
+            reason: r.reason.clone(),
+            message: r.message.clone(),
+        };
+        if let Some(name) = self.recorder.seen(&key) {
+            if let Some(e) = self.store.event_mut(&namespace, &name) {
+                e.count = Some(e.count.unwrap_or(1).saturating_add(1));
+                e.last_timestamp = Some(meta_time(self.now));
+                return;
+            }
+        }
+        self.recorder.counter += 1;
+        let name = format!("{}.{:016x}", r.involved.name, self.recorder.counter);
         let event = CoreEvent {
             metadata: ObjectMeta {
                 name: Some(name.clone()),
@@ -731,7 +755,7 @@ impl Simulation {
             reporting_component: Some(EVENT_COMPONENT.to_string()),
             ..Default::default()
         };
-        self.recorder.last.insert(r.involved, name);
+        self.recorder.remember(key, name);
         self.store.insert_event(event);
     }
 
@@ -1013,12 +1037,58 @@ pub fn api_version_of(kind: Kind) -> &'static str {
     }
 }
 
-/// Event numbering and folding state.
+/// What makes two events the same for client-go's correlator (`getEventKey`: source,
+/// involved object with UID, type, reason, message). The source is always berth's.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+struct EventKey {
+    involved: ObjectKey,
+    uid: String,
+    type_: &'static str,
+    reason: String,
+    message: String,
+}
+
+/// How many distinct events the correlator remembers (client-go's `maxLruCacheEntries`);
+/// past that the least recently seen is forgotten and its next repeat starts a new event.
+const EVENT_CACHE_SIZE: usize = 4096;
+
+/// Event numbering and folding state: a least-recently-used cache of the events recorded,
+/// as client-go's `eventLogger` keeps.
 #[derive(Debug, Default)]
 struct Recorder {
     counter: u64,
-    /// The last event recorded per involved object, for folding repeats.
-    last: HashMap<ObjectKey, String>,
+    /// Event name and last use, by key.
+    names: HashMap<EventKey, (String, u64)>,
+    /// Keys by last use, oldest first, for eviction.
+    by_use: BTreeMap<u64, EventKey>,
+    uses: u64,
+}
+
+impl Recorder {
+    /// The name of the event recorded earlier under `key`, if remembered; marks it used.
+    fn seen(&mut self, key: &EventKey) -> Option<String> {
+        let (name, used) = self.names.get_mut(key)?;
+        self.by_use.remove(used);
+        self.uses += 1;
+        *used = self.uses;
+        self.by_use.insert(self.uses, key.clone());
+        Some(name.clone())
+    }
+
+    /// Remembers a new event, forgetting the least recently used one beyond the cache size.
+    fn remember(&mut self, key: EventKey, name: String) {
+        self.uses += 1;
+        self.by_use.insert(self.uses, key.clone());
+        if let Some((_, old)) = self.names.insert(key, (name, self.uses)) {
+            self.by_use.remove(&old);
+        }
+        while self.names.len() > EVENT_CACHE_SIZE {
+            let Some((_, oldest)) = self.by_use.pop_first() else {
+                break;
+            };
+            self.names.remove(&oldest);
+        }
+    }
 }
 
 #[cfg(test)]
@@ -1146,6 +1216,31 @@ mod tests {
     }
 
     #[test]
+    fn a_pod_bound_to_a_missing_node_is_not_running_and_is_warned_about() {
+        let bound = |name: &str, node: &str| {
+            format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}}}\nspec: {{nodeName: {node}, containers: [{{name: c}}]}}\n---\n")
+        };
+        let phase = |sim: &Simulation, name: &str| {
+            sim.store()
+                .pod(&ObjectKey::pod("default", name))
+                .and_then(|p| p.status.as_ref()?.phase.clone())
+        };
+        // Written before its node: the node is part of the cluster as found, so it runs.
+        let sim = run(&format!("{}{NODES}", bound("early", "n1")));
+        assert_eq!(phase(&sim, "early").as_deref(), Some("Running"));
+        assert!(sim.log().is_empty(), "{:?}", sim.log());
+
+        let text = format!("{NODES}{}apiVersion: sim.berth.dev/v1alpha1\nkind: Scenario\nmetadata: {{name: s}}\nspec:\n  steps:\n  - expect: {{pods: [{{name: ghost, node: n9, phase: Pending}}]}}\n  - apply: [{{apiVersion: v1, kind: Node, metadata: {{name: n9}}, status: {{allocatable: {{cpu: 2}}}}}}]\n  - expect: {{pods: [{{name: ghost, node: n9, phase: Running}}]}}\n", bound("ghost", "n9"));
+        let sim = run(&text);
+        assert_eq!(sim.failed_expectations(), 0, "{:?}", sim.log());
+        assert_eq!(phase(&sim, "ghost").as_deref(), Some("Running"));
+        assert_eq!(
+            sim.log(),
+            ["warning: pod default/ghost is bound to node \"n9\", which does not exist: no kubelet admits it, so it stays Pending (until a node of that name is created)"]
+        );
+    }
+
+    #[test]
     fn priority_comes_from_the_class_or_the_global_default() {
         let classes = "apiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\nmetadata: {name: high}\nvalue: 1000\npreemptionPolicy: Never\n---\napiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\nmetadata: {name: low}\nvalue: 10\nglobalDefault: true\n---\n";
         let sim = run(&format!("{classes}apiVersion: v1\nkind: Pod\nmetadata: {{name: a}}\nspec: {{priorityClassName: high, containers: [{{name: c}}]}}\n---\n{}", pod("b", "1")));
@@ -1231,6 +1326,94 @@ mod tests {
         let events: Vec<_> = sim.store().events().collect();
         assert_eq!(events.len(), 2);
         assert_eq!(events[0].count, Some(2));
+    }
+
+    #[test]
+    fn a_repeat_after_other_events_folds_into_the_first_as_client_go_correlates() {
+        let mut sim = run(NODES);
+        let rec = |message: &str, uid: &str| Record {
+            involved: ObjectKey::pod("default", "x"),
+            uid: uid.into(),
+            type_: "Warning",
+            reason: "FailedScheduling".into(),
+            message: message.into(),
+        };
+        sim.record(rec("A", "u1"));
+        sim.advance(10_000);
+        sim.record(rec("B", "u1"));
+        sim.advance(10_000);
+        sim.record(rec("A", "u1"));
+        // The same name and message for a pod re-created with a new UID is another event.
+        sim.record(rec("A", "u2"));
+        let events: Vec<_> = sim.store().events().collect();
+        let summary: Vec<(&str, &str, Option<i32>, String, String)> = events
+            .iter()
+            .map(|e| {
+                let t = |t: &Option<MetaTime>| {
+                    t.as_ref()
+                        .map(|t| rfc3339(t.0.as_millisecond()))
+                        .unwrap_or_default()
+                };
+                (
+                    e.message.as_deref().unwrap_or(""),
+                    e.involved_object.uid.as_deref().unwrap_or(""),
+                    e.count,
+                    t(&e.first_timestamp),
+                    t(&e.last_timestamp),
+                )
+            })
+            .collect();
+        assert_eq!(
+            summary,
+            [
+                (
+                    "A",
+                    "u1",
+                    Some(2),
+                    "2024-01-01T00:00:00Z".into(),
+                    "2024-01-01T00:00:20Z".into()
+                ),
+                (
+                    "B",
+                    "u1",
+                    Some(1),
+                    "2024-01-01T00:00:10Z".into(),
+                    "2024-01-01T00:00:10Z".into()
+                ),
+                (
+                    "A",
+                    "u2",
+                    Some(1),
+                    "2024-01-01T00:00:20Z".into(),
+                    "2024-01-01T00:00:20Z".into()
+                ),
+            ]
+        );
+    }
+
+    #[test]
+    fn the_event_cache_forgets_the_least_recently_seen() {
+        let mut r = Recorder::default();
+        let key = |i: usize| EventKey {
+            involved: ObjectKey::pod("default", &format!("p{i}")),
+            uid: String::new(),
+            type_: "Warning",
+            reason: "FailedScheduling".into(),
+            message: "m".into(),
+        };
+        for i in 0..EVENT_CACHE_SIZE {
+            r.remember(key(i), format!("e{i}"));
+        }
+        assert_eq!(
+            r.seen(&key(0)).as_deref(),
+            Some("e0"),
+            "0 is now the most recent"
+        );
+        r.remember(key(EVENT_CACHE_SIZE), "new".into());
+        assert_eq!(r.seen(&key(1)), None, "1 was the least recently seen");
+        assert_eq!(r.seen(&key(0)).as_deref(), Some("e0"));
+        assert_eq!(r.names.len(), EVENT_CACHE_SIZE);
+        assert_eq!(r.by_use.len(), EVENT_CACHE_SIZE);
     }
 
     #[test]

@@ -257,3 +257,33 @@ fn the_gc_duration_of_the_reservation_args_is_honoured() {
         "Succeeded"
     );
 }
+
+#[test]
+fn a_failed_scheduling_message_that_recurs_folds_into_its_first_event() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/scenarios/timeline/event-folding.yaml");
+    let items = items_of(&[path]);
+    let events: Vec<(&str, i64, &str, &str)> = items
+        .iter()
+        .filter(|i| i["kind"] == "Event" && i["involvedObject"]["name"] == "p")
+        .map(|e| {
+            (
+                e["message"].as_str().unwrap_or(""),
+                e["count"].as_i64().unwrap_or(0),
+                e["firstTimestamp"].as_str().unwrap_or(""),
+                e["lastTimestamp"].as_str().unwrap_or(""),
+            )
+        })
+        .collect();
+    assert_eq!(events.len(), 2, "{events:#?}");
+    let (message, count, first, last) = events[0];
+    assert!(
+        message.starts_with("0/1 nodes are available: 1 Insufficient cpu."),
+        "{message}"
+    );
+    assert_eq!(count, 2);
+    assert_eq!(first, "2024-01-01T00:00:00Z");
+    assert!(last > first, "lastTimestamp moved to the repeat: {last}");
+    assert!(events[1].0.starts_with("0/2 nodes are available"));
+    assert_eq!(events[1].1, 1);
+}
