@@ -110,7 +110,9 @@ impl Profile {
                 ));
             }
         }
-        let mut args: BTreeMap<&str, &serde_json::Value> = BTreeMap::new();
+        // Args by plugin name, with the entry's index: an error in them is reported at
+        // `pluginConfig[i].args`, never where the plugin happens to be enabled.
+        let mut args: BTreeMap<&str, (usize, &serde_json::Value)> = BTreeMap::new();
         for (i, c) in pc.plugin_config.iter().enumerate() {
             if !plugins::is_known(&c.name) {
                 return Err(ConfigError::new(
@@ -118,12 +120,22 @@ impl Profile {
                     format!("unknown plugin {:?}", c.name),
                 ));
             }
-            if args.insert(&c.name, &c.args).is_some() {
+            if args.insert(&c.name, (i, &c.args)).is_some() {
                 return Err(ConfigError::new(
                     format!("pluginConfig[{i}].name"),
                     format!("repeated config for plugin {:?}", c.name),
                 ));
             }
+        }
+        let args_error = |name: &str, e: ConfigError| match args.get(name) {
+            Some((i, _)) => e.within(&format!("pluginConfig[{i}].args")),
+            // Default args are valid; should that ever change, blame the plugin's name.
+            None => e.within(&format!("pluginConfig[{name}]")),
+        };
+        // kube-scheduler decodes and validates every pluginConfig entry, whether or not the
+        // plugin is enabled: a typo in the args of a disabled plugin is still an error.
+        for (name, (_, a)) in &args {
+            plugins::build(name, Some(a)).map_err(|e| args_error(name, e))?;
         }
         // multiPoint: defaults, minus disabled, plus enabled (with weights).
         let mut multi: Vec<(String, Option<i64>)> = plugins::DEFAULT_MULTI_POINT
@@ -135,27 +147,20 @@ impl Profile {
 
         let mut instances: Vec<Box<dyn Plugin>> = Vec::new();
         let mut index: BTreeMap<String, usize> = BTreeMap::new();
-        let mut instance = |instances: &mut Vec<Box<dyn Plugin>>,
-                            name: &str,
-                            field: &str|
-         -> Result<usize, ConfigError> {
-            if let Some(i) = index.get(name) {
-                return Ok(*i);
-            }
-            let p = plugins::build(name, args.get(name).copied()).map_err(|e| {
-                if e.field.is_empty() {
-                    e.within(field)
-                } else {
-                    e.within(&format!("pluginConfig[{name}].args"))
+        let mut instance =
+            |instances: &mut Vec<Box<dyn Plugin>>, name: &str| -> Result<usize, ConfigError> {
+                if let Some(i) = index.get(name) {
+                    return Ok(*i);
                 }
-            })?;
-            instances.push(p);
-            index.insert(name.to_string(), instances.len() - 1);
-            Ok(instances.len() - 1)
-        };
+                let p = plugins::build(name, args.get(name).map(|(_, a)| *a))
+                    .map_err(|e| args_error(name, e))?;
+                instances.push(p);
+                index.insert(name.to_string(), instances.len() - 1);
+                Ok(instances.len() - 1)
+            };
         let mut multi_idx = Vec::new();
         for (name, w) in &multi {
-            multi_idx.push((instance(&mut instances, name, "plugins.multiPoint")?, *w));
+            multi_idx.push((instance(&mut instances, name)?, *w));
         }
         let sets = [
             (Points::PRE_FILTER, &plugins_cfg.pre_filter, "preFilter"),
@@ -181,12 +186,8 @@ impl Profile {
                 .collect();
             apply_set(&mut names, set, &format!("plugins.{field}"))?;
             let mut list = Vec::new();
-            for (j, (name, w)) in names.iter().enumerate() {
-                let i = instance(
-                    &mut instances,
-                    name,
-                    &format!("plugins.{field}.enabled[{j}]"),
-                )?;
+            for (name, w) in &names {
+                let i = instance(&mut instances, name)?;
                 list.push((i, w.unwrap_or(1)));
             }
             lists.push(list);
@@ -285,6 +286,65 @@ mod tests {
         assert_eq!(ok.map(|p| p.len()).ok(), Some(1));
         let typo = parse(serde_json::json!({"leaderElektion": {}}));
         assert!(typo.is_err());
+    }
+
+    #[test]
+    fn a_typo_inside_plugin_args_names_the_plugin_config_path() {
+        // Issue 8: the error pointed at plugins.multiPoint, where the plugin is enabled.
+        let cases = [
+            (
+                "unknown field of an enabled plugin",
+                serde_json::json!([
+                    {"name": "NodeAffinity", "args": {}},
+                    {"name": "NodeResourcesFit", "args": {"scoringStrategy": {"typ": "MostAllocated"}}},
+                ]),
+                "profiles[0].pluginConfig[1].args.scoringStrategy.typ",
+            ),
+            (
+                "wrong type deep inside",
+                serde_json::json!([
+                    {"name": "NodeResourcesFit", "args": {"scoringStrategy": {"resources": [{"name": "cpu", "weight": "heavy"}]}}},
+                ]),
+                "profiles[0].pluginConfig[0].args.scoringStrategy.resources[0].weight",
+            ),
+            (
+                "a plugin's own validation",
+                serde_json::json!([
+                    {"name": "NodeResourceTopologyMatch", "args": {"scoringStrategy": {"type": "Fastest"}}},
+                ]),
+                "profiles[0].pluginConfig[0].args.scoringStrategy.type",
+            ),
+            (
+                "top-level typo",
+                serde_json::json!([{"name": "Reservation", "args": {"gcDurationSecond": 5}}]),
+                "profiles[0].pluginConfig[0].args.gcDurationSecond",
+            ),
+        ];
+        for (name, plugin_config, want) in cases {
+            let err = parse(serde_json::json!({
+                "profiles": [{"schedulerName": "s", "pluginConfig": plugin_config}],
+            }))
+            .err()
+            .unwrap_or_else(|| panic!("{name}: accepted"));
+            assert_eq!(err.field, want, "{name}: {err}");
+        }
+    }
+
+    #[test]
+    fn args_of_a_plugin_that_is_not_enabled_are_still_checked() {
+        // kube-scheduler decodes every pluginConfig entry strictly, enabled or not.
+        let err = parse(serde_json::json!({
+            "profiles": [{
+                "plugins": {"multiPoint": {"disabled": [{"name": "InterPodAffinity"}]}},
+                "pluginConfig": [{"name": "InterPodAffinity", "args": {"hardPodAffinityWeigth": 1}}],
+            }],
+        }))
+        .err()
+        .map(|e| e.field);
+        assert_eq!(
+            err.as_deref(),
+            Some("profiles[0].pluginConfig[0].args.hardPodAffinityWeigth")
+        );
     }
 
     #[test]

@@ -4,7 +4,10 @@ use serde::de::DeserializeOwned;
 
 use crate::framework::config::ConfigError;
 
-/// Decodes `args` (or the type's default when absent) into `T`, naming the bad field.
+/// Decodes `args` (or the type's default when absent) into `T`. A decoding error names the
+/// bad field relative to the args object (`scoringStrategy.resources[0].weight`; empty when
+/// the args as a whole are wrong), so that the profile can put it under
+/// `pluginConfig[i].args`.
 pub fn decode<T: DeserializeOwned + Default>(
     args: Option<&serde_json::Value>,
 ) -> Result<T, ConfigError> {
@@ -17,7 +20,12 @@ pub fn decode<T: DeserializeOwned + Default>(
                 obj.remove("apiVersion");
                 obj.remove("kind");
             }
-            serde_json::from_value(v).map_err(|e| ConfigError::new("", e.to_string()))
+            serde_path_to_error::deserialize(v).map_err(|e| {
+                let path = e.path().to_string();
+                // The root's path prints as ".".
+                let field = if path == "." { String::new() } else { path };
+                ConfigError::new(field, e.into_inner().to_string())
+            })
         }
     }
 }
