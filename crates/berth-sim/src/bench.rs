@@ -233,18 +233,22 @@ pub fn format_report(r: &Report) -> String {
     )
 }
 
-/// Runs a named suite and returns one report line per case, printed as each finishes.
-pub fn run_suite(suite: &str, nodes: usize, pods: usize) -> Result<Vec<String>, String> {
+/// The names `berth bench --suite` takes.
+pub const SUITES: [&str; 4] = ["basic", "reservations", "numa", "all"];
+
+/// `berth bench --suite` named no suite: bad input, as for `simulate` (exit status 2).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown bench suite {0:?}; want basic, reservations, numa or all")]
+pub struct UnknownSuite(pub String);
+
+/// Runs a named suite (one of [`SUITES`]) and returns one report line per case.
+pub fn run_suite(suite: &str, nodes: usize, pods: usize) -> Result<Vec<String>, UnknownSuite> {
     let (basic, reservations, numa) = match suite {
         "basic" => (true, false, false),
         "reservations" => (false, true, false),
         "numa" => (false, false, true),
         "all" => (true, true, true),
-        other => {
-            return Err(format!(
-                "unknown bench suite {other:?}; want basic, reservations, numa or all"
-            ))
-        }
+        other => return Err(UnknownSuite(other.to_string())),
     };
     let mut lines = Vec::new();
     if basic {
@@ -261,4 +265,14 @@ pub fn run_suite(suite: &str, nodes: usize, pods: usize) -> Result<Vec<String>, 
         lines.extend(crate::bench_numa::run().lines().map(str::to_string));
     }
     Ok(lines)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unknown_suite_is_an_error_before_anything_runs() {
+        assert_eq!(run_suite("bogus", 1, 1), Err(UnknownSuite("bogus".into())));
+    }
 }

@@ -63,8 +63,10 @@ struct BenchArgs {
     /// Pods to schedule.
     #[arg(long, default_value_t = 10000)]
     pods: usize,
-    /// Which cases: basic, reservations, numa or all.
-    #[arg(long, default_value = "basic")]
+    /// Which cases: basic, reservations, numa or all. Another name is bad input (exit
+    /// status 2, as for `simulate`), rejected before anything runs.
+    #[arg(long, default_value = "basic",
+          value_parser = clap::builder::PossibleValuesParser::new(berth_sim::bench::SUITES))]
     suite: String,
 }
 
@@ -94,7 +96,7 @@ fn main() -> ExitCode {
         Command::Simulate(args) => simulate(args),
         Command::Run(args) => run(args),
         Command::Crd => crd().map(|()| 0),
-        Command::Bench(args) => bench(&args).map(|()| 0),
+        Command::Bench(args) => bench(&args),
     };
     match result {
         Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
@@ -224,13 +226,40 @@ fn write_ignoring_broken_pipe(w: &mut dyn Write, text: &str) -> std::io::Result<
     }
 }
 
-fn bench(args: &BenchArgs) -> anyhow::Result<()> {
+/// `berth bench`: 0 when the suite ran, 2 for an unknown suite (bad input).
+fn bench(args: &BenchArgs) -> anyhow::Result<i32> {
+    let lines = match berth_sim::bench::run_suite(&args.suite, args.nodes, args.pods) {
+        Ok(lines) => lines,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return Ok(2);
+        }
+    };
     let mut out = std::io::stdout().lock();
-    for line in berth_sim::bench::run_suite(&args.suite, args.nodes, args.pods)
-        .map_err(|e| anyhow::anyhow!(e))?
-    {
+    for line in lines {
         writeln!(out, "{line}").context("writing standard output")?;
         out.flush().context("writing standard output")?;
     }
-    Ok(())
+    Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unknown_bench_suite_is_bad_input() {
+        let err =
+            Cli::try_parse_from(["berth", "bench", "--suite", "nope"]).expect_err("no such suite");
+        assert_eq!(err.exit_code(), 2, "{err}");
+        assert!(
+            err.to_string()
+                .contains("possible values: basic, reservations, numa, all"),
+            "{err}"
+        );
+        for suite in berth_sim::bench::SUITES {
+            let cli = Cli::try_parse_from(["berth", "bench", "--suite", suite]);
+            assert!(cli.is_ok(), "{suite}");
+        }
+    }
 }
