@@ -319,6 +319,9 @@ fn create(cx: &mut Cluster, obj: Arc<Reservation>, now: Time) {
     let store = &mut cx.reservations;
     let r = store.get(idx).cloned();
     let Some(r) = r else { return };
+    if let Some(p) = &r.problem {
+        report_problem(cx, &r.name, p);
+    }
     if r.is_active() {
         locate(cx, idx);
         adopt_orphans(cx, idx, now);
@@ -339,6 +342,20 @@ fn create(cx: &mut Cluster, obj: Arc<Reservation>, now: Time) {
         }
     }
     schedule_timer(cx, idx, now);
+}
+
+/// Event reason for a reservation the scheduler cannot use (what kube-scheduler and
+/// Koordinator record when an object cannot be scheduled).
+pub const REASON_FAILED_SCHEDULING: &str = "FailedScheduling";
+
+/// A reservation the API server accepted but the scheduler cannot use (its template is
+/// schemaless, so a negative request or an unreadable quantity gets through): a `Warning`
+/// event names the problem, as its `Scheduled=False` condition does. It is not bad input:
+/// the reservation holds nothing and everything else keeps being scheduled.
+fn report_problem(cx: &mut Cluster, name: &Arc<str>, problem: &str) {
+    cx.reservations
+        .to_report
+        .push((name.clone(), problem.to_string()));
 }
 
 fn enqueue(cx: &mut Cluster, idx: RIdx) {
@@ -403,6 +420,13 @@ fn update(cx: &mut Cluster, idx: RIdx, obj: Arc<Reservation>, now: Time) {
     if old.uid != fresh.uid {
         let (o, n) = (old.uid.clone(), fresh.uid.clone());
         cx.reservations.rename_uid(idx, &o, &n);
+    }
+    if let Some(p) = fresh
+        .problem
+        .as_ref()
+        .filter(|p| old.problem.as_ref() != Some(*p))
+    {
+        report_problem(cx, &fresh.name, p);
     }
     let timer = old.timer;
     if let Some(slot) = cx.reservations.get_mut(idx) {
@@ -1265,6 +1289,19 @@ fn check_waiting(cx: &mut Cluster, now: Time) {
 pub fn drain(cx: &mut Cluster, now: Time, effects: &mut VecDeque<Effect>) -> Vec<QueueOp> {
     if std::mem::take(&mut cx.reservations.check_waiting) && !cx.reservations.waiting.is_empty() {
         check_waiting(cx, now);
+    }
+    for (name, problem) in std::mem::take(&mut cx.reservations.to_report) {
+        // A reservation deleted within the same input has nothing left to report on.
+        if cx.reservations.idx(&name).is_some() {
+            record(
+                cx,
+                &name,
+                "Warning",
+                REASON_FAILED_SCHEDULING,
+                problem,
+                effects,
+            );
+        }
     }
     for (key, idx) in std::mem::take(&mut cx.reservations.to_annotate) {
         let Some(r) = cx.reservations.get(idx) else {

@@ -243,6 +243,9 @@ pub struct ReservationStore {
     pub(crate) pod_orphan: HashMap<ObjectKey, Arc<str>>,
     /// Pre-allocated pods whose annotation is still to be written.
     pub(crate) to_annotate: Vec<(ObjectKey, RIdx)>,
+    /// Reservations the scheduler cannot use, with the problem, to report as `Warning`
+    /// events (lifecycle code has no effect queue while it handles an object).
+    pub(crate) to_report: Vec<(Arc<str>, String)>,
     /// Settings from the Reservation plugin's args.
     pub settings: Settings,
 }

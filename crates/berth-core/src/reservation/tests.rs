@@ -1033,6 +1033,81 @@ fn bad_reservations_say_why_and_stop_nothing_else() {
 }
 
 #[test]
+fn an_unusable_template_is_a_condition_and_a_warning_event_and_reserves_nothing() {
+    // Issue 8: spec.template is schemaless in the CRD, so the API server accepts a negative
+    // request there. It is not bad input: Scheduled=False and a Warning event name the
+    // field, the reservation holds nothing, and the rest is scheduled.
+    let mut s = Sim::default();
+    s.node(node("n1").alloc("cpu", "4").alloc("memory", "8Gi").build());
+    s.reservation(
+        reservation("negative")
+            .req("cpu", "-1")
+            .owner_label("app", "web")
+            .build(),
+    );
+    s.reservation(
+        reservation("unreadable")
+            .req("memory", "lots")
+            .owner_label("app", "web")
+            .build(),
+    );
+    s.pod(pod("p").label("app", "web").req("cpu", "4").build());
+    for (name, field) in [
+        (
+            "negative",
+            "spec.template.spec.containers[0].resources.requests[cpu]",
+        ),
+        (
+            "unreadable",
+            "spec.template.spec.containers[0].resources.requests[memory]",
+        ),
+    ] {
+        assert_eq!(s.phase(name), "Pending", "{name}");
+        let st = s.res(name).status.clone().unwrap();
+        assert_eq!(st.node_name, None, "{name}");
+        let cond = &st.conditions[0];
+        assert_eq!(
+            (
+                cond.type_.as_str(),
+                cond.status.as_str(),
+                cond.reason.as_str()
+            ),
+            ("Scheduled", "False", "Unschedulable"),
+            "{name}"
+        );
+        assert!(cond.message.starts_with(field), "{name}: {}", cond.message);
+        let warnings: Vec<_> = s
+            .events()
+            .iter()
+            .filter(|e| &*e.involved.name == name && e.type_ == "Warning")
+            .collect();
+        assert_eq!(warnings.len(), 1, "{name}: {warnings:?}");
+        assert_eq!(warnings[0].reason, "FailedScheduling");
+        assert!(
+            warnings[0].message.starts_with(field),
+            "{name}: {}",
+            warnings[0].message
+        );
+    }
+    assert!(s.s().cluster.node_by_name("n1").unwrap().reserved.is_zero());
+    assert_eq!(s.bound("p").as_deref(), Some("n1"), "the run goes on");
+    assert_eq!(s.allocated_from("p"), None);
+    // An echo of the status write reports nothing new; fixing the template schedules it.
+    s.settle();
+    let count = |s: &Sim| s.events().iter().filter(|e| e.type_ == "Warning").count();
+    assert_eq!(count(&s), 2);
+    s.delete_pod("p");
+    s.reservation(
+        reservation("negative")
+            .req("cpu", "1")
+            .owner_label("app", "web")
+            .build(),
+    );
+    assert_eq!(s.phase("negative"), "Available");
+    assert_eq!(count(&s), 2);
+}
+
+#[test]
 fn pre_allocation_waits_for_room_then_becomes_available() {
     let mut s = Sim::default();
     s.node(node("n1").alloc("cpu", "8").alloc("memory", "16Gi").build());
