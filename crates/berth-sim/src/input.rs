@@ -460,6 +460,7 @@ impl Decoder {
             let mut actions = 0;
             if let Some(apply) = step_doc.apply {
                 actions += 1;
+                step.kinds.push("apply");
                 for (j, obj) in apply.into_iter().enumerate() {
                     let items = self.object(obj, &format!("{path}.apply[{j}]"))?;
                     step.apply.extend(items.into_iter().map(|(_, item)| item));
@@ -467,6 +468,7 @@ impl Decoder {
             }
             if let Some(delete) = step_doc.delete {
                 actions += 1;
+                step.kinds.push("delete");
                 for (j, d) in delete.into_iter().enumerate() {
                     let field = format!("{path}.delete[{j}]");
                     let kind = kind_from_name(&d.kind).ok_or_else(|| {
@@ -485,6 +487,7 @@ impl Decoder {
             }
             if let Some(advance) = &step_doc.advance {
                 actions += 1;
+                step.kinds.push("advance");
                 let ms = duration(advance, &format!("{path}.advance"))?;
                 if ms < 0 {
                     return Err(FieldError::new(
@@ -499,6 +502,7 @@ impl Decoder {
             }
             if let Some(expect) = step_doc.expect {
                 actions += 1;
+                step.kinds.push("expect");
                 step.expect = Some(expect);
             }
             if actions == 0 {

@@ -10,6 +10,7 @@ use std::str::FromStr;
 use serde_json::{json, Value};
 
 use berth_api::quantity::format_resource;
+use berth_api::reservation::{condition, Reservation, ReservationPhase};
 use berth_core::resources::ResourceId;
 use berth_core::time::rfc3339;
 use berth_core::{Kind, Object};
@@ -137,14 +138,86 @@ fn columns(out: &mut String, header: &[&str], rows: &[Vec<String>]) {
     }
 }
 
-fn percent(used: i64, total: i64) -> String {
+/// `part` as a whole percentage of `total` (rounded down), `-` when there is no total.
+/// Computed in 128 bits: memory in bytes times 100 overflows 64 bits past 80 PiB.
+fn percent(part: i64, total: i64) -> String {
     if total <= 0 {
         return "-".to_string();
     }
-    format!("{}%", used.saturating_mul(100) / total)
+    format!("{}%", i128::from(part) * 100 / i128::from(total))
 }
 
-/// The human summary: placements, unschedulable pods and why, reservations, node use.
+/// `n thing` or `n things`.
+fn plural(n: usize, thing: &str) -> String {
+    if n == 1 {
+        format!("1 {thing}")
+    } else {
+        format!("{n} {thing}s")
+    }
+}
+
+/// `1/4 (25%)`: an amount of a resource against the node's allocatable.
+fn share(resource: &str, part: i64, allocatable: i64) -> String {
+    format!(
+        "{}/{} ({})",
+        format_resource(resource, part),
+        format_resource(resource, allocatable),
+        percent(part, allocatable)
+    )
+}
+
+/// A resource list as `cpu=2,memory=4Gi`, `-` when empty.
+fn resource_list(
+    list: Option<
+        &std::collections::BTreeMap<
+            String,
+            berth_api::k8s_openapi::apimachinery::pkg::api::resource::Quantity,
+        >,
+    >,
+) -> String {
+    match list {
+        Some(l) if !l.is_empty() => l
+            .iter()
+            .map(|(k, v)| format!("{k}={}", v.0))
+            .collect::<Vec<_>>()
+            .join(","),
+        _ => "-".to_string(),
+    }
+}
+
+/// Why a reservation is not usable: for a Failed one the reason (and message) of its
+/// `Ready=False` condition, else of `Scheduled=False`; for a Pending one that could not be
+/// placed, the scheduler's message.
+fn reservation_why(r: &Reservation) -> String {
+    let conditions = r.status.as_ref().map(|s| s.conditions.as_slice());
+    let find = |type_: &str| {
+        conditions
+            .unwrap_or_default()
+            .iter()
+            .find(|c| c.type_ == type_ && c.status == condition::FALSE)
+    };
+    let with_message = |reason: &str, message: &str| match (reason.is_empty(), message.is_empty()) {
+        (_, true) => reason.to_string(),
+        (true, false) => message.to_string(),
+        (false, false) => format!("{reason}: {message}"),
+    };
+    match r.phase() {
+        ReservationPhase::Failed => find(condition::READY)
+            .or_else(|| find(condition::SCHEDULED))
+            .map(|c| with_message(&c.reason, &c.message))
+            .filter(|w| !w.is_empty())
+            .unwrap_or_else(|| "-".into()),
+        ReservationPhase::Pending => find(condition::SCHEDULED)
+            .map(|c| with_message("", &c.message))
+            .filter(|w| !w.is_empty())
+            .unwrap_or_else(|| "-".into()),
+        _ => "-".into(),
+    }
+}
+
+/// The human summary: placements, unschedulable pods and why, reservations (what they hold,
+/// what their owners took, when they expire, why they failed), and per node what pods use,
+/// what reservations hold for their owners, and what is free.
 pub fn table(sim: &Simulation) -> String {
     let store = sim.store();
     let mut out = String::new();
@@ -174,6 +247,7 @@ pub fn table(sim: &Simulation) -> String {
             ]),
         }
     }
+    let cluster = &sim.core().cluster;
     let reservations: Vec<Vec<String>> = store
         .of_kind(Kind::Reservation)
         .filter_map(|o| match o {
@@ -181,8 +255,9 @@ pub fn table(sim: &Simulation) -> String {
             _ => None,
         })
         .map(|r| {
+            let name = r.metadata.name.clone().unwrap_or_default();
             let status = r.status.as_ref();
-            let owners: Vec<String> = status
+            let mut owners: Vec<String> = status
                 .map(|s| s.current_owners.as_slice())
                 .unwrap_or_default()
                 .iter()
@@ -194,63 +269,71 @@ pub fn table(sim: &Simulation) -> String {
                     )
                 })
                 .collect();
+            owners.sort();
+            let phase = r.phase();
+            let expires = match cluster.reservations.by_name(&name) {
+                _ if phase == ReservationPhase::Succeeded => "-".to_string(),
+                Some(info) => info.expires_at.map_or_else(|| "never".to_string(), rfc3339),
+                None => "-".to_string(),
+            };
             vec![
-                r.metadata.name.clone().unwrap_or_default(),
-                r.phase().as_str().to_string(),
+                name,
+                phase.as_str().to_string(),
                 status
                     .and_then(|s| s.node_name.clone())
+                    .filter(|n| !n.is_empty())
                     .unwrap_or_else(|| "-".into()),
+                resource_list(status.map(|s| &s.allocatable)),
+                resource_list(status.map(|s| &s.allocated)),
+                expires,
                 if owners.is_empty() {
                     "-".into()
                 } else {
                     owners.join(",")
                 },
+                reservation_why(r),
             ]
         })
         .collect();
-    let cluster = &sim.core().cluster;
     let nodes: Vec<Vec<String>> = store
         .of_kind(Kind::Node)
         .filter_map(|o| {
             let name = o.meta().name.clone().unwrap_or_default();
             let info = cluster.node_by_name(&name)?;
-            let (cpu, cpu_all) = (
-                info.requested[ResourceId::CPU],
-                info.allocatable[ResourceId::CPU],
-            );
-            let (mem, mem_all) = (
-                info.requested[ResourceId::MEMORY],
-                info.allocatable[ResourceId::MEMORY],
-            );
-            Some(vec![
-                name,
-                format!(
-                    "{}/{} ({})",
-                    format_resource("cpu", cpu),
-                    format_resource("cpu", cpu_all),
-                    percent(cpu, cpu_all)
-                ),
-                format!(
-                    "{}/{} ({})",
-                    format_resource("memory", mem),
-                    format_resource("memory", mem_all),
-                    percent(mem, mem_all)
-                ),
-                format!("{}/{}", info.pods.len(), info.allowed_pods),
-            ])
+            let mut row = vec![name];
+            for (resource, id) in [("cpu", ResourceId::CPU), ("memory", ResourceId::MEMORY)] {
+                let allocatable = info.allocatable[id];
+                let used = info.requested[id];
+                let held = info.reserved[id];
+                let free = allocatable.saturating_sub(used).saturating_sub(held).max(0);
+                row.push(share(resource, used, allocatable));
+                row.push(share(resource, held, allocatable));
+                row.push(share(resource, free, allocatable));
+            }
+            // Reservations' stand-ins sit among the node's pods; only real pods count.
+            let pods = info.pods.iter().filter(|p| !p.is_reserve_pod()).count();
+            row.push(format!("{pods}/{}", info.allowed_pods));
+            Some(row)
         })
         .collect();
-    let _ = writeln!(
-        out,
-        "Simulated {} to {}: {} pods ({} placed, {} unschedulable), {} reservations, {} nodes.",
-        rfc3339(sim.start()),
-        rfc3339(sim.now()),
-        placed.len() + pending.len(),
+    let counts = format!(
+        "{} ({} placed, {} unschedulable), {}, {}.",
+        plural(placed.len() + pending.len(), "pod"),
         placed.len(),
         pending.len(),
-        reservations.len(),
-        nodes.len()
+        plural(reservations.len(), "reservation"),
+        plural(nodes.len(), "node")
     );
+    if sim.now() > sim.start() {
+        let _ = writeln!(
+            out,
+            "Simulated {} to {}: {counts}",
+            rfc3339(sim.start()),
+            rfc3339(sim.now())
+        );
+    } else {
+        let _ = writeln!(out, "{counts}");
+    }
     if !placed.is_empty() {
         out.push_str("\nPLACEMENTS\n");
         columns(
@@ -267,15 +350,33 @@ pub fn table(sim: &Simulation) -> String {
         out.push_str("\nRESERVATIONS\n");
         columns(
             &mut out,
-            &["NAME", "PHASE", "NODE", "OWNERS"],
+            &[
+                "NAME",
+                "PHASE",
+                "NODE",
+                "ALLOCATABLE",
+                "ALLOCATED",
+                "EXPIRES",
+                "OWNERS",
+                "WHY",
+            ],
             &reservations,
         );
     }
     if !nodes.is_empty() {
-        out.push_str("\nNODES\n");
+        out.push_str("\nNODES (USED: requested by pods; RESERVED: held by reservations for owners, not yet allocated)\n");
         columns(
             &mut out,
-            &["NAME", "CPU REQUESTED", "MEMORY REQUESTED", "PODS"],
+            &[
+                "NAME",
+                "CPU USED",
+                "CPU RESERVED",
+                "CPU FREE",
+                "MEMORY USED",
+                "MEMORY RESERVED",
+                "MEMORY FREE",
+                "PODS",
+            ],
             &nodes,
         );
     }
@@ -336,6 +437,118 @@ mod tests {
             "{t}"
         );
         assert!(t.contains("1/2 (50%)"), "{t}");
+    }
+
+    /// The cells of the table row that starts with `first`, split on runs of 3+ spaces.
+    fn row(table: &str, first: &str) -> Vec<String> {
+        let line = table
+            .lines()
+            .find(|l| l.split("   ").next() == Some(first))
+            .unwrap_or_else(|| panic!("no row {first} in\n{table}"));
+        line.split("   ")
+            .map(str::trim)
+            .filter(|c| !c.is_empty())
+            .map(str::to_string)
+            .collect()
+    }
+
+    const RESERVED_NODE: &str = "apiVersion: v1\nkind: Node\nmetadata: {name: n1}\nstatus: {allocatable: {cpu: 4, memory: 8Gi, pods: 10}}\n---\napiVersion: scheduling.koordinator.sh/v1alpha1\nkind: Reservation\nmetadata: {name: r1}\nspec:\n  allocateOnce: false\n  template: {spec: {containers: [{name: c, resources: {requests: {cpu: 4, memory: 2Gi}}}]}}\n  owners: [{labelSelector: {matchLabels: {app: web}}}]\n---\n";
+
+    #[test]
+    fn a_node_held_by_reservations_shows_it_as_reserved_not_free() {
+        let t = table(&sim(RESERVED_NODE));
+        assert_eq!(
+            row(&t, "n1"),
+            [
+                "n1",
+                "0/4 (0%)",
+                "4/4 (100%)",
+                "0/4 (0%)",
+                "0/8Gi (0%)",
+                "2Gi/8Gi (25%)",
+                "6Gi/8Gi (75%)",
+                "0/10"
+            ],
+            "{t}"
+        );
+        // Owners take from the hold: it becomes use, and only the rest stays reserved.
+        let owner = |name: &str| {
+            format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, labels: {{app: web}}}}\nspec: {{containers: [{{name: c, resources: {{requests: {{cpu: 1, memory: 1Gi}}}}}}]}}\n---\n")
+        };
+        let t = table(&sim(&format!(
+            "{RESERVED_NODE}{}{}",
+            owner("web-b"),
+            owner("web-a")
+        )));
+        assert_eq!(
+            row(&t, "n1"),
+            [
+                "n1",
+                "2/4 (50%)",
+                "2/4 (50%)",
+                "0/4 (0%)",
+                "2Gi/8Gi (25%)",
+                "0/8Gi (0%)",
+                "6Gi/8Gi (75%)",
+                "2/10"
+            ],
+            "{t}"
+        );
+        assert_eq!(
+            row(&t, "r1"),
+            [
+                "r1",
+                "Available",
+                "n1",
+                "cpu=4,memory=2Gi",
+                "cpu=2,memory=2Gi",
+                "2024-01-02T00:00:00Z",
+                "default/web-a,default/web-b",
+                "-"
+            ],
+            "owners sorted: {t}"
+        );
+    }
+
+    #[test]
+    fn a_failed_reservation_says_why_and_a_ttl_of_zero_never_expires() {
+        let text = format!("{RESERVED_NODE}apiVersion: scheduling.koordinator.sh/v1alpha1\nkind: Reservation\nmetadata: {{name: r2}}\nspec:\n  ttl: \"0\"\n  template: {{spec: {{containers: [{{name: c, resources: {{requests: {{cpu: 1}}}}}}]}}}}\n  owners: [{{object: {{name: p}}}}]\n---\napiVersion: sim.berth.dev/v1alpha1\nkind: Scenario\nmetadata: {{name: s}}\nspec:\n  steps:\n  - delete: [{{kind: Node, name: n1}}]\n  - advance: 1s\n");
+        let t = table(&sim(&text));
+        let r1 = row(&t, "r1");
+        assert_eq!(&r1[..2], ["r1", "Failed"], "{t}");
+        assert!(r1[7].starts_with("Expired: "), "{t}");
+        let r2 = row(&t, "r2");
+        assert_eq!(r2[5], "never", "{t}");
+    }
+
+    #[test]
+    fn counts_are_pluralised_and_the_time_line_needs_time_to_pass() {
+        let one = "apiVersion: v1\nkind: Node\nmetadata: {name: n1}\nstatus: {allocatable: {cpu: 2}}\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: {containers: [{name: c}]}\n---\n";
+        let t = table(&sim(one));
+        assert_eq!(
+            t.lines().next(),
+            Some("1 pod (1 placed, 0 unschedulable), 0 reservations, 1 node."),
+            "{t}"
+        );
+        let t = table(&sim(&format!("{one}apiVersion: sim.berth.dev/v1alpha1\nkind: Scenario\nmetadata: {{name: s}}\nspec:\n  steps:\n  - advance: 90s\n")));
+        assert_eq!(
+            t.lines().next(),
+            Some("Simulated 2024-01-01T00:00:00Z to 2024-01-01T00:01:30Z: 1 pod (1 placed, 0 unschedulable), 0 reservations, 1 node."),
+            "{t}"
+        );
+    }
+
+    #[test]
+    fn percentages_hold_at_any_size() {
+        let pib: i64 = 1 << 50;
+        assert_eq!(percent(90 * pib, 100 * pib), "90%");
+        assert_eq!(percent(i64::MAX, i64::MAX), "100%");
+        assert_eq!(percent(1, 3), "33%");
+        assert_eq!(percent(5, 0), "-");
+        let t = table(&sim("apiVersion: v1\nkind: Node\nmetadata: {name: big}\nstatus: {allocatable: {cpu: 4, memory: 100Pi}}\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: {containers: [{name: c, resources: {requests: {memory: 90Pi}}}]}\n"));
+        let big = row(&t, "big");
+        assert_eq!(big[4], "90Pi/100Pi (90%)", "{t}");
+        assert_eq!(big[6], "10Pi/100Pi (10%)", "{t}");
     }
 
     #[test]

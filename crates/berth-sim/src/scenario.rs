@@ -51,6 +51,22 @@ pub struct Step {
     pub advance: Option<Time>,
     /// What must hold after the step's other actions.
     pub expect: Option<Expect>,
+    /// The actions the step was written with (`apply`, `delete`, `advance`, `expect`), in
+    /// the order they run: messages name a step by its 1-based number and these, as a
+    /// reader of the file counts and sees it.
+    pub kinds: Vec<&'static str>,
+}
+
+impl Step {
+    /// `step 3 (expect)`: the step as the file numbers it, from its 0-based `index`.
+    pub fn describe(&self, index: usize) -> String {
+        let n = index.saturating_add(1);
+        if self.kinds.is_empty() {
+            format!("step {n}")
+        } else {
+            format!("step {n} ({})", self.kinds.join(", "))
+        }
+    }
 }
 
 /// `expect`: checks on pods and reservations. A field left out is not checked.

@@ -28,7 +28,7 @@ use berth_core::{
 };
 
 use crate::agent::{Admission, NodeAgent};
-use crate::input::{Input, Item, SYSTEM_PRIORITY_CLASSES};
+use crate::input::{Input, Item, Source, SYSTEM_PRIORITY_CLASSES};
 use crate::scenario::{Expect, NodeAgentConfig, Step, DEFAULT_START_TIME};
 use crate::store::Store;
 
@@ -85,6 +85,8 @@ pub struct Simulation {
     /// While the initial objects are created: the names of the nodes among them, so a pod
     /// written before its node is still found running there.
     initial_nodes: BTreeSet<String>,
+    /// Where the Scenario was written, for messages that name its steps.
+    scenario_source: Option<Source>,
     /// Lines for standard error: warnings and failed expectations, in order.
     log: Vec<String>,
     /// How many expectations failed.
@@ -108,6 +110,7 @@ impl Simulation {
             recorder: Recorder::default(),
             awaiting_node: BTreeMap::new(),
             initial_nodes: BTreeSet::new(),
+            scenario_source: None,
             log: Vec::new(),
             failed: 0,
         }
@@ -122,6 +125,7 @@ impl Simulation {
             .unwrap_or_else(default_start);
         let agent = scenario.map(|s| s.node_agent).unwrap_or_default();
         let mut sim = Self::new(profiles, config, start, agent);
+        sim.scenario_source = input.scenario.as_ref().map(|(src, _)| src.clone());
         let items: Vec<&Item> = input.items.iter().map(|(_, i)| i).collect();
         sim.create_all(&items, true);
         sim.settle();
@@ -168,14 +172,19 @@ impl Simulation {
     }
 
     /// Runs one Scenario step (its actions in the order apply, delete, advance, expect),
-    /// settling after the changes.
+    /// settling after the changes. `index` is 0-based; messages number steps from 1, as a
+    /// reader of the file counts them.
     pub fn step(&mut self, index: usize, step: &Step) {
+        let name = match &self.scenario_source {
+            Some(src) => format!("{} of {}", step.describe(index), src.file),
+            None => step.describe(index),
+        };
         let items: Vec<&Item> = step.apply.iter().collect();
         self.create_all(&items, false);
         for key in &step.delete {
             if self.store.get(key).is_none() {
                 self.warn(format!(
-                    "step {index}: delete {} {key}: not found",
+                    "{name}: delete {} {key}: not found",
                     key.kind.as_str()
                 ));
                 continue;
@@ -191,7 +200,7 @@ impl Simulation {
             for f in failures {
                 self.failed += 1;
                 self.log.push(format!(
-                    "expectation failed at step {index} ({}): {f}",
+                    "expectation failed at {name} ({}): {f}",
                     rfc3339(self.now)
                 ));
             }
@@ -773,7 +782,7 @@ impl Simulation {
                     && e.phase.is_none()
                     && e.reason.is_none();
                 if !only_unbound {
-                    failures.push(format!("pod {key}: not found"));
+                    failures.push(format!("pod {key}: expected to exist, found no such pod"));
                 }
                 continue;
             };
@@ -785,9 +794,9 @@ impl Simulation {
             if let Some(want) = &e.node {
                 if *want != node {
                     failures.push(format!(
-                        "pod {key}: node is {}, want {}",
-                        show(node.as_deref()),
-                        show(want.as_deref())
+                        "pod {key}: node: expected {}, found {}",
+                        show(want.as_deref()),
+                        show(node.as_deref())
                     ));
                 }
             }
@@ -795,9 +804,9 @@ impl Simulation {
                 let got = allocated_reservation(p);
                 if *want != got {
                     failures.push(format!(
-                        "pod {key}: reservation is {}, want {}",
-                        show(got.as_deref()),
-                        show(want.as_deref())
+                        "pod {key}: reservation: expected {}, found {}",
+                        show(want.as_deref()),
+                        show(got.as_deref())
                     ));
                 }
             }
@@ -805,7 +814,7 @@ impl Simulation {
                 let got = pod_scheduled_message(p);
                 if !got.as_deref().is_some_and(|m| m.contains(want.as_str())) {
                     failures.push(format!(
-                        "pod {key}: PodScheduled message is {}, want it to contain {want:?}",
+                        "pod {key}: PodScheduled message: expected one containing {want:?}, found {}",
                         show(got.as_deref())
                     ));
                 }
@@ -814,19 +823,28 @@ impl Simulation {
             if let Some(want) = &e.phase {
                 let got = status.and_then(|s| s.phase.as_deref());
                 if got != Some(want.as_str()) {
-                    failures.push(format!("pod {key}: phase is {}, want {want:?}", show(got)));
+                    failures.push(format!(
+                        "pod {key}: phase: expected {want:?}, found {}",
+                        show(got)
+                    ));
                 }
             }
             if let Some(want) = &e.reason {
                 let got = status.and_then(|s| s.reason.as_deref());
                 if got != Some(want.as_str()) {
-                    failures.push(format!("pod {key}: reason is {}, want {want:?}", show(got)));
+                    failures.push(format!(
+                        "pod {key}: reason: expected {want:?}, found {}",
+                        show(got)
+                    ));
                 }
             }
         }
         for e in &expect.reservations {
             let Some(r) = self.store.reservation(&e.name) else {
-                failures.push(format!("reservation {}: not found", e.name));
+                failures.push(format!(
+                    "reservation {}: expected to exist, found no such reservation",
+                    e.name
+                ));
                 continue;
             };
             let status = r.status.as_ref();
@@ -834,7 +852,7 @@ impl Simulation {
                 let got = r.phase();
                 if got.as_str() != want {
                     failures.push(format!(
-                        "reservation {}: phase is {:?}, want {want:?}",
+                        "reservation {}: phase: expected {want:?}, found {:?}",
                         e.name,
                         got.as_str()
                     ));
@@ -846,10 +864,10 @@ impl Simulation {
                     .filter(|n| !n.is_empty());
                 if *want != got {
                     failures.push(format!(
-                        "reservation {}: node is {}, want {}",
+                        "reservation {}: node: expected {}, found {}",
                         e.name,
-                        show(got.as_deref()),
-                        show(want.as_deref())
+                        show(want.as_deref()),
+                        show(got.as_deref())
                     ));
                 }
             }
@@ -878,8 +896,8 @@ impl Simulation {
                     .collect();
                 if got != want {
                     failures.push(format!(
-                        "reservation {}: owners are {:?}, want {:?}",
-                        e.name, got, want
+                        "reservation {}: owners: expected {:?}, found {:?}",
+                        e.name, want, got
                     ));
                 }
             }
@@ -1426,10 +1444,31 @@ mod tests {
     }
 
     #[test]
+    fn a_failed_expectation_names_its_step_as_the_file_numbers_it() {
+        let text = format!("{NODES}{}apiVersion: sim.berth.dev/v1alpha1\nkind: Scenario\nmetadata: {{name: s}}\nspec:\n  steps:\n  - advance: 10s\n  - delete: [{{kind: Pod, name: nobody}}]\n  - expect: {{pods: [{{name: p, phase: Failed}}], reservations: [{{name: r, phase: Available}}]}}\n  - {{advance: 5s, expect: {{pods: [{{name: p, message: nope}}]}}}}\n", pod("p", "1"));
+        let sim = run(&text);
+        assert_eq!(
+            sim.log(),
+            [
+                "warning: step 2 (delete) of t.yaml: delete Pod default/nobody: not found",
+                "expectation failed at step 3 (expect) of t.yaml (2024-01-01T00:00:10Z): pod default/p: phase: expected \"Failed\", found \"Running\"",
+                "expectation failed at step 3 (expect) of t.yaml (2024-01-01T00:00:10Z): reservation r: expected to exist, found no such reservation",
+                "expectation failed at step 4 (advance, expect) of t.yaml (2024-01-01T00:00:15Z): pod default/p: PodScheduled message: expected one containing \"nope\", found null",
+            ]
+        );
+    }
+
+    #[test]
     fn failed_expectations_are_counted_and_logged() {
         let text = format!("{}apiVersion: sim.berth.dev/v1alpha1\nkind: Scenario\nmetadata: {{name: s}}\nspec:\n  steps:\n  - expect: {{pods: [{{name: p, node: n9}}, {{name: ghost, node: null}}, {{name: ghost2, node: n1}}]}}\n", pod("p", "1"));
         let sim = run(&format!("{NODES}{text}"));
         assert_eq!(sim.failed_expectations(), 2, "{:?}", sim.log());
-        assert!(sim.log()[0].contains("pod default/p: node is \"n1\", want \"n9\""));
+        assert_eq!(
+            sim.log(),
+            [
+                "expectation failed at step 1 (expect) of t.yaml (2024-01-01T00:00:00Z): pod default/p: node: expected \"n9\", found \"n1\"",
+                "expectation failed at step 1 (expect) of t.yaml (2024-01-01T00:00:00Z): pod default/ghost2: expected to exist, found no such pod",
+            ]
+        );
     }
 }
