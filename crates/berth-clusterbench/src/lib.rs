@@ -14,6 +14,7 @@
 pub mod case;
 pub mod error;
 pub mod measure;
+pub mod metrics;
 pub mod objects;
 pub mod procstat;
 pub mod report;

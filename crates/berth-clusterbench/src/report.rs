@@ -43,9 +43,10 @@ pub fn line(o: &Outcome) -> String {
     s
 }
 
-/// The setup times of a run (for the detail log).
+/// The setup times of a run (for the detail log), and berth's API requests in the
+/// measured phase.
 pub fn setup_line(o: &Outcome) -> String {
-    format!(
+    let mut s = format!(
         "{:<13} {:<14} setup: cluster {}, {} nodes {}, {} reservations {}, {} init pods {}; created the measured pods in {}; {} nodes used; log {}",
         o.case.name,
         o.which.name(),
@@ -59,7 +60,27 @@ pub fn setup_line(o: &Outcome) -> String {
         secs(o.measured.created_in),
         o.measured.nodes_used,
         o.log.display(),
-    )
+    );
+    if !o.api_requests.is_empty() {
+        let per_pod: Vec<String> = o
+            .api_requests
+            .iter()
+            .map(|(name, n)| {
+                let name = name
+                    .trim_start_matches("berth_api_requests_total")
+                    .trim_start_matches("berth_");
+                format!("{name} {n:.0}")
+            })
+            .collect();
+        let _ = write!(
+            s,
+            "\n{:<13} {:<14} API requests in the measured phase: {}",
+            o.case.name,
+            o.which.name(),
+            per_pod.join(", ")
+        );
+    }
+    s
 }
 
 /// berth against kube-scheduler on each case both ran, and each reservation case against

@@ -8,6 +8,7 @@ use berth_testcluster::{Options, TestCluster};
 
 use crate::case::Case;
 use crate::error::{io_err, Error};
+use crate::metrics;
 use crate::scheduler::{BerthOptions, SchedulerProcess, Which};
 use crate::workload::{Measured, Workload};
 
@@ -63,6 +64,19 @@ pub struct Outcome {
     pub measured: Measured,
     /// The scheduler's log.
     pub log: PathBuf,
+    /// berth's API requests and bind failures during the measured phase, from its
+    /// `/metrics` (empty for kube-scheduler, which serves none here).
+    pub api_requests: Vec<(String, f64)>,
+}
+
+/// The counter families read from berth's `/metrics`.
+const COUNTERS: &[&str] = &["berth_api_requests_total", "berth_bind_failures_total"];
+
+fn scrape_counters(log: &std::path::Path) -> Vec<(String, f64)> {
+    metrics::metrics_addr(log)
+        .and_then(metrics::scrape)
+        .map(|text| metrics::counters(&text, COUNTERS))
+        .unwrap_or_default()
 }
 
 /// Runs `case` with `which` on a fresh cluster. Blocking.
@@ -90,11 +104,14 @@ pub fn run_one(case: &Case, which: Which, config: &RunConfig) -> Result<Outcome,
         let mut process = SchedulerProcess::start(which, &cluster, &dir, &config.berth)?;
         let pid = process.pid();
         let log = process.log().to_path_buf();
-        let measured = {
+        let (measured, api_requests) = {
             let mut alive = || process.check_alive();
             setup.reservations = workload.create_reservations(&mut alive).await?;
             setup.init = workload.run_init(&mut alive).await?;
-            workload.run_measured(pid, &mut alive).await?
+            let before = scrape_counters(&log);
+            let measured = workload.run_measured(pid, &mut alive).await?;
+            let after = scrape_counters(&log);
+            (measured, metrics::delta(&before, &after))
         };
         process.stop(Duration::from_secs(10));
         Ok(Outcome {
@@ -103,6 +120,7 @@ pub fn run_one(case: &Case, which: Which, config: &RunConfig) -> Result<Outcome,
             setup,
             measured,
             log,
+            api_requests,
         })
     })
 }
