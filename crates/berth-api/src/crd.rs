@@ -80,23 +80,145 @@ fn to_yaml_value<T: Serialize>(value: &T) -> Result<String, CrdError> {
     Ok(serde_yaml_ng::to_string(value)?)
 }
 
+/// Facts about a CRD's schema in a form of the project's own: every node of an OpenAPI v3
+/// schema by its path, with the properties that decide what the API server accepts. The
+/// facts of the upstream CRDs berth must stay compatible with live in `testdata/` as such
+/// flat YAML maps, so that a difference reads as one line per node.
+#[cfg(test)]
+pub(crate) mod facts {
+    use std::collections::BTreeMap;
+
+    use serde_json::{Map, Value};
+
+    /// What to record of each node.
+    pub(crate) struct Rules {
+        /// Keys copied as they are (`type`, `format`, `default`...).
+        pub(crate) keys: &'static [&'static str],
+        /// List-valued keys compared as sets (`required`, `enum`): recorded sorted, and left
+        /// out when empty.
+        pub(crate) sets: &'static [&'static str],
+        /// An `x-kubernetes-int-or-string` node is a leaf: recorded with its `pattern` and
+        /// the types of its `anyOf` branches.
+        pub(crate) int_or_string_leaf: bool,
+        /// Root properties not recorded (the API server's own `apiVersion`, `kind`,
+        /// `metadata`, which a derived schema may leave out).
+        pub(crate) skip_root: &'static [&'static str],
+    }
+
+    /// `path → facts`. The root is `.`; a property `.spec.ttl`; an array's items
+    /// `.spec.owners[]`; a map's values `.status.allocatable{}`.
+    pub(crate) fn flatten(schema: &Value, rules: &Rules) -> BTreeMap<String, Value> {
+        let mut out = BTreeMap::new();
+        walk(schema, ".", rules, &mut out);
+        out
+    }
+
+    fn walk(schema: &Value, path: &str, rules: &Rules, out: &mut BTreeMap<String, Value>) {
+        let mut facts = Map::new();
+        for key in rules.keys {
+            if let Some(v) = schema.get(*key) {
+                facts.insert((*key).to_string(), v.clone());
+            }
+        }
+        for key in rules.sets {
+            let mut items: Vec<Value> = schema
+                .get(*key)
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default();
+            items.sort_by_key(|v| v.to_string());
+            if !items.is_empty() {
+                facts.insert((*key).to_string(), Value::Array(items));
+            }
+        }
+        let int_or_string = schema.get("x-kubernetes-int-or-string") == Some(&Value::Bool(true));
+        if rules.int_or_string_leaf && int_or_string {
+            facts.insert("x-kubernetes-int-or-string".into(), Value::Bool(true));
+            if let Some(p) = schema.get("pattern") {
+                facts.insert("pattern".into(), p.clone());
+            }
+            let types: Vec<Value> = schema
+                .get("anyOf")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .map(|b| b.get("type").cloned().unwrap_or(Value::Null))
+                .collect();
+            facts.insert("anyOf".into(), Value::Array(types));
+            out.insert(path.to_string(), Value::Object(facts));
+            return;
+        }
+        out.insert(path.to_string(), Value::Object(facts));
+        if let Some(props) = schema.get("properties").and_then(Value::as_object) {
+            for (name, child) in props {
+                if path == "." && rules.skip_root.contains(&name.as_str()) {
+                    continue;
+                }
+                let child_path = if path == "." {
+                    format!(".{name}")
+                } else {
+                    format!("{path}.{name}")
+                };
+                walk(child, &child_path, rules, out);
+            }
+        }
+        if let Some(items) = schema.get("items").filter(|v| v.is_object()) {
+            walk(items, &format!("{path}[]"), rules, out);
+        }
+        if let Some(extra) = schema.get("additionalProperties").filter(|v| v.is_object()) {
+            walk(extra, &format!("{path}{{}}"), rules, out);
+        }
+    }
+
+    /// One line per node that differs, is missing in ours, or is ours only.
+    pub(crate) fn diff(
+        want: &BTreeMap<String, Value>,
+        ours: &BTreeMap<String, Value>,
+    ) -> Vec<String> {
+        let mut problems = Vec::new();
+        for (path, w) in want {
+            match ours.get(path) {
+                None => problems.push(format!("{path}: missing in ours (upstream has it: {w})")),
+                Some(o) if o != w => problems.push(format!("{path}: upstream {w}, ours {o}")),
+                Some(_) => {}
+            }
+        }
+        for path in ours.keys().filter(|p| !want.contains_key(*p)) {
+            problems.push(format!("{path}: not in upstream"));
+        }
+        problems
+    }
+
+    /// The `schema` map of a facts file as `path → facts`.
+    pub(crate) fn schema_facts(facts: &Value, pointer: &str) -> BTreeMap<String, Value> {
+        facts
+            .pointer(pointer)
+            .and_then(Value::as_object)
+            .unwrap_or_else(|| panic!("{pointer} missing in the facts file"))
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    }
+
+    /// Reads a facts file's text (compiled in with `include_str!`, so the test needs
+    /// nothing beside the repository).
+    pub(crate) fn parse(text: &str) -> Value {
+        serde_yaml_ng::from_str(text).expect("a facts file is YAML")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::reservation::{ReservationAllocatePolicy, ReservationPhase};
-    use serde_json::Value;
+    use serde_json::{json, Value};
 
-    const SAMPLES: &str = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../testdata/upstream/samples/"
-    );
+    /// Koordinator's Reservation CRD (`config/crd/bases/scheduling.koordinator.sh_reservations.yaml`,
+    /// controller-gen v0.20.1) as facts: identity, printer columns and every schema node.
+    const UPSTREAM: &str = include_str!("../../../testdata/koordinator-reservation-crd.facts.yaml");
 
-    /// Reads a reference sample; a missing file fails the test, it never skips it.
-    fn sample(name: &str) -> Value {
-        let path = format!("{SAMPLES}{name}");
-        let text = std::fs::read_to_string(&path)
-            .unwrap_or_else(|e| panic!("reference sample {path} must exist for this test: {e}"));
-        serde_yaml_ng::from_str(&text).unwrap_or_else(|e| panic!("{path} is not YAML: {e}"))
+    fn upstream() -> Value {
+        facts::parse(UPSTREAM)
     }
 
     fn ours() -> Value {
@@ -108,29 +230,46 @@ mod tests {
             .unwrap_or_else(|| panic!("{pointer} missing in {v}"))
     }
 
+    /// The schema keys Koordinator's CRD and ours must agree on, node by node: same types,
+    /// formats, enums, defaults, required lists, min counts and pruning switches.
+    const RULES: facts::Rules = facts::Rules {
+        keys: &[
+            "type",
+            "nullable",
+            "format",
+            "default",
+            "minItems",
+            "minProperties",
+            "x-kubernetes-preserve-unknown-fields",
+            "x-kubernetes-int-or-string",
+        ],
+        sets: &["required", "enum"],
+        int_or_string_leaf: false,
+        skip_root: &[],
+    };
+
     #[test]
     fn identity_matches_upstream() {
-        let up = sample("koordinator-scheduling.koordinator.sh_reservations.yaml");
-        let ours = ours();
-        for pointer in [
-            "/apiVersion",
-            "/kind",
-            "/metadata/name",
-            "/spec/group",
-            "/spec/names/kind",
-            "/spec/names/listKind",
-            "/spec/names/plural",
-            "/spec/names/singular",
-            "/spec/scope",
-        ] {
-            assert_eq!(at(&ours, pointer), at(&up, pointer), "{pointer}");
-        }
+        let (up, ours) = (upstream(), ours());
+        assert_eq!(at(&ours, "/apiVersion"), "apiextensions.k8s.io/v1");
+        assert_eq!(at(&ours, "/kind"), "CustomResourceDefinition");
+        assert_eq!(at(&ours, "/metadata/name"), at(&up, "/name"));
+        assert_eq!(at(&ours, "/spec/group"), at(&up, "/group"));
+        assert_eq!(at(&ours, "/spec/scope"), at(&up, "/scope"));
         assert_eq!(at(&ours, "/spec/scope"), "Cluster");
+        for name in ["kind", "listKind", "plural", "singular"] {
+            assert_eq!(
+                at(&ours, &format!("/spec/names/{name}")),
+                at(&up, &format!("/names/{name}")),
+                "names.{name}"
+            );
+        }
+        assert_eq!(at(&up, "/names/shortNames"), &json!([]));
         assert!(ours
             .pointer("/spec/names/shortNames")
             .is_none_or(|v| v == &Value::Array(vec![])));
 
-        let (up_versions, our_versions) = (at(&up, "/spec/versions"), at(&ours, "/spec/versions"));
+        let (up_versions, our_versions) = (at(&up, "/versions"), at(&ours, "/spec/versions"));
         assert_eq!(our_versions.as_array().map(Vec::len), Some(1));
         assert_eq!(up_versions.as_array().map(Vec::len), Some(1));
         for pointer in ["/0/name", "/0/served", "/0/storage", "/0/subresources"] {
@@ -148,10 +287,11 @@ mod tests {
 
     #[test]
     fn printer_columns_match_upstream() {
-        let up = sample("koordinator-scheduling.koordinator.sh_reservations.yaml");
-        let columns = |crd: &Value| at(crd, "/spec/versions/0/additionalPrinterColumns").clone();
-        assert_eq!(columns(&ours()), columns(&up));
-        let ours = columns(&ours());
+        let ours = at(&ours(), "/spec/versions/0/additionalPrinterColumns").clone();
+        assert_eq!(
+            &ours,
+            at(&upstream(), "/versions/0/additionalPrinterColumns")
+        );
         let names: Vec<&str> = ours
             .as_array()
             .expect("a list")
@@ -161,82 +301,18 @@ mod tests {
         assert_eq!(names, ["Phase", "Age", "Node", "TTL", "Expires"]);
     }
 
-    /// Walks the upstream schema and checks ours node by node: same property names (nothing
-    /// upstream keeps is pruned by ours, nothing misspelt), same types, formats, enums,
-    /// defaults, required lists, min counts and pruning switches.
-    fn compare_schema(up: &Value, ours: &Value, path: &str, problems: &mut Vec<String>) {
-        let same = |key: &str, problems: &mut Vec<String>| {
-            let (u, o) = (up.get(key), ours.get(key));
-            if u != o {
-                problems.push(format!("{path}: {key}: upstream {u:?}, ours {o:?}"));
-            }
-        };
-        for key in [
-            "type",
-            "nullable",
-            "format",
-            "default",
-            "minItems",
-            "minProperties",
-            "x-kubernetes-preserve-unknown-fields",
-            "x-kubernetes-int-or-string",
-        ] {
-            same(key, problems);
-        }
-        let set = |v: &Value, key: &str| -> Vec<String> {
-            let mut items: Vec<String> = v
-                .get(key)
-                .and_then(Value::as_array)
-                .map(|a| a.iter().map(|x| x.to_string()).collect())
-                .unwrap_or_default();
-            items.sort();
-            items
-        };
-        for key in ["required", "enum"] {
-            let (u, o) = (set(up, key), set(ours, key));
-            if u != o {
-                problems.push(format!("{path}: {key}: upstream {u:?}, ours {o:?}"));
-            }
-        }
-        let props = |v: &Value| {
-            v.get("properties")
-                .and_then(Value::as_object)
-                .cloned()
-                .unwrap_or_default()
-        };
-        let (up_props, our_props) = (props(up), props(ours));
-        for (name, up_child) in &up_props {
-            match our_props.get(name) {
-                Some(our_child) => {
-                    compare_schema(up_child, our_child, &format!("{path}.{name}"), problems)
-                }
-                None => problems.push(format!("{path}.{name}: missing in ours (would be pruned)")),
-            }
-        }
-        for name in our_props.keys().filter(|n| !up_props.contains_key(*n)) {
-            problems.push(format!("{path}.{name}: not in upstream"));
-        }
-        for key in ["items", "additionalProperties"] {
-            match (up.get(key), ours.get(key)) {
-                (Some(u), Some(o)) => compare_schema(u, o, &format!("{path}[{key}]"), problems),
-                (None, None) => {}
-                (u, o) => problems.push(format!("{path}: {key}: upstream {u:?}, ours {o:?}")),
-            }
-        }
-    }
-
     #[test]
     fn schema_accepts_what_upstream_accepts() {
-        let up = sample("koordinator-scheduling.koordinator.sh_reservations.yaml");
-        let schema = |crd: &Value| at(crd, "/spec/versions/0/schema/openAPIV3Schema").clone();
-        let (up_schema, our_schema) = (schema(&up), schema(&ours()));
-        let mut problems = Vec::new();
-        compare_schema(&up_schema, &our_schema, "", &mut problems);
+        let want = facts::schema_facts(&upstream(), "/versions/0/schema");
+        let our_schema = at(&ours(), "/spec/versions/0/schema/openAPIV3Schema").clone();
+        let problems = facts::diff(&want, &facts::flatten(&our_schema, &RULES));
         assert!(
             problems.is_empty(),
             "schema differences:\n{}",
             problems.join("\n")
         );
+        // The facts file is the whole upstream schema, not a sample of it.
+        assert!(want.len() > 50, "{} nodes", want.len());
 
         // The properties the brief singles out, spelled out so a failure reads plainly.
         let spec = at(&our_schema, "/properties/spec");
@@ -258,6 +334,26 @@ mod tests {
     }
 
     #[test]
+    fn a_schema_difference_is_reported_by_path() {
+        let mut schema = at(&ours(), "/spec/versions/0/schema/openAPIV3Schema").clone();
+        let want = facts::flatten(&schema, &RULES);
+        schema["properties"]["spec"]["properties"]["ttl"]["default"] = json!("1h");
+        if let Some(props) = schema["properties"]["spec"]["properties"].as_object_mut() {
+            props.remove("expires");
+            props.insert("extra".into(), json!({"type": "string"}));
+        }
+        let problems = facts::diff(&want, &facts::flatten(&schema, &RULES));
+        assert_eq!(
+            problems,
+            [
+                r#".spec.expires: missing in ours (upstream has it: {"format":"date-time","type":"string"})"#,
+                r#".spec.ttl: upstream {"default":"24h","type":"string"}, ours {"default":"1h","type":"string"}"#,
+                ".spec.extra: not in upstream",
+            ]
+        );
+    }
+
+    #[test]
     fn yaml_rendering_reads_back_as_the_same_crd() {
         let crd = reservation_crd();
         let yaml = to_yaml(&crd).expect("renders");
@@ -269,9 +365,41 @@ mod tests {
         assert_eq!(back, crd);
     }
 
+    /// A Reservation shaped as Koordinator's `config/samples` one: a template with a
+    /// namespace (a field PodTemplateSpec does not have, kept by the schemaless template),
+    /// a container with args, image, limits and requests, and an owner by object, no ttl.
+    fn sample() -> Value {
+        json!({
+            "apiVersion": "scheduling.koordinator.sh/v1alpha1",
+            "kind": "Reservation",
+            "metadata": {"name": "reservation-sample"},
+            "spec": {
+                "template": {
+                    "namespace": "default",
+                    "spec": {
+                        "containers": [{
+                            "args": ["-c", "1"],
+                            "command": ["stress"],
+                            "image": "polinux/stress",
+                            "imagePullPolicy": "Always",
+                            "name": "stress",
+                            "resources": {
+                                "limits": {"cpu": "1", "memory": "1Gi"},
+                                "requests": {"cpu": "200m", "memory": "400Mi"},
+                            },
+                        }],
+                        "restartPolicy": "Always",
+                        "schedulerName": "koord-scheduler",
+                    },
+                },
+                "owners": [{"object": {"name": "reserve-demo-0", "namespace": "default"}}],
+            },
+        })
+    }
+
     #[test]
     fn the_upstream_sample_round_trips_unchanged() {
-        let original = sample("koordinator-scheduling_v1alpha1_reservation.yaml");
+        let original = sample();
         let r: Reservation =
             serde_json::from_value(original.clone()).expect("the sample is a Reservation");
         let back = serde_json::to_value(&r).expect("serializes");
@@ -306,8 +434,7 @@ mod tests {
     #[test]
     fn the_upstream_sample_is_valid_once_defaulted() {
         let mut r: Reservation =
-            serde_json::from_value(sample("koordinator-scheduling_v1alpha1_reservation.yaml"))
-                .expect("the sample is a Reservation");
+            serde_json::from_value(sample()).expect("the sample is a Reservation");
         assert_eq!(r.validate(), Ok(()));
         assert_eq!(
             r.scheduler_problems(),

@@ -458,29 +458,62 @@ fn normalize_schema(schema: &mut JSONSchemaProps) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::crd::facts;
+    use serde_json::{json, Value};
 
-    fn samples_dir() -> std::path::PathBuf {
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/upstream/samples")
+    /// The topology API's CRD (k8stopologyawareschedwg/noderesourcetopology-api
+    /// `manifests/crd.yaml`) as facts: identity, versions and every schema node.
+    const UPSTREAM: &str = include_str!("../../../testdata/nrt-crd.facts.yaml");
+
+    /// NRT resources as the API's own instance example writes them (`manifests/
+    /// crd-instance-example.yaml`: v1alpha1, integer quantities, four NUMA zones, vendor
+    /// devices): `(zone, [(resource, capacity, allocatable, available)])`.
+    const EXAMPLE_ZONES: [(&str, [(&str, u32, u32, u32); 2]); 4] = [
+        ("node-0", [("cpu", 20, 15, 10), ("vendor/nic1", 3, 3, 3)]),
+        ("node-1", [("cpu", 30, 25, 15), ("vendor/nic2", 6, 6, 6)]),
+        ("node-2", [("cpu", 30, 25, 15), ("vendor/nic1", 3, 3, 3)]),
+        ("node-3", [("cpu", 30, 25, 15), ("vendor/nic1", 3, 3, 3)]),
+    ];
+
+    /// A document with `zones` of `(name, [(resource, capacity, allocatable, available)])`
+    /// written with integer quantities, as agents and manifests write them.
+    fn nrt_doc(
+        api_version: &str,
+        name: &str,
+        policy: &str,
+        zones: &[(&str, Vec<(&str, u32, u32, u32)>)],
+    ) -> Value {
+        let zones: Vec<Value> = zones
+            .iter()
+            .map(|(zone, resources)| {
+                let resources: Vec<Value> = resources
+                    .iter()
+                    .map(|(r, c, a, v)| json!({"name": r, "capacity": c, "allocatable": a, "available": v}))
+                    .collect();
+                json!({"name": zone, "type": "Node", "resources": resources})
+            })
+            .collect();
+        json!({
+            "apiVersion": format!("topology.node.k8s.io/{api_version}"),
+            "kind": "NodeResourceTopology",
+            "metadata": {"name": name},
+            "topologyPolicies": [policy],
+            "zones": zones,
+        })
     }
 
-    fn read_sample(name: &str) -> String {
-        let path = samples_dir().join(name);
-        std::fs::read_to_string(&path)
-            .unwrap_or_else(|e| panic!("reference sample {} is missing: {e}", path.display()))
-    }
-
-    fn yaml_docs(text: &str) -> Vec<serde_json::Value> {
-        text.split("\n---")
-            .filter(|d| !d.trim().is_empty())
-            .map(|d| serde_yaml_ng::from_str::<serde_json::Value>(d).expect("valid yaml"))
-            .collect()
+    fn instance_example() -> Value {
+        let zones: Vec<(&str, Vec<(&str, u32, u32, u32)>)> = EXAMPLE_ZONES
+            .iter()
+            .map(|(z, r)| (*z, r.to_vec()))
+            .collect();
+        nrt_doc("v1alpha1", "node1", "SingleNUMANode", &zones)
     }
 
     #[test]
     fn instance_example_v1alpha1_reads_into_v1alpha2() {
-        let docs = yaml_docs(&read_sample("nrt-api-crd-instance-example.yaml"));
-        assert_eq!(docs.len(), 1);
-        let nrt = NodeResourceTopology::from_any_version(docs[0].clone()).expect("decodes");
+        let doc = instance_example();
+        let nrt = NodeResourceTopology::from_any_version(doc.clone()).expect("decodes");
         assert_eq!(nrt.node_name(), "node1");
         assert_eq!(
             nrt.spec.topology_policies,
@@ -500,14 +533,62 @@ mod tests {
             Quantity("6".into())
         );
         // Also directly as the v1alpha1 type, and YAML → typed without going through JSON.
-        let text = read_sample("nrt-api-crd-instance-example.yaml");
+        let text = serde_yaml_ng::to_string(&doc).expect("renders");
         let old: v1alpha1::NodeResourceTopology = serde_yaml_ng::from_str(&text).expect("v1alpha1");
         assert_eq!(NodeResourceTopology::from(old), nrt);
     }
 
+    /// scheduler-plugins' worker node samples (`manifests/noderesourcetopology/
+    /// worker-node-A.yaml`, `-B.yaml`): v1alpha2, container-level single-numa-node, two
+    /// zones with example.com devices.
+    fn worker_nodes() -> [Value; 2] {
+        let policy = "SingleNUMANodeContainerLevel";
+        [
+            nrt_doc(
+                "v1alpha2",
+                "worker-node-a",
+                policy,
+                &[
+                    (
+                        "node-0",
+                        vec![
+                            ("cpu", 4, 3, 3),
+                            ("example.com/deviceA", 1, 1, 1),
+                            ("example.com/deviceB", 2, 2, 2),
+                        ],
+                    ),
+                    (
+                        "node-1",
+                        vec![
+                            ("cpu", 4, 3, 3),
+                            ("example.com/deviceA", 2, 2, 2),
+                            ("example.com/deviceB", 1, 1, 1),
+                        ],
+                    ),
+                ],
+            ),
+            nrt_doc(
+                "v1alpha2",
+                "worker-node-b",
+                policy,
+                &[
+                    (
+                        "node-0",
+                        vec![("cpu", 4, 3, 3), ("example.com/deviceA", 3, 3, 3)],
+                    ),
+                    (
+                        "node-1",
+                        vec![("cpu", 4, 3, 3), ("example.com/deviceB", 3, 3, 3)],
+                    ),
+                ],
+            ),
+        ]
+    }
+
     #[test]
     fn worker_node_samples_deserialize() {
-        let text = read_sample("scheduler-plugins-worker-node-A.yaml");
+        let [a, _] = worker_nodes();
+        let text = serde_yaml_ng::to_string(&a).expect("renders");
         let nrt: NodeResourceTopology = serde_yaml_ng::from_str(&text).expect("node A");
         assert_eq!(nrt.node_name(), "worker-node-a");
         assert_eq!(
@@ -519,19 +600,14 @@ mod tests {
         assert_eq!(dev_b.name, "example.com/deviceB");
         assert_eq!(dev_b.available, Quantity("1".into()));
 
-        for name in [
-            "scheduler-plugins-worker-node-A.yaml",
-            "scheduler-plugins-worker-node-B.yaml",
-        ] {
-            for doc in yaml_docs(&read_sample(name)) {
-                let nrt = NodeResourceTopology::from_any_version(doc).expect("decodes");
-                assert!(nrt.node_name().starts_with("worker-node-"));
-                assert!(nrt
-                    .spec
-                    .zones
-                    .iter()
-                    .all(|z| z.type_ == "Node" && !z.resources.is_empty()));
-            }
+        for doc in worker_nodes() {
+            let nrt = NodeResourceTopology::from_any_version(doc).expect("decodes");
+            assert!(nrt.node_name().starts_with("worker-node-"));
+            assert!(nrt
+                .spec
+                .zones
+                .iter()
+                .all(|z| z.type_ == "Node" && !z.resources.is_empty()));
         }
     }
 
@@ -629,22 +705,43 @@ zones:
         assert_eq!(back, nrt);
     }
 
+    /// What upstream's schema and ours must agree on, node by node: types, formats and
+    /// required lists; quantities are int-or-string leaves with the same pattern and branch
+    /// types. `apiVersion`, `kind` and `metadata` are validated by the API server itself
+    /// (kube leaves them out of the derived schema).
+    const RULES: facts::Rules = facts::Rules {
+        keys: &["type", "format"],
+        sets: &["required"],
+        int_or_string_leaf: true,
+        skip_root: &["apiVersion", "kind", "metadata"],
+    };
+
     /// Every property path of the upstream schema exists in ours with the same type, the same
     /// required lists, and quantity fields are int-or-string with the same pattern: whatever
     /// upstream accepts, this CRD accepts.
     #[test]
     fn crd_matches_upstream() {
-        let upstream: CustomResourceDefinition =
-            serde_yaml_ng::from_str(&read_sample("nrt-api-crd.yaml")).expect("upstream crd");
+        let up = facts::parse(UPSTREAM);
         let ours = nrt_crd();
+        let at = |pointer: &str| {
+            up.pointer(pointer)
+                .unwrap_or_else(|| panic!("{pointer} missing in the facts"))
+                .clone()
+        };
+        let text = |pointer: &str| at(pointer).as_str().map(str::to_string);
         assert_eq!(ours.metadata.name.as_deref(), Some(CRD_NAME));
-        assert_eq!(ours.spec.group, upstream.spec.group);
+        assert_eq!(ours.metadata.name, text("/name"));
+        assert_eq!(Some(ours.spec.group.clone()), text("/group"));
+        assert_eq!(Some(ours.spec.scope.clone()), text("/scope"));
         assert_eq!(ours.spec.scope, "Cluster");
-        assert_eq!(ours.spec.names.kind, upstream.spec.names.kind);
-        assert_eq!(ours.spec.names.plural, upstream.spec.names.plural);
-        assert_eq!(ours.spec.names.singular, upstream.spec.names.singular);
-        assert_eq!(ours.spec.names.list_kind, upstream.spec.names.list_kind);
-        assert_eq!(ours.spec.names.short_names, upstream.spec.names.short_names);
+        let names = serde_json::to_value(&ours.spec.names).expect("names");
+        for name in ["kind", "plural", "singular", "listKind", "shortNames"] {
+            assert_eq!(
+                names.get(name),
+                Some(&at(&format!("/names/{name}"))),
+                "names.{name}"
+            );
+        }
         assert_eq!(
             ours.metadata
                 .annotations
@@ -652,86 +749,45 @@ zones:
                 .and_then(|a| a.get("api-approved.kubernetes.io")),
             Some(&API_APPROVED.to_string())
         );
+        assert_eq!(
+            text("/annotations/api-approved.kubernetes.io").as_deref(),
+            Some(API_APPROVED)
+        );
         assert_eq!(ours.spec.versions.len(), 2);
-        for up in &upstream.spec.versions {
+        let versions = at("/versions");
+        let versions = versions.as_array().expect("a list of versions");
+        assert_eq!(versions.len(), 2);
+        for (i, up) in versions.iter().enumerate() {
+            let name = up["name"].as_str().expect("a version name");
             let our = ours
                 .spec
                 .versions
                 .iter()
-                .find(|v| v.name == up.name)
-                .unwrap_or_else(|| panic!("version {} missing", up.name));
+                .find(|v| v.name == name)
+                .unwrap_or_else(|| panic!("version {name} missing"));
             assert_eq!(
-                (our.served, our.storage),
-                (up.served, up.storage),
-                "{}",
-                up.name
+                (json!(our.served), json!(our.storage)),
+                (up["served"].clone(), up["storage"].clone()),
+                "{name}"
             );
-            let up_schema = up
-                .schema
-                .as_ref()
-                .and_then(|s| s.open_api_v3_schema.as_ref());
             let our_schema = our
                 .schema
                 .as_ref()
-                .and_then(|s| s.open_api_v3_schema.as_ref());
-            compare_schema(
-                &up.name,
-                up_schema.expect("upstream schema"),
-                our_schema.expect("our schema"),
+                .and_then(|s| s.open_api_v3_schema.as_ref())
+                .map(|s| serde_json::to_value(s).expect("schema"))
+                .expect("our schema");
+            let want = facts::schema_facts(&at("/versions"), &format!("/{i}/schema"));
+            let problems = facts::diff(&want, &facts::flatten(&our_schema, &RULES));
+            assert!(
+                problems.is_empty(),
+                "{name} schema differences:\n{}",
+                problems.join("\n")
             );
         }
-        // Objects upstream accepts decode with our types: the CRD's own sample.
         let json = serde_json::to_string(&ours).expect("serializes");
         assert!(
             !json.contains("$ref"),
             "schema must be structural (no $ref)"
         );
-    }
-
-    fn compare_schema(path: &str, up: &JSONSchemaProps, ours: &JSONSchemaProps) {
-        if up.x_kubernetes_int_or_string == Some(true) {
-            assert_eq!(ours.x_kubernetes_int_or_string, Some(true), "{path}");
-            assert_eq!(ours.pattern, up.pattern, "{path}");
-            let types = |s: &JSONSchemaProps| -> Vec<Option<String>> {
-                s.any_of.iter().flatten().map(|a| a.type_.clone()).collect()
-            };
-            assert_eq!(types(ours), types(up), "{path}");
-            return;
-        }
-        assert_eq!(ours.type_, up.type_, "{path}");
-        if up.format.is_some() {
-            assert_eq!(ours.format, up.format, "{path}");
-        }
-        let mut up_req = up.required.clone().unwrap_or_default();
-        let mut our_req = ours.required.clone().unwrap_or_default();
-        up_req.sort();
-        our_req.sort();
-        assert_eq!(our_req, up_req, "required of {path}");
-        if let Some(props) = &up.properties {
-            let our_props = ours.properties.as_ref();
-            for (name, p) in props {
-                // `apiVersion`, `kind` and `metadata` are validated by the API server itself;
-                // kube leaves them out of the derived schema.
-                if matches!(name.as_str(), "apiVersion" | "kind" | "metadata") {
-                    continue;
-                }
-                let ours_p = our_props
-                    .and_then(|o| o.get(name))
-                    .unwrap_or_else(|| panic!("{path}.{name} missing"));
-                compare_schema(&format!("{path}.{name}"), p, ours_p);
-            }
-            if let Some(o) = our_props {
-                for name in o.keys() {
-                    assert!(props.contains_key(name), "{path}.{name} is not upstream");
-                }
-            }
-        }
-        if let (Some(JSONSchemaPropsOrArray::Schema(u)), Some(JSONSchemaPropsOrArray::Schema(o))) =
-            (&up.items, &ours.items)
-        {
-            compare_schema(&format!("{path}[]"), u, o);
-        } else {
-            assert_eq!(up.items.is_some(), ours.items.is_some(), "{path} items");
-        }
     }
 }
