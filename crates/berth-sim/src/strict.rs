@@ -193,6 +193,8 @@ fn walk(value: &Value, schema: &Value, defs: &Map<String, Value>, path: &str) ->
         Value::Object(map) => {
             let props = schema.get("properties").and_then(Value::as_object);
             let extra = schema.get("additionalProperties").filter(|v| v.is_object());
+            // `additionalProperties: true`: any key, of any shape.
+            let open = schema.get("additionalProperties") == Some(&Value::Bool(true));
             for (name, v) in map {
                 let child = join(path, name);
                 let sub = props.and_then(|p| p.get(name)).or(extra);
@@ -204,7 +206,7 @@ fn walk(value: &Value, schema: &Value, defs: &Map<String, Value>, path: &str) ->
                     }
                     // A schema that names its properties (and takes no others) does not
                     // have this one; a schema naming none is free-form.
-                    None if props.is_some() => {
+                    None if props.is_some() && !open => {
                         return Some(Unknown {
                             path: child,
                             name: name.clone(),
@@ -351,6 +353,29 @@ mod tests {
             field(Schema::NrtV1alpha2, t).as_deref(),
             Some("zones[0].resources[0].avilable")
         );
+    }
+
+    #[test]
+    fn named_properties_close_a_schema_unless_it_says_otherwise() {
+        let defs = Map::new();
+        let value = json!({"a": 1, "b": {"c": 2}});
+        let closed = json!({"properties": {"a": {}}});
+        let unknown = walk(&value, &closed, &defs, "x").map(|u| u.path);
+        assert_eq!(unknown.as_deref(), Some("x.b"));
+        let open = json!({"properties": {"a": {}}, "additionalProperties": true});
+        assert!(walk(&value, &open, &defs, "x").is_none());
+        let preserved =
+            json!({"properties": {"a": {}}, "x-kubernetes-preserve-unknown-fields": true});
+        assert!(walk(&value, &preserved, &defs, "x").is_none());
+        let map = json!({"additionalProperties": {"properties": {"c": {}}}});
+        assert!(walk(&json!({"k": {"c": 1}}), &map, &defs, "").is_none());
+        let unknown = walk(&json!({"k": {"d": 1}}), &map, &defs, "").map(|u| u.path);
+        assert_eq!(unknown.as_deref(), Some("k.d"));
+        let by_ref = json!({"$ref": "#/$defs/T"});
+        let mut defs = Map::new();
+        defs.insert("T".into(), closed);
+        let unknown = walk(&value, &by_ref, &defs, "").map(|u| u.path);
+        assert_eq!(unknown.as_deref(), Some("b"));
     }
 
     #[test]
