@@ -106,8 +106,9 @@ fn build() -> Schemas {
     }
 }
 
-/// The first field of `value` (in document order of the walk) that `kind`'s schema does not
-/// have, as an error naming its path.
+/// Checks `value` against `kind`'s schema: the first field it does not have (keys visited
+/// in sorted order, so the same input always names the same field) is an error naming its
+/// path.
 pub(crate) fn check(kind: Schema, value: &Value) -> Result<(), FieldError> {
     let s = schemas();
     let Some((_, root)) = s.roots.iter().find(|(k, _)| *k == kind) else {
