@@ -29,6 +29,10 @@ struct Cli {
     /// Creates in flight at most (the one client's concurrency).
     #[arg(long, value_name = "N", default_value_t = 200)]
     concurrency: usize,
+    /// Run every (case, scheduler) this many times, in rounds; the ratios and the table use
+    /// the medians.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    repeat: usize,
     /// Where the schedulers' configurations and logs are written.
     #[arg(long, value_name = "DIR", default_value = "target/clusterbench")]
     work_dir: PathBuf,
@@ -129,7 +133,11 @@ fn main() -> anyhow::Result<()> {
     }
     println!("machine: {}", machine());
     let mut outcomes: Vec<Outcome> = Vec::new();
-    for (case, which) in &runs {
+    let rounds = cli.repeat.max(1);
+    for (round, (case, which)) in (0..rounds).flat_map(|r| runs.iter().map(move |run| (r, run))) {
+        if rounds > 1 {
+            eprintln!("round {} of {rounds}", round + 1);
+        }
         eprintln!(
             "running {} ({} nodes, {} init pods, {} pods, {} reservations) with {}...",
             case.name,
@@ -139,6 +147,10 @@ fn main() -> anyhow::Result<()> {
             case.reservations,
             which.name()
         );
+        let mut config = config.clone();
+        if rounds > 1 {
+            config.work_dir = cli.work_dir.join(format!("round-{}", round + 1));
+        }
         let outcome = run_one(case, *which, &config)
             .with_context(|| format!("case {} with {}", case.name, which.name()))?;
         eprintln!("{}", report::setup_line(&outcome));
