@@ -1349,6 +1349,12 @@ impl Scheduler {
     /// Applies what reservation changes ask of the queue and emits their effects (status
     /// writes, events, deletions), after every input.
     fn sync_reservations(&mut self, now: Time) {
+        // Before the initial sync the view is partial (a reservation listed before its
+        // owners would be written back without them): statuses, events and queue work wait,
+        // and the first input after the last LIST drains them.
+        if !self.synced() {
+            return;
+        }
         let before = self.effects.len();
         let ops = crate::reservation::lifecycle::drain(&mut self.cluster, now, &mut self.effects);
         if !ops.is_empty() || self.effects.len() != before {

@@ -15,7 +15,9 @@
 //!
 //! The chosen reservation on a node: the smallest `reservation-order` label first, then the
 //! one that ends most allocated (Koordinator's MostAllocated `ScoreReservation`), then the
-//! earliest created (then the name, for determinism).
+//! earliest created (then the name, for determinism). Of several reusable reservations
+//! (`allocateOnce: false`) without an order label, only the earliest created takes part
+//! (seed 002): a pod is never spread over reservations that exist for the same purpose.
 
 use std::borrow::Cow;
 

@@ -323,6 +323,10 @@ fn create(cx: &mut Cluster, obj: Arc<Reservation>, now: Time) {
         report_problem(cx, &r.name, p);
     }
     if r.is_active() {
+        // Placed before (a restart, or another scheduler's status): like Koordinator's
+        // controller on an Add, recompute currentOwners and allocated from the pods that
+        // name it, whatever the status says (it may predate owners that came or went).
+        cx.reservations.mark_dirty(idx);
         locate(cx, idx);
         adopt_orphans(cx, idx, now);
         if r.phase == ReservationPhase::Waiting {

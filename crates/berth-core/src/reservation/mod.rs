@@ -88,6 +88,10 @@ pub const ERR_REASON_NO_RESERVATIONS_MEET: &str =
 /// Koordinator's reason for a reserve pod pinned elsewhere.
 pub const ERR_REASON_NODE_NOT_MATCH: &str =
     "node(s) didn't match the nodeName specified by reservation";
+/// Why a reusable reservation is not placed on a node that already holds a reusable
+/// reservation for the same owners (seed 002: only one such reservation per node).
+pub const ERR_REASON_REUSABLE_EXISTS: &str =
+    "node(s) already have a reusable reservation for the same owners";
 /// Koordinator's reason for mixing the default allocate policy with the others.
 pub const ERR_REASON_POLICY_CONFLICT: &str = "node(s) reservation allocate policy conflict";
 /// Koordinator's reason for a pre-allocating reservation without `Restricted`.

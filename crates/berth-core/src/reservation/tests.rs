@@ -316,6 +316,115 @@ fn allocated_is_the_uncapped_sum_of_owner_requests_while_the_node_counts_what_wa
 }
 
 #[test]
+fn of_several_reusable_reservations_on_a_node_the_earliest_created_is_used() {
+    // Seed 002, "Allocate Reserved Resources": of several reusable reservations a pod can
+    // use on one node, only the one created first is used; the reservation-order label
+    // comes before that. Different owners (both matching the pod) so both are placed.
+    let mut s = sim_with_nodes(&["n1"]);
+    let on_n1 = |name: &str, cpu: &str, owner: (&str, &str)| {
+        reservation(name)
+            .req("cpu", cpu)
+            .owner_label(owner.0, owner.1)
+            .reusable()
+            .template_spec("nodeName", json!("n1"))
+    };
+    // "b-early" is created first and is the worse fit by score (a 2-CPU pod fills 25% of
+    // it, 100% of "a-late"); names sort the other way.
+    s.reservation(on_n1("b-early", "8", ("app", "web")).build());
+    s.advance(1_000);
+    s.reservation(on_n1("a-late", "2", ("tier", "front")).build());
+    assert_eq!(s.phase("b-early"), "Available");
+    assert_eq!(s.phase("a-late"), "Available");
+    let web = |name: &str| {
+        pod(name)
+            .label("app", "web")
+            .label("tier", "front")
+            .label("zone", "a")
+            .req("cpu", "2")
+            .build()
+    };
+    s.pod(web("p1"));
+    assert_eq!(s.allocated_from("p1").as_deref(), Some("b-early"));
+    s.pod(web("p2"));
+    assert_eq!(s.allocated_from("p2").as_deref(), Some("b-early"));
+    // The order label wins over creation.
+    s.advance(1_000);
+    s.reservation(
+        on_n1("c-ordered", "4", ("zone", "a"))
+            .label(berth_api::annotations::LABEL_RESERVATION_ORDER, "7")
+            .build(),
+    );
+    s.pod(web("p3"));
+    assert_eq!(s.phase("c-ordered"), "Available");
+    assert_eq!(s.allocated_from("p3").as_deref(), Some("c-ordered"));
+    // Once the earliest cannot hold the pod, the next one is used.
+    s.pod(web("p4"));
+    assert_eq!(s.allocated_from("p4").as_deref(), Some("c-ordered"));
+    s.pod(web("p5"));
+    s.pod(web("p6"));
+    assert_eq!(s.allocated_from("p5").as_deref(), Some("b-early"));
+    assert_eq!(s.allocated_from("p6").as_deref(), Some("b-early"));
+    s.pod(web("p7"));
+    assert_eq!(
+        s.allocated_from("p7").as_deref(),
+        Some("a-late"),
+        "the earliest is full"
+    );
+    assert_rebuild_equals_live(&s);
+}
+
+#[test]
+fn only_one_reusable_reservation_for_the_same_owners_is_placed_on_a_node() {
+    // Seed 002, "Schedule Reservations": a second reusable reservation for the same owners
+    // does not go to a node that already holds one.
+    let mut s = sim_with_nodes(&["n1"]);
+    let reusable = |name: &str| {
+        reservation(name)
+            .req("cpu", "2")
+            .owner_label("app", "web")
+            .reusable()
+    };
+    s.reservation(reusable("first").build());
+    s.reservation(reusable("second").build());
+    assert_eq!(s.phase("first"), "Available");
+    assert_eq!(s.phase("second"), "Pending");
+    let cond = s.res("second").status.clone().unwrap().conditions[0].clone();
+    assert_eq!(
+        (cond.type_.as_str(), cond.status.as_str()),
+        ("Scheduled", "False")
+    );
+    assert!(
+        cond.message
+            .contains("1 node(s) already have a reusable reservation for the same owners"),
+        "{}",
+        cond.message
+    );
+    // Other owners, or allocate-once, may share the node.
+    s.reservation(
+        reservation("others")
+            .req("cpu", "2")
+            .owner_label("app", "db")
+            .reusable()
+            .build(),
+    );
+    s.reservation(
+        reservation("once")
+            .req("cpu", "2")
+            .owner_label("app", "web")
+            .build(),
+    );
+    assert_eq!(s.phase("others"), "Available");
+    assert_eq!(s.phase("once"), "Available");
+    // A second node takes the second one.
+    s.node(big_node("n2"));
+    assert_eq!(s.phase("second"), "Available");
+    assert_eq!(
+        s.res("second").status.clone().unwrap().node_name.as_deref(),
+        Some("n2")
+    );
+}
+
+#[test]
 fn owner_and_non_owner_share_a_node_without_touching_the_remainder() {
     // Reservation reserved 4000m CPU, owner Pod requests 2000m CPU, and non-owner Pod
     // requests 2000m CPU, on a node with exactly 6 CPUs.
@@ -402,7 +511,8 @@ fn restricted_and_aligned_policies_match_koordinator_e2e() {
 #[test]
 fn aligned_reservations_filling_a_node_reject_a_larger_owner() {
     // E2E #8: five Aligned reservations of 200 fake each fill the node (1000); an owner
-    // asking 300 fits none of them.
+    // asking 300 fits none of them. Seed 002 allows one reusable reservation per node for
+    // the same owners, so here each names its own owner label (the pod carries them all).
     let mut s = Sim::default();
     s.node(
         node("n1")
@@ -414,26 +524,23 @@ fn aligned_reservations_filling_a_node_reject_a_larger_owner() {
         s.reservation(
             reservation(&format!("r{i}"))
                 .req("koordinator.sh/fake-resource", "200")
-                .owner_label("test-reserve-policy", "true")
+                .owner_label(&format!("test-reserve-policy-{i}"), "true")
                 .reusable()
                 .policy("Aligned")
                 .build(),
         );
         assert_eq!(s.phase(&format!("r{i}")), "Available");
     }
-    s.pod(
-        pod("p")
-            .label("test-reserve-policy", "true")
-            .req("koordinator.sh/fake-resource", "300")
-            .build(),
-    );
+    let owner = |name: &str, amount: &str| {
+        let mut p = pod(name).req("koordinator.sh/fake-resource", amount);
+        for i in 0..5 {
+            p = p.label(&format!("test-reserve-policy-{i}"), "true");
+        }
+        p.build()
+    };
+    s.pod(owner("p", "300"));
     assert_eq!(s.bound("p"), None);
-    s.pod(
-        pod("q")
-            .label("test-reserve-policy", "true")
-            .req("koordinator.sh/fake-resource", "200")
-            .build(),
-    );
+    s.pod(owner("q", "200"));
     assert_eq!(s.bound("q").as_deref(), Some("n1"));
 }
 
@@ -1181,12 +1288,14 @@ fn pre_allocation_takes_over_running_owner_pods() {
 
 #[test]
 fn smallest_order_then_most_allocated_then_earliest_wins_on_a_node() {
+    // Allocate-once reservations compete by Koordinator's nomination: the order label, then
+    // MostAllocated, then age. (Several reusable ones follow the seed's earliest-created
+    // rule instead: of_several_reusable_reservations_on_a_node_the_earliest_created_is_used.)
     let mut s = sim_with_nodes(&["n1"]);
     s.reservation(
         reservation("big")
             .req("cpu", "8")
             .owner_label("app", "web")
-            .reusable()
             .build(),
     );
     s.advance(1000);
@@ -1194,7 +1303,6 @@ fn smallest_order_then_most_allocated_then_earliest_wins_on_a_node() {
         reservation("small")
             .req("cpu", "2")
             .owner_label("app", "web")
-            .reusable()
             .build(),
     );
     s.advance(1000);
@@ -1202,22 +1310,23 @@ fn smallest_order_then_most_allocated_then_earliest_wins_on_a_node() {
         reservation("small2")
             .req("cpu", "2")
             .owner_label("app", "web")
-            .reusable()
             .build(),
     );
-    // MostAllocated: a 2C pod fills 'small' (100) rather than 'big' (25); 'small' is older.
+    // MostAllocated: a 2C pod fills 'small' (100) rather than 'big' (25); 'small' is older
+    // than 'small2'.
     s.pod(pod("p").label("app", "web").req("cpu", "2").build());
     assert_eq!(s.allocated_from("p").as_deref(), Some("small"));
     s.reservation(
         reservation("ordered")
             .req("cpu", "2")
             .owner_label("app", "web")
-            .reusable()
             .label("scheduling.koordinator.sh/reservation-order", "5")
             .build(),
     );
     s.pod(pod("q").label("app", "web").req("cpu", "2").build());
     assert_eq!(s.allocated_from("q").as_deref(), Some("ordered"));
+    s.pod(pod("r").label("app", "web").req("cpu", "2").build());
+    assert_eq!(s.allocated_from("r").as_deref(), Some("small2"));
 }
 
 #[test]
@@ -1310,6 +1419,52 @@ fn restart_rebuilds_the_same_state_from_objects() {
 }
 
 #[test]
+fn a_status_found_stale_is_recomputed_from_the_pods_that_name_the_reservation() {
+    // Koordinator's controller recomputes currentOwners and allocated from the pods'
+    // reservation-allocated annotations (issue #468): a status written before an owner went
+    // away, or before another came, is corrected once the scheduler has seen the objects.
+    let mut s = sim_with_nodes(&["n1"]);
+    s.pod(
+        pod("kept")
+            .label("app", "web")
+            .req("cpu", "3")
+            .node_name("n1")
+            .annotation(super::testkit::ALLOCATED, r#"{"name":"r","uid":"uid-r"}"#)
+            .build(),
+    );
+    let mut r = reservation("r")
+        .req("cpu", "4")
+        .owner_label("app", "web")
+        .reusable()
+        .build();
+    r.status = serde_json::from_value(json!({
+        "phase": "Available",
+        "nodeName": "n1",
+        "allocatable": {"cpu": "4"},
+        "allocated": {"cpu": "2"},
+        "currentOwners": [{"namespace": "default", "name": "gone", "uid": "uid-gone"}],
+        "conditions": [
+            {"type": "Scheduled", "status": "True", "reason": "Scheduled"},
+            {"type": "Ready", "status": "True", "reason": "Available"}
+        ]
+    }))
+    .unwrap();
+    let mut abandoned = r.clone();
+    abandoned.metadata.name = Some("abandoned".into());
+    abandoned.metadata.uid = Some("uid-abandoned".into());
+    s.reservation(r);
+    s.reservation(abandoned);
+    assert_eq!(s.owners("r"), vec!["default/kept"]);
+    assert_eq!(allocated(&s, "r", "cpu").as_deref(), Some("3"));
+    assert_eq!(s.phase("r"), "Available");
+    // No pod names this one any more: its owner went away while nobody watched.
+    assert!(s.owners("abandoned").is_empty());
+    assert_eq!(allocated(&s, "abandoned", "cpu"), None);
+    assert_eq!(s.phase("abandoned"), "Available");
+    assert_rebuild_equals_live(&s);
+}
+
+#[test]
 fn a_reservation_found_placed_on_a_missing_node_fails_once_the_batch_is_known() {
     // Koordinator's controller (reference §4.2 case 43): an Available reservation whose node
     // no longer exists is expired. A node that comes in the same batch, after the
@@ -1349,6 +1504,73 @@ fn a_reservation_found_placed_on_a_missing_node_fails_once_the_batch_is_known() 
         s.cluster.node_by_name("n1").unwrap().reserved[ResourceId::CPU],
         2000,
         "the one on n1 holds its capacity"
+    );
+}
+
+#[test]
+fn no_status_is_written_before_the_initial_sync() {
+    // A reservation listed before the pods that own it would otherwise be written back
+    // without them: statuses wait until every watched kind is listed.
+    let kinds = vec![
+        crate::Kind::Node,
+        crate::Kind::Pod,
+        crate::Kind::Reservation,
+    ];
+    let config = crate::Config {
+        wait_for_sync: kinds.clone(),
+        ..crate::Config::default()
+    };
+    let mut s = crate::Scheduler::new(vec![Profile::default_profile()], config);
+    let now = 1_000_000;
+    let mut r = reservation("r")
+        .req("cpu", "2")
+        .owner_label("app", "web")
+        .reusable()
+        .build();
+    r.status = serde_json::from_value(json!({
+        "phase": "Available",
+        "nodeName": "n1",
+        "allocatable": {"cpu": "2"},
+        "allocated": {"cpu": "1"},
+        "currentOwners": [{"namespace": "default", "name": "w", "uid": "uid-w"}],
+        "conditions": [
+            {"type": "Scheduled", "status": "True", "reason": "Scheduled"},
+            {"type": "Ready", "status": "True", "reason": "Available"}
+        ]
+    }))
+    .unwrap();
+    let statuses = |s: &mut crate::Scheduler| {
+        std::iter::from_fn(|| s.poll_effect())
+            .filter_map(|e| match e {
+                crate::Effect::ReservationStatus { status, .. } => Some(status),
+                _ => None,
+            })
+            .collect::<Vec<_>>()
+    };
+    s.handle(
+        now,
+        crate::Event::Applied(crate::Object::Reservation(std::sync::Arc::new(r))),
+    );
+    s.handle(now, crate::Event::Listed(crate::Kind::Reservation));
+    s.handle(
+        now,
+        crate::Event::Applied(crate::Object::Node(node("n1").alloc("cpu", "4").build())),
+    );
+    s.handle(now, crate::Event::Listed(crate::Kind::Node));
+    assert!(statuses(&mut s).is_empty(), "the pods are not listed yet");
+    let owner = pod("w")
+        .label("app", "web")
+        .req("cpu", "1")
+        .node_name("n1")
+        .annotation(super::testkit::ALLOCATED, r#"{"name":"r","uid":"uid-r"}"#)
+        .build();
+    s.handle(now, crate::Event::Applied(crate::Object::Pod(owner)));
+    s.handle(now, crate::Event::Listed(crate::Kind::Pod));
+    assert!(s.synced());
+    s.run_until_idle(now);
+    assert!(
+        statuses(&mut s).is_empty(),
+        "the status was right all along: nothing to write"
     );
 }
 

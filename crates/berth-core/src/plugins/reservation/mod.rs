@@ -3,7 +3,8 @@
 //! - PreFilter finds, through the owner index, the reservations the pod may use and groups
 //!   them by node; a pod with reservation affinity is restricted to those nodes.
 //! - Filter applies the allocate policies on nodes holding such reservations, and for a
-//!   reserve pod its node pin, policy coexistence and pre-allocation rules.
+//!   reserve pod its node pin, policy coexistence, one reusable reservation per node for the
+//!   same owners (seed 002) and pre-allocation rules.
 //! - PreScore/Score nominate one reservation per node and make owners strongly prefer nodes
 //!   holding one.
 //! - Reserve/Unreserve allocate the pod into the nominated reservation (or place a
@@ -34,7 +35,7 @@ use crate::model::node::{NodeIdx, NodeInfo};
 use crate::model::pod::{HostPort, PodInfo, PodKind};
 use crate::object::ObjectKey;
 use crate::reservation::affinity::{self, Mismatch, PodReservationPrefs};
-use crate::reservation::{allocate, lifecycle, RIdx, Settings};
+use crate::reservation::{allocate, lifecycle, RIdx, ReservationInfo, Settings};
 use crate::resources::Resources;
 
 /// Default score weight. A node holding a reservation the pod can use scores at least 50
@@ -170,6 +171,21 @@ fn policies_conflict(a: ReservationAllocatePolicy, b: ReservationAllocatePolicy)
     (a == ReservationAllocatePolicy::Default || b == ReservationAllocatePolicy::Default) && a != b
 }
 
+/// Whether `other`, placed on a node, is the same reusable reservation as `r` (seed 002:
+/// "only one same reusable reservation can be scheduled on a same node"): both reusable, for
+/// the same owners. A second one would add nothing its owners cannot already get from the
+/// first, and with two an owner could end up allocated from either, fragmenting both.
+fn same_reusable(r: &ReservationInfo, other: &ReservationInfo) -> bool {
+    if r.allocate_once || other.allocate_once || r.name == other.name {
+        return false;
+    }
+    if !other.is_active() || other.terminating || other.problem.is_some() {
+        return false;
+    }
+    let (a, b) = (&r.obj.spec.owners, &other.obj.spec.owners);
+    a.len() == b.len() && a.iter().all(|o| b.contains(o)) && b.iter().all(|o| a.contains(o))
+}
+
 impl Reservation {
     fn pre_filter_pod(&self, cx: &Cluster, pod: &PodInfo, st: &mut State) -> Status {
         let prefs = match PodReservationPrefs::from_pod(pod) {
@@ -282,6 +298,9 @@ impl Reservation {
             {
                 return Status::unresolvable(crate::reservation::ERR_REASON_POLICY_CONFLICT);
             }
+            if same_reusable(r, other) {
+                return Status::unresolvable(crate::reservation::ERR_REASON_REUSABLE_EXISTS);
+            }
         }
         if r.pre_allocation {
             if r.policy != ReservationAllocatePolicy::Restricted {
@@ -377,17 +396,27 @@ impl Reservation {
         if assumed {
             free.add(&pod.requests);
         }
+        let usable = ns.matched.iter().filter_map(|&idx| {
+            let r = store.get(idx)?;
+            // An allocate-once reservation with an owner is used up (until the controller
+            // marks it Succeeded it is still in `matched`).
+            let used_up = r.allocate_once && !r.owner_pods.is_empty();
+            let usable = !used_up
+                && allocate::considered(st.pod_mask, r, st.has_affinity)
+                && allocate::fit(&pod.requests, &free, r).fits();
+            usable.then_some((idx, r))
+        });
+        // Seed 002: of several reusable reservations the pod could use here, only the
+        // earliest created is used (so a pod never ends up spread over several of them);
+        // `matched` is sorted by creation, so the first reusable one is it.
+        let mut earliest_reusable: Option<RIdx> = None;
         let mut best: Option<(allocate::NominationKey, RIdx, i64)> = None;
-        for &idx in &ns.matched {
-            let Some(r) = store.get(idx) else { continue };
-            if r.allocate_once && !r.owner_pods.is_empty() {
-                continue;
-            }
-            if !allocate::considered(st.pod_mask, r, st.has_affinity) {
-                continue;
-            }
-            if !allocate::fit(&pod.requests, &free, r).fits() {
-                continue;
+        for (idx, r) in usable {
+            if !r.allocate_once && r.order.is_none() {
+                match earliest_reusable {
+                    Some(_) => continue,
+                    None => earliest_reusable = Some(idx),
+                }
             }
             let score = allocate::score(&pod.requests, r);
             let key = allocate::nomination_key(r, score);
