@@ -18,12 +18,13 @@ pub fn line(o: &Outcome) -> String {
     let m = &o.measured;
     let t = &m.throughput;
     let mut s = format!(
-        "{:<13} {:<14} {:>5} pods in {:>7}: {:>7.1} pods/s | per-second avg {:.1} p50 {:.1} p90 {:.1} p99 {:.1} | \
+        "{:<13} {:<14} {:>5} pods in {:>7} (last bind {} after the last create): {:>7.1} pods/s | per-second avg {:.1} p50 {:.1} p90 {:.1} p99 {:.1} | \
          CPU {} ({} total) = {:.2} ms/pod | peak RSS {:.0} MiB | apiserver CPU {}, etcd {}, harness {}",
         o.case.name,
         o.which.name(),
         m.pods,
         secs(m.elapsed),
+        secs(m.elapsed.saturating_sub(m.created_in)),
         m.pods_per_sec(),
         t.avg,
         t.p50,
