@@ -9,6 +9,7 @@ pub mod cache;
 pub mod collections;
 pub mod effect;
 pub mod event;
+pub mod explain;
 #[cfg(any(test, feature = "testing"))]
 pub mod fixtures;
 pub mod framework;

@@ -10,6 +10,7 @@ pub mod agent;
 pub mod bench;
 pub mod bench_numa;
 pub mod error;
+pub mod explain;
 pub mod input;
 pub mod numa_agent;
 pub mod output;

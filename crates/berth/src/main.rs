@@ -9,6 +9,8 @@ use clap::{Args, Parser, Subcommand};
 
 use berth_sim::{Format, Options};
 
+mod live;
+
 /// A Kubernetes scheduler with Koordinator reservations and NUMA-aware placement.
 #[derive(Debug, Parser)]
 #[command(name = "berth", version, about, long_about = None)]
@@ -31,6 +33,39 @@ enum Command {
     /// Measure scheduling throughput on generated clusters (kube-scheduler's
     /// SchedulingBasic shapes) and print pods/s and per-cycle latency.
     Bench(BenchArgs),
+    /// Why is TARGET pending: per node every plugin's rejection, scores, the reservations
+    /// matching it as owner and why each was not used, NUMA zones, and the smallest change
+    /// that would let it fit. On the cluster FILE... simulate to (or, with --kubeconfig, on a
+    /// live cluster, read-only).
+    Explain(ExplainArgs),
+}
+
+#[derive(Debug, Args)]
+struct ExplainArgs {
+    /// A pod (`NAME`, `NAMESPACE/NAME`, `pod/NAME`) or `reservation/NAME`.
+    #[arg(value_name = "TARGET")]
+    target: String,
+    /// Scenario files, as for `simulate` (`-` is standard input). Not with --kubeconfig.
+    #[arg(
+        value_name = "FILE",
+        required_unless_present = "kubeconfig",
+        conflicts_with = "kubeconfig"
+    )]
+    files: Vec<String>,
+    /// Explain on a live cluster: LIST its objects (read-only, nothing is written) and build
+    /// the scheduler's state from them.
+    #[arg(long, value_name = "FILE")]
+    kubeconfig: Option<String>,
+    /// A kubescheduler.config.k8s.io/v1 KubeSchedulerConfiguration (profiles and plugin args).
+    #[arg(long, value_name = "FILE")]
+    config: Option<String>,
+    /// Output: plain text, or the explanation as JSON for tools.
+    #[arg(short = 'o', long = "output", value_name = "FORMAT", default_value = "text",
+          value_parser = ["text", "json"])]
+    output: String,
+    /// Seed, as for `simulate` (the simulated run up to the end of the input uses it).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    seed: u64,
 }
 
 #[derive(Debug, Args)]
@@ -97,6 +132,7 @@ fn main() -> ExitCode {
         Command::Run(args) => run(args),
         Command::Crd => crd().map(|()| 0),
         Command::Bench(args) => bench(&args),
+        Command::Explain(args) => explain(args),
     };
     match result {
         Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
@@ -119,6 +155,30 @@ fn simulate(args: SimulateArgs) -> anyhow::Result<i32> {
         seed: args.seed,
     };
     let out = berth_sim::run(&options, &mut std::io::stdin().lock());
+    write_ignoring_broken_pipe(&mut std::io::stdout().lock(), &out.stdout)
+        .context("writing standard output")?;
+    write_ignoring_broken_pipe(&mut std::io::stderr().lock(), &out.stderr)
+        .context("writing standard error")?;
+    Ok(out.code)
+}
+
+fn explain(args: ExplainArgs) -> anyhow::Result<i32> {
+    let format: berth_sim::explain::ExplainFormat = args
+        .output
+        .parse()
+        .map_err(|e: String| anyhow::anyhow!(e))?;
+    let out = match &args.kubeconfig {
+        Some(kubeconfig) => live::explain(kubeconfig, args.config.as_deref(), &args.target, format),
+        None => {
+            let options = Options {
+                files: args.files,
+                config: args.config,
+                output: Format::Table,
+                seed: args.seed,
+            };
+            berth_sim::explain::run(&args.target, &options, format, &mut std::io::stdin().lock())
+        }
+    };
     write_ignoring_broken_pipe(&mut std::io::stdout().lock(), &out.stdout)
         .context("writing standard output")?;
     write_ignoring_broken_pipe(&mut std::io::stderr().lock(), &out.stderr)
