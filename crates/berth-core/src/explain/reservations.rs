@@ -296,14 +296,38 @@ fn phase_verdict(r: &ReservationInfo) -> Option<(ReservationVerdict, String)> {
             ReservationVerdict::NotAvailable,
             "Waiting: placed, waiting for room (pre-allocation)".into(),
         )),
-        ReservationPhase::Succeeded => Some((
-            ReservationVerdict::Succeeded,
-            if r.allocate_once {
-                "Succeeded: allocateOnce, already used by its owner".into()
-            } else {
-                "Succeeded".into()
-            },
-        )),
+        ReservationPhase::Succeeded if r.allocate_once => {
+            let mut owners: Vec<String> = r
+                .obj
+                .status
+                .as_ref()
+                .map(|s| s.current_owners.as_slice())
+                .unwrap_or_default()
+                .iter()
+                .map(|o| {
+                    format!(
+                        "{}/{}",
+                        o.namespace.as_deref().unwrap_or(""),
+                        o.name.as_deref().unwrap_or("")
+                    )
+                })
+                .collect();
+            owners.extend(r.owner_pods.keys().map(|k| k.to_string()));
+            owners.sort();
+            owners.dedup();
+            Some((
+                ReservationVerdict::AllocateOnceConsumed,
+                if owners.is_empty() {
+                    "allocateOnce: already used by an owner (Succeeded)".to_string()
+                } else {
+                    format!(
+                        "allocateOnce: already used by {} (Succeeded)",
+                        owners.join(", ")
+                    )
+                },
+            ))
+        }
+        ReservationPhase::Succeeded => Some((ReservationVerdict::Succeeded, "Succeeded".into())),
         ReservationPhase::Failed => match ready_false {
             Some(c) if c.reason == condition::REASON_EXPIRED => Some((
                 ReservationVerdict::Expired,
