@@ -2,8 +2,17 @@
 //!
 //! Parsed like Kubernetes' `cpuset.Parse`, which Koordinator uses: comma-separated ids or
 //! inclusive `a-b` ranges with `a <= b`, no spaces, and `""` is the empty set.
+//!
+//! Unlike `cpuset.Parse`, a list may name at most [`MAX_CPU_LIST_CPUS`] CPUs, counted with
+//! repeats: the text comes from annotations anyone with write access to a pod or node can
+//! set, and `"0-4294967295"` would otherwise build a set of four billion ids.
 
 use std::collections::BTreeSet;
+
+/// Most CPU ids one list may name, counting every id of every range (so `"0-3,0-3"` names
+/// 8). Linux builds for at most 8,192 CPUs (`CONFIG_NR_CPUS` on x86-64 `MAXSMP`), so real
+/// lists are far below this, and building the set stays in the milliseconds.
+pub const MAX_CPU_LIST_CPUS: u64 = 65_536;
 
 /// A malformed CPU list.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -25,6 +34,16 @@ pub fn parse_cpu_list(text: &str) -> Result<BTreeSet<u32>, CpuListError> {
     if text.is_empty() {
         return Ok(cpus);
     }
+    let mut named: u64 = 0;
+    let mut count = |n: u64| {
+        named = named.saturating_add(n);
+        if named > MAX_CPU_LIST_CPUS {
+            return Err(err(format!(
+                "names more than {MAX_CPU_LIST_CPUS} CPUs; berth reads at most {MAX_CPU_LIST_CPUS}"
+            )));
+        }
+        Ok(())
+    };
     for part in text.split(',') {
         let id = |s: &str| {
             if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
@@ -35,13 +54,16 @@ pub fn parse_cpu_list(text: &str) -> Result<BTreeSet<u32>, CpuListError> {
         };
         match part.split_once('-') {
             None => {
-                cpus.insert(id(part)?);
+                let cpu = id(part)?;
+                count(1)?;
+                cpus.insert(cpu);
             }
             Some((lo, hi)) => {
                 let (lo, hi) = (id(lo)?, id(hi)?);
                 if lo > hi {
                     return Err(err(format!("range {part:?} is decreasing")));
                 }
+                count(u64::from(hi - lo) + 1)?;
                 cpus.extend(lo..=hi);
             }
         }
@@ -107,5 +129,23 @@ mod tests {
             let err = parse_cpu_list(bad).expect_err(bad);
             assert_eq!(err.text, bad);
         }
+    }
+
+    #[test]
+    fn lists_naming_too_many_cpus_are_refused_before_the_set_is_built() {
+        // Twelve bytes would otherwise ask for four billion ids.
+        let err = parse_cpu_list("0-4294967295").expect_err("too many");
+        assert_eq!(
+            err.reason,
+            "names more than 65536 CPUs; berth reads at most 65536"
+        );
+        assert_eq!(
+            parse_cpu_list("0-65535").map(|c| c.len()),
+            Ok(65_536),
+            "the limit itself is fine"
+        );
+        // Repeats count, so a long list of the same range cannot add up.
+        assert!(parse_cpu_list("0-65535,0").is_err());
+        assert!(parse_cpu_list(&vec!["0-1023"; 65].join(",")).is_err());
     }
 }

@@ -30,7 +30,7 @@ use crate::quantity::{parse_resource, ParsedQuantity, QuantityError};
 
 pub use affinity::{ReservationAffinity, ReservationAffinitySelector};
 pub use allocated::ReservationAllocated;
-pub use cpu_list::{format_cpu_list, parse_cpu_list, CpuListError};
+pub use cpu_list::{format_cpu_list, parse_cpu_list, CpuListError, MAX_CPU_LIST_CPUS};
 pub use drp::{NewReservationRequirement, ReservationTemplate};
 pub use keys::*;
 pub use labels::{
