@@ -13,12 +13,16 @@ pub mod error;
 pub mod explain;
 pub mod input;
 pub mod numa_agent;
+pub mod observe;
 pub mod output;
+pub mod progress;
+pub mod report;
 pub mod scenario;
 mod selectors;
 pub mod sim;
 pub mod store;
 mod strict;
+pub mod timeline;
 
 mod run;
 

@@ -91,6 +91,19 @@ pub struct Simulation {
     log: Vec<String>,
     /// How many expectations failed.
     failed: usize,
+    /// What happened over virtual time, when asked for (`-v`, `--report`).
+    timeline: Option<Box<crate::timeline::Timeline>>,
+    /// The progress bar over the Scenario's steps, when asked for.
+    progress: Option<crate::progress::Progress>,
+}
+
+/// What [`Simulation::run_with`] records besides the final state.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Hooks {
+    /// Record a [`crate::timeline::Timeline`] (per-step log, report data).
+    pub timeline: bool,
+    /// Draw a progress bar on standard error (when it is a terminal, after a second).
+    pub progress: bool,
 }
 
 impl Simulation {
@@ -113,12 +126,19 @@ impl Simulation {
             scenario_source: None,
             log: Vec::new(),
             failed: 0,
+            timeline: None,
+            progress: None,
         }
     }
 
     /// Builds the cluster for `input` (start time and node agent from its Scenario) and runs
     /// it to the end: initial objects at the start time, then every step.
     pub fn run(profiles: Vec<Profile>, config: Config, input: &Input) -> Self {
+        Self::run_with(profiles, config, input, Hooks::default())
+    }
+
+    /// [`Simulation::run`], recording what `hooks` asks for.
+    pub fn run_with(profiles: Vec<Profile>, config: Config, input: &Input, hooks: Hooks) -> Self {
         let scenario = input.scenario.as_ref().map(|(_, s)| s);
         let start = scenario
             .and_then(|s| s.start_time)
@@ -126,15 +146,50 @@ impl Simulation {
         let agent = scenario.map(|s| s.node_agent).unwrap_or_default();
         let mut sim = Self::new(profiles, config, start, agent);
         sim.scenario_source = input.scenario.as_ref().map(|(src, _)| src.clone());
+        if hooks.timeline {
+            sim.timeline = Some(Box::default());
+        }
+        let steps = scenario.map_or(0, |s| s.steps.len());
+        if hooks.progress {
+            sim.progress = Some(crate::progress::Progress::new(
+                "simulate",
+                Some(steps as u64),
+            ));
+        }
         let items: Vec<&Item> = input.items.iter().map(|(_, i)| i).collect();
         sim.create_all(&items, true);
         sim.settle();
+        sim.observe();
         if let Some(s) = scenario {
             for (i, step) in s.steps.iter().enumerate() {
                 sim.step(i, step);
+                sim.report_progress(i as u64 + 1);
             }
         }
+        if let Some(p) = sim.progress.take() {
+            p.finish();
+        }
         sim
+    }
+
+    /// What was recorded over virtual time (with [`Hooks::timeline`]).
+    pub fn timeline(&self) -> Option<&crate::timeline::Timeline> {
+        self.timeline.as_deref()
+    }
+
+    /// Records the cluster now into the timeline, if one is kept.
+    fn observe(&mut self) {
+        if let Some(mut tl) = self.timeline.take() {
+            tl.observe(self);
+            self.timeline = Some(tl);
+        }
+    }
+
+    fn report_progress(&mut self, steps_done: u64) {
+        if let Some(p) = self.progress.as_mut() {
+            let pods = self.core.counters.scheduled;
+            p.set(steps_done, format!("{}, {pods} placed", rfc3339(self.now)));
+        }
     }
 
     /// The stored objects.
@@ -179,6 +234,9 @@ impl Simulation {
             Some(src) => format!("{} of {}", step.describe(index), src.file),
             None => step.describe(index),
         };
+        if let Some(tl) = self.timeline.as_mut() {
+            tl.step_started(self.now, &name, step);
+        }
         let items: Vec<&Item> = step.apply.iter().collect();
         self.create_all(&items, false);
         for key in &step.delete {
@@ -192,6 +250,7 @@ impl Simulation {
             self.delete(key.clone());
         }
         self.settle();
+        self.observe();
         if let Some(d) = step.advance {
             self.advance(d);
         }
@@ -467,9 +526,14 @@ impl Simulation {
             }
             self.fire_due();
             self.settle();
+            self.observe();
+            if let Some(p) = self.progress.as_mut() {
+                p.tick(rfc3339(self.now));
+            }
         }
         self.now = target;
         self.settle();
+        self.observe();
     }
 
     /// Performs one effect of the core, as the API server (and, for binds, the kubelet)

@@ -123,6 +123,14 @@ struct SimulateArgs {
     /// byte-identical output.
     #[arg(long, value_name = "N", default_value_t = 0)]
     seed: u64,
+    /// Log on standard error what each step applied and what got scheduled, expired or
+    /// failed, at which virtual time.
+    #[arg(short = 'v', long = "verbose")]
+    verbose: bool,
+    /// Write a self-contained HTML report of the run (timeline, per-node use, reservation
+    /// fill, unschedulable pods, NUMA zones) to FILE.
+    #[arg(long, value_name = "FILE")]
+    report: Option<String>,
 }
 
 fn main() -> ExitCode {
@@ -154,7 +162,12 @@ fn simulate(args: SimulateArgs) -> anyhow::Result<i32> {
         output,
         seed: args.seed,
     };
-    let out = berth_sim::run(&options, &mut std::io::stdin().lock());
+    let extras = berth_sim::observe::Extras {
+        verbose: args.verbose,
+        report: args.report,
+        progress: true,
+    };
+    let out = berth_sim::observe::run(&options, &extras, &mut std::io::stdin().lock());
     write_ignoring_broken_pipe(&mut std::io::stdout().lock(), &out.stdout)
         .context("writing standard output")?;
     write_ignoring_broken_pipe(&mut std::io::stderr().lock(), &out.stderr)
@@ -288,7 +301,9 @@ fn write_ignoring_broken_pipe(w: &mut dyn Write, text: &str) -> std::io::Result<
 
 /// `berth bench`: 0 when the suite ran, 2 for an unknown suite (bad input).
 fn bench(args: &BenchArgs) -> anyhow::Result<i32> {
-    let lines = match berth_sim::bench::run_suite(&args.suite, args.nodes, args.pods) {
+    let lines = match berth_sim::progress::spin("bench", || {
+        berth_sim::bench::run_suite(&args.suite, args.nodes, args.pods)
+    }) {
         Ok(lines) => lines,
         Err(e) => {
             eprintln!("error: {e}");
