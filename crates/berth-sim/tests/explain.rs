@@ -607,3 +607,24 @@ fn the_command_explains_files_and_exits_2_for_an_unknown_target() {
         out.stderr
     );
 }
+
+#[test]
+fn the_readme_shows_what_explain_prints() {
+    let readme = std::fs::read_to_string(scenarios().join("../../README.md")).expect("README.md");
+    let start = readme
+        .find("```text\npod default/p (profile default-scheduler)")
+        .expect("the explain example in README.md")
+        + "```text\n".len();
+    let len = readme[start..].find("```").expect("end of the example");
+    let want = &readme[start..start + len];
+    let options = berth_sim::Options {
+        files: vec![scenarios()
+            .join("basic/readme-example-message.yaml")
+            .to_string_lossy()
+            .into_owned()],
+        ..Default::default()
+    };
+    let out = berth_sim::explain::run("p", &options, ExplainFormat::Text, &mut std::io::empty());
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert_eq!(out.stdout, want);
+}
