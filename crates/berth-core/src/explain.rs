@@ -585,5 +585,3 @@ pub(crate) fn free_for(
     free
 }
 
-#[cfg(test)]
-mod tests;
