@@ -41,6 +41,9 @@ pub fn line(o: &Outcome) -> String {
     if o.case.reservations > 0 {
         let _ = write!(s, " | {} from reservations", m.from_reservations);
     }
+    if let Some(load) = o.load {
+        let _ = write!(s, " | load {load:.1}");
+    }
     s
 }
 

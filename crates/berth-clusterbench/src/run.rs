@@ -67,6 +67,18 @@ pub struct Outcome {
     /// berth's API requests and bind failures during the measured phase, from its
     /// `/metrics` (empty for kube-scheduler, which serves none here).
     pub api_requests: Vec<(String, f64)>,
+    /// The 1-minute load average when the measured phase ended (the machine may be shared).
+    pub load: Option<f64>,
+}
+
+/// The 1-minute load average, from `/proc/loadavg`.
+pub fn load_average() -> Option<f64> {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
 }
 
 /// The counter families read from berth's `/metrics`.
@@ -97,6 +109,7 @@ pub fn run_one(case: &Case, which: Which, config: &RunConfig) -> Result<Outcome,
     let dir = config
         .work_dir
         .join(format!("{}-{}", case.name, which.name()));
+    let mut load = None;
     runtime.block_on(async {
         let workload = Workload::new(cluster.client(), case.clone(), config.concurrency);
         setup.nodes = workload.create_nodes().await?;
@@ -111,6 +124,7 @@ pub fn run_one(case: &Case, which: Which, config: &RunConfig) -> Result<Outcome,
             let before = scrape_counters(&log);
             let measured = workload.run_measured(pid, &mut alive).await?;
             let after = scrape_counters(&log);
+            load = load_average();
             (measured, metrics::delta(&before, &after))
         };
         process.stop(Duration::from_secs(10));
@@ -121,6 +135,7 @@ pub fn run_one(case: &Case, which: Which, config: &RunConfig) -> Result<Outcome,
             measured,
             log,
             api_requests,
+            load,
         })
     })
 }
