@@ -117,8 +117,17 @@ fn machine() -> String {
     format!("{cores} cores ({cpu}), {mem_gib} GiB RAM")
 }
 
-fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
+fn main() -> std::process::ExitCode {
+    match run(Cli::parse()) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
     let runs = plan(cli.case, cli.scheduler);
     let config = RunConfig {
         berth: BerthOptions {
