@@ -22,6 +22,9 @@
 use std::collections::HashMap;
 use std::mem::MaybeUninit;
 
+// `sys` names the raw C-shaped layer as -sys crates do; its unsafety stays inside `Events`
+// and `convert` below.
+#[allow(clippy::unsafe_removed_from_name)]
 use unsafe_libyaml as sys;
 
 /// Largest YAML text berth reads from one file, in bytes. The API server refuses request

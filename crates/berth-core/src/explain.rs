@@ -584,4 +584,3 @@ pub(crate) fn free_for(
     }
     free
 }
-
