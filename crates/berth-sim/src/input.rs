@@ -23,10 +23,12 @@ use berth_api::k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use berth_api::k8s_openapi::api::scheduling::v1::PriorityClass;
 use berth_api::k8s_openapi::api::storage::v1::CSINode;
 use berth_api::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use berth_api::limits;
 use berth_api::nrt::{self, NodeResourceTopology};
 use berth_api::quantity::ParsedQuantity;
 use berth_api::reservation::Reservation;
-use berth_core::{Kind, Object, ObjectKey};
+use berth_core::framework::config::KubeSchedulerConfiguration;
+use berth_core::{Kind, Object, ObjectKey, Profile};
 
 use crate::error::{Error, FieldError, InputError};
 use crate::scenario::{self, DurationText, NodeAgentConfig, Scenario, ScenarioDoc, Step};
@@ -83,23 +85,89 @@ pub fn read_files(files: &[String], stdin: &mut dyn Read) -> Result<Input, Error
     let mut texts = Vec::with_capacity(files.len());
     for file in files {
         if file == "-" {
-            let mut text = String::new();
-            stdin
-                .read_to_string(&mut text)
-                .map_err(|source| Error::Read {
-                    file: STDIN_NAME.to_string(),
-                    source,
-                })?;
+            let text = read_limited(STDIN_NAME, stdin)?;
             texts.push((STDIN_NAME.to_string(), text));
         } else {
-            let text = std::fs::read_to_string(file).map_err(|source| Error::Read {
+            let mut f = std::fs::File::open(file).map_err(|source| Error::Read {
                 file: file.clone(),
                 source,
             })?;
+            let text = read_limited(file, &mut f)?;
             texts.push((file.clone(), text));
         }
     }
     Ok(parse(&texts)?)
+}
+
+/// Reads at most one byte more than [`limits::MAX_YAML_BYTES`], so that a huge file (or an
+/// endless pipe) is refused without being held in memory first.
+pub fn read_limited(file: &str, source: &mut dyn Read) -> Result<String, Error> {
+    let mut text = String::new();
+    let limit = u64::try_from(limits::MAX_YAML_BYTES).unwrap_or(u64::MAX);
+    source
+        .take(limit.saturating_add(1))
+        .read_to_string(&mut text)
+        .map_err(|source| Error::Read {
+            file: file.to_string(),
+            source,
+        })?;
+    if text.len() > limits::MAX_YAML_BYTES {
+        return Err(Error::Input(limit_error(
+            file,
+            &limits::LimitError::TooLarge {
+                bytes: text.len(),
+                limit: limits::MAX_YAML_BYTES,
+            },
+        )));
+    }
+    Ok(text)
+}
+
+/// A limit crossed, as bad input naming the file and document.
+fn limit_error(file: &str, e: &limits::LimitError) -> InputError {
+    let message = match e {
+        // Only the first byte past the limit was read: say "more than".
+        limits::LimitError::TooLarge { limit, .. } => {
+            format!(
+                "the file is larger than {limit} bytes; berth reads files of at most {limit} bytes"
+            )
+        }
+        other => other.to_string(),
+    };
+    InputError {
+        file: file.to_string(),
+        doc: e.document(),
+        field: String::new(),
+        message,
+    }
+}
+
+/// Reads the scheduler profiles of a `KubeSchedulerConfiguration` text (`file` names it in
+/// messages). Unknown plugins, invalid args and unknown fields are errors naming the field;
+/// the text is held to the same [`limits`] as input files first.
+pub fn parse_config(file: &str, text: &str) -> Result<Vec<Profile>, Error> {
+    let config_error = |field: String, message: String| Error::Config {
+        file: file.to_string(),
+        field,
+        message,
+    };
+    limits::check_yaml(text).map_err(|e| config_error(String::new(), e.to_string()))?;
+    let yaml: serde_yaml_ng::Value = serde_yaml_ng::from_str(text)
+        .map_err(|e| config_error(String::new(), format!("invalid YAML: {e}")))?;
+    let value = serde_json::to_value(&yaml)
+        .map_err(|e| config_error(String::new(), format!("cannot be read as JSON: {e}")))?;
+    let value = if value.is_null() {
+        Value::Object(Default::default())
+    } else {
+        value
+    };
+    let cfg: KubeSchedulerConfiguration =
+        serde_path_to_error::deserialize(&value).map_err(|e| {
+            let path = e.path().to_string();
+            let field = if path == "." { String::new() } else { path };
+            config_error(field, e.inner().to_string())
+        })?;
+    Profile::from_configuration(&cfg).map_err(|e| config_error(e.field, e.message))
 }
 
 /// Decodes `(file name, text)` pairs, in order.
@@ -194,7 +262,11 @@ pub fn parse_str(file: &str, text: &str) -> Result<Input, InputError> {
 
 /// Splits a YAML stream into documents, converted to JSON values. Empty documents are
 /// skipped but keep their index, so indexes match what the user counts between `---`.
+///
+/// The text is first held to [`limits`] (size, nesting, alias expansion), which the YAML
+/// decoder is slow on.
 fn split_documents(file: &str, text: &str) -> Result<Vec<(usize, Value)>, InputError> {
+    limits::check_yaml(text).map_err(|e| limit_error(file, &e))?;
     let mut out = Vec::new();
     for (doc, de) in serde_yaml_ng::Deserializer::from_str(text).enumerate() {
         let yaml_error = |e: serde_yaml_ng::Error| InputError {
@@ -1126,6 +1198,83 @@ mod tests {
         ok("apiVersion: v1\nkind: Pod\nmetadata: {name: x}\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: x, namespace: other}\n---\napiVersion: v1\nkind: Node\nmetadata: {name: x}\n");
         // Apply steps replace.
         ok(&format!("{NODE}---\n{SCENARIO}  steps:\n  - apply: [{{apiVersion: v1, kind: Node, metadata: {{name: n1}}}}]\n  - apply: [{{apiVersion: v1, kind: Node, metadata: {{name: n1}}}}]\n"));
+    }
+
+    /// The shapes the YAML decoder is slow on are refused by the limits, with a message
+    /// naming the document, line and column, before the decoder sees them. (The time each
+    /// takes is measured, not asserted: see `fuzz/README.md`.)
+    #[test]
+    fn deep_nesting_and_alias_bombs_are_refused_by_the_limits() {
+        // 100,000 nested brackets took 20 s to be refused by the decoder's recursion limit.
+        let e = err(&format!("{NODE}---\n{}", "[".repeat(100_000)));
+        assert_eq!(
+            e.to_string(),
+            "in.yaml: document 1: nested deeper than 64 levels at line 6 column 65; berth reads at most 64"
+        );
+        // Block style counts the same way.
+        let block: String = (0..70).map(|d| format!("{}k:\n", " ".repeat(d))).collect();
+        let e = err(&block);
+        assert!(
+            e.message
+                .starts_with("nested deeper than 64 levels at line 65 column 65"),
+            "{e}"
+        );
+        // 50 KB that expanded past 8 GB.
+        let bomb = format!(
+            "apiVersion: v1\nkind: List\nx: &x [{}]\nitems: [{}]\n",
+            vec!["1"; 10_000].join(","),
+            vec!["*x"; 10_000].join(",")
+        );
+        let e = err(&bomb);
+        assert_eq!(e.doc, 0);
+        assert!(
+            e.message
+                .starts_with("aliases expand to more than 1000000 nodes at line 4 column"),
+            "{e}"
+        );
+        let e = err("apiVersion: v1\nkind: List\nitems: &x [*x]\n");
+        assert_eq!(
+            e.message,
+            "alias *x at line 3 column 12 refers to a node that contains it"
+        );
+    }
+
+    /// Inside the limits, the deepest and the widest shapes are read (and refused for what
+    /// they are, or accepted), never held by the decoder.
+    #[test]
+    fn the_deepest_and_widest_inputs_the_limits_allow_are_decoded() {
+        // 64 levels, the innermost a flow sequence of scalars filling about 1 MB.
+        let deep = format!(
+            "{}{}{}",
+            "[".repeat(63),
+            vec!["1"; 450_000].join(","),
+            "]".repeat(63)
+        );
+        assert!(deep.len() < 1 << 20);
+        let e = err(&format!("[{deep}]"));
+        assert_eq!(
+            e.message,
+            "invalid type: sequence, expected a Kubernetes object (a mapping with apiVersion and kind)"
+        );
+        // Aliases adding just under a million nodes: a node template repeated.
+        let mut text = String::from("apiVersion: v1\nkind: List\nitems:\n");
+        text.push_str("- &n {apiVersion: v1, kind: Node, metadata: {name: n0, labels: &l {");
+        text.push_str(
+            &(0..96)
+                .map(|i| format!("k{i}: v"))
+                .collect::<Vec<_>>()
+                .join(", "),
+        );
+        text.push_str("}}}\n");
+        // Each item repeats the node (203 nodes) and its labels (193): 2,400 items add 950,000.
+        for i in 1..2_400 {
+            text.push_str(&format!(
+                "- {{<<: *n, metadata: {{name: n{i}, labels: *l}}}}\n"
+            ));
+        }
+        assert!(text.len() < 1 << 20);
+        let input = ok(&text);
+        assert_eq!(input.items.len(), 2_400);
     }
 
     #[test]

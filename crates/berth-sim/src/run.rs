@@ -4,9 +4,6 @@
 
 use std::io::Read;
 
-use serde_json::Value;
-
-use berth_core::framework::config::KubeSchedulerConfiguration;
 use berth_core::{Config, Profile};
 
 use crate::error::Error;
@@ -41,31 +38,12 @@ pub struct RunOutput {
 /// Reads the scheduler profiles of a `KubeSchedulerConfiguration` file. Unknown plugins,
 /// invalid args and unknown fields are errors naming the field.
 pub fn load_config(path: &str) -> Result<Vec<Profile>, Error> {
-    let text = std::fs::read_to_string(path).map_err(|source| Error::Read {
+    let mut file = std::fs::File::open(path).map_err(|source| Error::Read {
         file: path.to_string(),
         source,
     })?;
-    let config_error = |field: String, message: String| Error::Config {
-        file: path.to_string(),
-        field,
-        message,
-    };
-    let yaml: serde_yaml_ng::Value = serde_yaml_ng::from_str(&text)
-        .map_err(|e| config_error(String::new(), format!("invalid YAML: {e}")))?;
-    let value = serde_json::to_value(&yaml)
-        .map_err(|e| config_error(String::new(), format!("cannot be read as JSON: {e}")))?;
-    let value = if value.is_null() {
-        Value::Object(Default::default())
-    } else {
-        value
-    };
-    let cfg: KubeSchedulerConfiguration =
-        serde_path_to_error::deserialize(&value).map_err(|e| {
-            let path = e.path().to_string();
-            let field = if path == "." { String::new() } else { path };
-            config_error(field, e.inner().to_string())
-        })?;
-    Profile::from_configuration(&cfg).map_err(|e| config_error(e.field, e.message))
+    let text = input::read_limited(path, &mut file)?;
+    input::parse_config(path, &text)
 }
 
 /// Reads the input and runs the simulation to its end.

@@ -1,0 +1,209 @@
+//! Fuzz harnesses for berth-api's parsers: one function per target, each taking the raw
+//! input and panicking only on a real finding (a panic inside the parser, or a property
+//! below that does not hold). Each returns whether the parser accepted the input, so the
+//! corpus replay can check that its files reach past the parser's error paths.
+//!
+//! Included with `#[path]` by the targets in `fuzz/fuzz_targets/` and by
+//! `crates/berth-api/tests/fuzz_corpus.rs`, which replays the checked-in corpus under
+//! `cargo test`, so it may use only what berth-api's own tests can.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+
+use berth_api::annotations::{
+    format_cpu_list, koordinator_priority, parse_cpu_list, parse_int_label,
+    pre_allocatable_priority, reservation_order, AnnotationCodec, ExactMatchReservationSpec,
+    NewReservationRequirement, NodeReservation, ReservationAffinity, ReservationAllocated,
+    ReservationCurrentOwner, ReservationOwners, ReservationResizeAllocatable,
+    ReservationRestrictedOptions, ReservationTemplate, ResourceStatus, MAX_CPU_LIST_CPUS,
+};
+use berth_api::duration::{format_duration_nanos, parse_duration_millis, parse_duration_nanos};
+use berth_api::quantity::{format_resource, parse_resource, ParsedQuantity};
+
+/// The input as text; parsers of outside input only ever see strings.
+fn text(data: &[u8]) -> Option<&str> {
+    std::str::from_utf8(data).ok()
+}
+
+/// Kubernetes quantities: parsing never panics, and every integer berth prints back reads
+/// as the same integer.
+pub fn quantity(data: &[u8]) -> bool {
+    let Some(t) = text(data) else { return false };
+    let Ok(q) = ParsedQuantity::parse(t) else {
+        return false;
+    };
+    let _ = (q.value(), q.milli_value(), q.is_negative(), q.to_string());
+    for name in ["cpu", "memory", "pods", "hugepages-2Mi"] {
+        let Ok(amount) = parse_resource(name, t) else {
+            panic!("{t:?} parsed as a quantity but not as {name}");
+        };
+        let printed = format_resource(name, amount);
+        assert_eq!(
+            parse_resource(name, &printed),
+            Ok(amount),
+            "{name}: {t:?} read as {amount}, printed as {printed:?}"
+        );
+    }
+    true
+}
+
+/// Go durations: parsing never panics, Go's `Duration.String()` form reads back as the
+/// same value, and milliseconds are the nanoseconds truncated.
+pub fn duration(data: &[u8]) -> bool {
+    let Some(t) = text(data) else { return false };
+    let Ok(nanos) = parse_duration_nanos(t) else {
+        assert!(parse_duration_millis(t).is_err(), "{t:?}");
+        return false;
+    };
+    assert_eq!(parse_duration_millis(t), Ok(nanos / 1_000_000), "{t:?}");
+    let printed = format_duration_nanos(nanos);
+    assert_eq!(
+        parse_duration_nanos(&printed),
+        Ok(nanos),
+        "{t:?} read as {nanos} ns, printed as {printed:?}"
+    );
+    true
+}
+
+/// Linux CPU lists: never more than the limit, and the shortest form reads back the same.
+pub fn cpu_list(data: &[u8]) -> bool {
+    let Some(t) = text(data) else { return false };
+    let Ok(cpus) = parse_cpu_list(t) else {
+        return false;
+    };
+    assert!(cpus.len() as u64 <= MAX_CPU_LIST_CPUS, "{t:?}");
+    let printed = format_cpu_list(&cpus);
+    assert_eq!(parse_cpu_list(&printed).as_ref(), Ok(&cpus), "{t:?}");
+    true
+}
+
+/// The properties every JSON annotation codec has: parsing never panics, what berth writes
+/// reads back as the same value, and `from_annotations` agrees with `parse`.
+fn codec<T: AnnotationCodec + PartialEq + std::fmt::Debug>(t: &str) -> Option<T> {
+    let parsed = T::parse(t);
+    let annotations: BTreeMap<String, String> = [(T::KEY.to_string(), t.to_string())].into();
+    match (&parsed, T::from_annotations(Some(&annotations))) {
+        (_, Ok(None)) => assert!(T::EMPTY_IS_ABSENT && t.is_empty(), "{t:?}"),
+        (Ok(a), Ok(Some(b))) => assert_eq!(a, &b, "{t:?}"),
+        (Err(_), Err(_)) => {}
+        (a, b) => panic!("parse and from_annotations disagree on {t:?}: {a:?} / {b:?}"),
+    }
+    let value = parsed.ok()?;
+    let written = value.to_value();
+    match T::parse(&written) {
+        Ok(back) => assert_eq!(back, value, "{t:?} written as {written:?}"),
+        Err(e) => panic!("{t:?} written as {written:?}, which does not read back: {e}"),
+    }
+    Some(value)
+}
+
+/// `scheduling.koordinator.sh/reservation-affinity`.
+pub fn reservation_affinity(data: &[u8]) -> bool {
+    let Some(t) = text(data) else { return false };
+    codec::<ReservationAffinity>(t).is_some()
+}
+
+/// `scheduling.koordinator.sh/reservation-allocated`.
+pub fn reservation_allocated(data: &[u8]) -> bool {
+    let Some(t) = text(data) else { return false };
+    codec::<ReservationAllocated>(t).is_some()
+}
+
+/// `scheduling.koordinator.sh/resource-status`, with its CPU list.
+pub fn resource_status(data: &[u8]) -> bool {
+    let Some(t) = text(data) else { return false };
+    let Some(v) = codec::<ResourceStatus>(t) else {
+        return false;
+    };
+    // `parse` checked the cpuset, so reading it again cannot fail.
+    assert!(v.cpu_ids().is_ok(), "{t:?}");
+    true
+}
+
+/// `node.koordinator.sh/reservation`, with its CPU list and amounts.
+pub fn node_reservation(data: &[u8]) -> bool {
+    let Some(t) = text(data) else { return false };
+    let Some(v) = codec::<NodeReservation>(t) else {
+        return false;
+    };
+    assert!(v.reserved_cpu_ids().is_ok(), "{t:?}");
+    let amounts = v.reserved_amounts();
+    assert!(amounts.is_ok(), "{t:?}: {amounts:?}");
+    let _ = v.trims_allocatable();
+    true
+}
+
+/// `scheduling.koordinator.sh/reservation-template`.
+pub fn reservation_template(data: &[u8]) -> bool {
+    let Some(t) = text(data) else { return false };
+    let Some(v) = codec::<ReservationTemplate>(t) else {
+        return false;
+    };
+    assert!(v.recommended_amounts().is_ok(), "{t:?}");
+    assert!(v.round_up_amounts().is_ok(), "{t:?}");
+    true
+}
+
+/// `scheduling.koordinator.sh/new-reservation-requirement`.
+pub fn new_reservation_requirement(data: &[u8]) -> bool {
+    let Some(t) = text(data) else { return false };
+    let Some(v) = codec::<NewReservationRequirement>(t) else {
+        return false;
+    };
+    assert!(v.amounts().is_ok(), "{t:?}");
+    true
+}
+
+/// The remaining codecs (operating pods, restricted options, exact match, resize) and the
+/// integer labels, one per input, chosen by the first byte.
+pub fn other_annotations(data: &[u8]) -> bool {
+    let Some((&which, rest)) = data.split_first() else {
+        return false;
+    };
+    let Some(t) = text(rest) else { return false };
+    match which % 6 {
+        0 => codec::<ReservationOwners>(t).is_some(),
+        1 => codec::<ReservationCurrentOwner>(t).is_some(),
+        2 => codec::<ReservationRestrictedOptions>(t).is_some(),
+        3 => codec::<ExactMatchReservationSpec>(t).is_some(),
+        4 => {
+            let Some(v) = codec::<ReservationResizeAllocatable>(t) else {
+                return false;
+            };
+            assert!(v.amounts().is_ok(), "{t:?}");
+            true
+        }
+        _ => {
+            let map: BTreeMap<String, String> = [
+                (
+                    berth_api::annotations::LABEL_RESERVATION_ORDER.to_string(),
+                    t.to_string(),
+                ),
+                (
+                    berth_api::annotations::LABEL_KOORDINATOR_PRIORITY.to_string(),
+                    t.to_string(),
+                ),
+                (
+                    berth_api::annotations::ANNOTATION_POD_PRE_ALLOCATABLE_PRIORITY.to_string(),
+                    t.to_string(),
+                ),
+            ]
+            .into();
+            let int = parse_int_label(berth_api::annotations::LABEL_RESERVATION_ORDER, t);
+            assert_eq!(
+                reservation_order(Some(&map)),
+                int.as_ref().ok().copied().filter(|v| *v != 0),
+                "{t:?}"
+            );
+            assert_eq!(
+                pre_allocatable_priority(Some(&map)),
+                int.as_ref().ok().copied().unwrap_or(0)
+            );
+            if let Ok(Some(p)) = koordinator_priority(Some(&map)) {
+                assert_eq!(int.as_ref().ok(), Some(&i64::from(p)), "{t:?}");
+            }
+            int.is_ok()
+        }
+    }
+}

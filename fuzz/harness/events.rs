@@ -1,0 +1,327 @@
+//! The structure-aware fuzz harness of the scheduling core: the input is read as a sequence
+//! of API operations (nodes, pods, reservations with arbitrary-looking annotations and
+//! fields, deletions, finished pods, time steps, restarts, broken watches), played through
+//! [`berth_core::testing::FakeDriver`] (binds refused and delivered out of order as the
+//! input says) so that every object reaches the core's `handle`, and the invariants are
+//! checked after every settled operation:
+//!
+//! - the driver saw nothing that must never happen (a double bind, a write before sync);
+//! - nothing is left in flight once settled;
+//! - per node, the cached requests are the sum of its pods', and requests plus what
+//!   reservations hold fit the (trimmed) allocatable; the pod count fits; no host port is
+//!   used twice;
+//! - no reservation gives its owners more than it holds;
+//! - every pod the API server shows bound (and not finished) is on that node in the cache;
+//! - a scheduler rebuilt from the API objects has the same accounting as the running one.
+//!
+//! Included with `#[path]` by `fuzz/fuzz_targets/core_events.rs` and by
+//! `crates/berth-core/tests/fuzz_corpus.rs`. Expects `Bytes` from the sibling `core.rs`
+//! harness in scope as `super::core_harness::Bytes`.
+
+#![allow(dead_code)]
+
+use berth_api::k8s_openapi::api::core::v1::Pod;
+use berth_core::cache::PodState;
+use berth_core::reservation::testkit::{accounting, reservation, Sim};
+use berth_core::resources::ResourceId;
+use berth_core::testing::{node, pod, DriverConfig, Profiles};
+use berth_core::{Kind, ObjectKey};
+use serde_json::json;
+
+use super::core_harness::Bytes;
+
+/// Most operations one input plays (each settles the cluster, so this bounds the time).
+pub const MAX_OPS: usize = 48;
+
+const NODE_RESERVATIONS: [&str; 6] = [
+    r#"{"resources":{"cpu":"1"}}"#,
+    r#"{"reservedCPUs":"0-1"}"#,
+    r#"{"resources":{"cpu":"500m","memory":"1Gi"},"applyPolicy":"ReservedCPUsOnly"}"#,
+    r#"{"reservedCPUs":"0-4294967295"}"#,
+    r#"{"resources":{"cpu":"-2"}}"#,
+    "not json",
+];
+
+const AFFINITIES: [&str; 7] = [
+    "",
+    r#"{"reservationSelector":{"app":"g1"}}"#,
+    r#"{"name":"r3"}"#,
+    r#"{"requiredDuringSchedulingIgnoredDuringExecution":{"reservationSelectorTerms":[{"matchExpressions":[{"key":"app","operator":"In","values":["g0","g2"]}]}]}}"#,
+    r#"{"requiredDuringSchedulingIgnoredDuringExecution":{"reservationSelectorTerms":[{"matchExpressions":[{"key":"app","operator":"Maybe"}]}]}}"#,
+    r#"{"tolerations":[{"operator":"Exists"}]}"#,
+    "{",
+];
+
+const TTLS: [&str; 7] = [
+    "30s",
+    "0",
+    "1h",
+    "bogus",
+    "-1s",
+    "1d",
+    "2562047h47m16.854775807s",
+];
+
+fn name(b: &mut Bytes, prefix: &str, seq: &mut usize) -> String {
+    *seq += 1;
+    let _ = b;
+    format!("{prefix}{seq}")
+}
+
+/// Plays the input and checks the invariants after every operation. Returns whether a pod
+/// ended bound (so the corpus replay can tell its files reach the scheduling cycle).
+pub fn core_events(data: &[u8]) -> bool {
+    let mut b = Bytes::new(data);
+    let cfg = DriverConfig {
+        seed: u64::from(b.byte()),
+        refuse_pct: u32::from(b.byte() % 40),
+        lose_answer_pct: u32::from(b.byte() % 20),
+        shuffle: b.bool(),
+    };
+    let mut sim = Sim::with_driver(Profiles::default_profile(), cfg);
+    let mut seq = 0usize;
+    let mut ops = 0;
+    while !b.is_empty() && ops < MAX_OPS {
+        ops += 1;
+        let op = b.below(12);
+        match op {
+            0 | 1 => {
+                let n = name(&mut b, "n", &mut seq);
+                let mut nb = node(&n)
+                    .alloc("cpu", &(1 + b.below(8)).to_string())
+                    .alloc("memory", &format!("{}Gi", 1 + b.below(16)))
+                    .alloc("pods", &(1 + b.below(8)).to_string())
+                    .label("zone", b.pick(&["a", "b"]));
+                if b.below(4) == 0 {
+                    nb = nb.taint(
+                        "k",
+                        "v",
+                        b.pick(&["NoSchedule", "PreferNoSchedule", "NoExecute"]),
+                    );
+                }
+                if b.below(8) == 0 {
+                    nb = nb.unschedulable();
+                }
+                if b.below(4) == 0 {
+                    nb = nb.annotation(
+                        berth_api::annotations::ANNOTATION_NODE_RESERVATION,
+                        b.pick(&NODE_RESERVATIONS),
+                    );
+                }
+                sim.node(nb.build());
+            }
+            2..=4 => {
+                let n = name(&mut b, "p", &mut seq);
+                let mut pb = pod(&n)
+                    .req("cpu", &format!("{}m", 100 * b.below(30)))
+                    .req("memory", &format!("{}Mi", 128 * b.below(24)))
+                    .priority(b.below(3) as i32)
+                    .label("app", b.pick(&["g0", "g1", "g2"]));
+                if b.below(5) == 0 {
+                    pb = pb.host_port(7000 + b.below(3) as i32, "TCP", "");
+                }
+                if b.below(4) == 0 {
+                    pb = pb.toleration(json!({"key": "k", "operator": "Exists"}));
+                }
+                if b.below(5) == 0 {
+                    pb = pb.spec("nodeSelector", json!({"zone": b.pick(&["a", "b"])}));
+                }
+                if b.below(4) == 0 {
+                    pb = pb.annotation(
+                        berth_api::annotations::ANNOTATION_RESERVATION_AFFINITY,
+                        b.pick(&AFFINITIES),
+                    );
+                }
+                if b.below(8) == 0 {
+                    pb = pb.annotation(
+                        berth_api::annotations::ANNOTATION_EXACT_MATCH_RESERVATION,
+                        b.pick(&[r#"{"resourceNames":["cpu"]}"#, "[]"]),
+                    );
+                }
+                if b.below(10) == 0 {
+                    pb = pb.label(berth_api::annotations::LABEL_RESERVATION_IGNORED, "true");
+                }
+                sim.pod(pb.build());
+            }
+            5 | 6 => {
+                let n = name(&mut b, "r", &mut seq);
+                let mut rb = reservation(&n)
+                    .req("cpu", &format!("{}m", 100 + 100 * b.below(20)))
+                    .owner_label("app", b.pick(&["g0", "g1", "g2"]));
+                if b.bool() {
+                    rb = rb.req("memory", &format!("{}Mi", 128 * b.below(16)));
+                }
+                if b.bool() {
+                    rb = rb.reusable();
+                }
+                match b.below(3) {
+                    1 => rb = rb.policy("Aligned"),
+                    2 => rb = rb.policy("Restricted"),
+                    _ => {}
+                }
+                if b.below(3) == 0 {
+                    rb = rb.ttl(b.pick(&TTLS));
+                }
+                if b.below(6) == 0 {
+                    rb = rb.host_port(7000 + b.below(3) as i32);
+                }
+                if b.below(6) == 0 {
+                    rb = rb
+                        .template_spec("nodeName", json!(format!("n{}", 1 + b.below(seq.max(1)))));
+                }
+                if b.below(6) == 0 {
+                    rb = rb.label(
+                        berth_api::annotations::LABEL_RESERVATION_ORDER,
+                        b.pick(&["1", "-5", "0", "x"]),
+                    );
+                }
+                if b.below(8) == 0 {
+                    rb = rb.annotation(
+                        berth_api::annotations::ANNOTATION_RESERVATION_RESTRICTED_OPTIONS,
+                        b.pick(&[r#"{"resources":["cpu"]}"#, "nope"]),
+                    );
+                }
+                sim.reservation(rb.build());
+            }
+            7 => {
+                let names: Vec<String> = sim.pods().keys().map(|(_, n)| n.clone()).collect();
+                if !names.is_empty() {
+                    let n = names[b.below(names.len())].clone();
+                    if b.bool() {
+                        sim.delete_pod(&n);
+                    } else {
+                        sim.finish_pod(&n);
+                    }
+                }
+            }
+            8 => {
+                let names: Vec<String> = sim.reservations().keys().cloned().collect();
+                if !names.is_empty() {
+                    let n = names[b.below(names.len())].clone();
+                    sim.delete_reservation(&n);
+                }
+            }
+            9 => {
+                let names: Vec<String> = sim.nodes().keys().cloned().collect();
+                if !names.is_empty() {
+                    let n = names[b.below(names.len())].clone();
+                    sim.delete_node(&n);
+                }
+            }
+            10 => {
+                let secs = [1, 10, 30, 61, 300, 3600][b.below(6)];
+                sim.advance(secs * 1000);
+            }
+            _ => {
+                match b.below(3) {
+                    0 => sim.d.restart(),
+                    1 => sim
+                        .d
+                        .relist(b.pick(&[Kind::Pod, Kind::Node, Kind::Reservation])),
+                    _ => {}
+                }
+                sim.settle();
+            }
+        }
+        check(&sim, ops);
+    }
+    sim.pods().values().any(|p| bound_node(p).is_some())
+}
+
+fn bound_node(p: &Pod) -> Option<&str> {
+    p.spec.as_ref().and_then(|s| s.node_name.as_deref())
+}
+
+fn finished(p: &Pod) -> bool {
+    matches!(
+        p.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Succeeded" | "Failed")
+    )
+}
+
+/// The invariants listed in the module doc; panics with the operation number on a break.
+pub fn check(sim: &Sim, op: usize) {
+    let s = sim.s();
+    assert!(
+        sim.d.violations().is_empty(),
+        "op {op}: {:?}",
+        sim.d.violations()
+    );
+    assert!(
+        s.binds_in_flight().next().is_none(),
+        "op {op}: binds left in flight after settling"
+    );
+    for n in s.cluster.nodes() {
+        let mut cpu = 0;
+        let mut mem = 0;
+        for p in &n.pods {
+            assert!(
+                !p.terminal,
+                "op {op}: finished pod {} counted on {}",
+                p.key, n.name
+            );
+            cpu += p.requests[ResourceId::CPU];
+            mem += p.requests[ResourceId::MEMORY];
+        }
+        assert_eq!(cpu, n.requested[ResourceId::CPU], "op {op}: {} cpu", n.name);
+        assert_eq!(
+            mem,
+            n.requested[ResourceId::MEMORY],
+            "op {op}: {} memory",
+            n.name
+        );
+        let mut total = n.requested;
+        total.add(&n.reserved);
+        assert!(
+            total.le(&n.allocatable),
+            "op {op}: node {} overcommitted: {:?} + {:?} > {:?}",
+            n.name,
+            n.requested,
+            n.reserved,
+            n.allocatable
+        );
+        assert!(
+            n.pods.len() as i64 <= n.allowed_pods,
+            "op {op}: {} has too many pods",
+            n.name
+        );
+        let ports: Vec<_> = n.pods.iter().flat_map(|p| p.host_ports.iter()).collect();
+        for (i, a) in ports.iter().enumerate() {
+            for c in &ports[i + 1..] {
+                assert!(
+                    !a.conflicts(c),
+                    "op {op}: {} host port {} used twice",
+                    n.name,
+                    a.port
+                );
+            }
+        }
+    }
+    for r in s.cluster.reservations.iter() {
+        assert!(
+            r.taken().le(&r.allocatable),
+            "op {op}: reservation {} gives more than it holds",
+            r.name
+        );
+    }
+    for ((ns, name), p) in sim.pods() {
+        let Some(node) = bound_node(&p) else { continue };
+        let key = ObjectKey::pod(&ns, &name);
+        let entry = s.cluster.pod(&key);
+        assert_eq!(
+            entry.map(|e| e.state),
+            Some(PodState::Bound),
+            "op {op}: pod {name} bound to {node} in the API"
+        );
+        if let Some(n) = s.cluster.node_by_name(node) {
+            let on = n.pods.iter().any(|q| *q.key.name == *name);
+            assert_eq!(on, !finished(&p), "op {op}: pod {name} presence on {node}");
+        }
+    }
+    let rebuilt = sim.rebuilt();
+    assert_eq!(
+        accounting(s),
+        accounting(&rebuilt),
+        "op {op}: a scheduler rebuilt from the objects differs"
+    );
+}
