@@ -11,6 +11,8 @@ pub const SCHEDULING_DOMAIN_PREFIX: &str = "scheduling.koordinator.sh";
 pub const NODE_DOMAIN_PREFIX: &str = "node.koordinator.sh";
 /// Prefix of pod-level keys.
 pub const POD_DOMAIN_PREFIX: &str = "pod.koordinator.sh";
+/// Prefix of keys koordlet writes about the kubelet's configuration.
+pub const KUBELET_DOMAIN_PREFIX: &str = "kubelet.koordinator.sh";
 /// Prefix of Koordinator-wide keys (`koordinator.sh/priority`).
 pub const DOMAIN_PREFIX: &str = "koordinator.sh";
 
@@ -102,7 +104,33 @@ pub const LABEL_CAN_PREEMPT: &str = "scheduling.koordinator.sh/can-preempt";
 /// Label from the reservation-preemption proposal; not read by the Reservation plugin.
 pub const LABEL_SOFT_EVICTION: &str = "scheduling.koordinator.sh/soft-eviction";
 
+/// Annotation on a pod or a reservation's template: JSON [`super::ResourceSpec`], how its
+/// exclusive CPUs are bound (`FullPCPUs`, `SpreadByPCPUs`).
+pub const ANNOTATION_RESOURCE_SPEC: &str = "scheduling.koordinator.sh/resource-spec";
+
+/// Label on a pod: its Koordinator QoS class (`LSE`, `LSR`, `LS`, `BE`, `SYSTEM`); `LSE` and
+/// `LSR` pods with an integer CPU request get exclusive CPUs.
+pub const LABEL_POD_QOS: &str = "koordinator.sh/qosClass";
+
 // ---- On nodes ------------------------------------------------------------------------------
+
+/// Annotation on a NodeResourceTopology: JSON [`super::CpuTopology`], every logical CPU with
+/// its core, socket and NUMA node (published by koordlet).
+pub const ANNOTATION_NODE_CPU_TOPOLOGY: &str = "node.koordinator.sh/cpu-topology";
+
+/// Annotation on a NodeResourceTopology: JSON [`super::KubeletCpuManagerPolicy`].
+pub const ANNOTATION_KUBELET_CPU_MANAGER_POLICY: &str = "kubelet.koordinator.sh/cpu-manager-policy";
+
+/// Annotation on a NodeResourceTopology: JSON [`super::CpuSharedPools`].
+pub const ANNOTATION_NODE_CPU_SHARED_POOLS: &str = "node.koordinator.sh/cpu-shared-pools";
+
+/// Label on a node: `FullPCPUsOnly` or `SpreadByPCPUs` imposes the CPU bind policy on every
+/// pod bound there (`None` or absent: the pod's own).
+pub const LABEL_NODE_CPU_BIND_POLICY: &str = "node.koordinator.sh/cpu-bind-policy";
+
+/// Label on a node: its NUMA topology policy (`SingleNUMANode`, `Restricted`, `BestEffort`,
+/// `None`), when the NodeResourceTopology does not say.
+pub const LABEL_NODE_NUMA_TOPOLOGY_POLICY: &str = "node.koordinator.sh/numa-topology-policy";
 
 /// Label: koordlet reserves NUMA-level allocatable; unrelated to the Reservation plugin.
 pub const LABEL_NODE_ENABLE_NUMA_RESERVATION: &str = "node.koordinator.sh/enable-numa-reservation";
@@ -162,6 +190,13 @@ mod tests {
             LABEL_CAN_PREEMPT,
             LABEL_SOFT_EVICTION,
             LABEL_NODE_ENABLE_NUMA_RESERVATION,
+            ANNOTATION_RESOURCE_SPEC,
+            LABEL_POD_QOS,
+            ANNOTATION_NODE_CPU_TOPOLOGY,
+            ANNOTATION_KUBELET_CPU_MANAGER_POLICY,
+            ANNOTATION_NODE_CPU_SHARED_POOLS,
+            LABEL_NODE_CPU_BIND_POLICY,
+            LABEL_NODE_NUMA_TOPOLOGY_POLICY,
             ANNOTATION_RESERVE_POD,
             ANNOTATION_RESERVATION_NAME,
             ANNOTATION_IS_PRE_ALLOCATION,
@@ -175,6 +210,7 @@ mod tests {
             NODE_DOMAIN_PREFIX,
             POD_DOMAIN_PREFIX,
             DOMAIN_PREFIX,
+            KUBELET_DOMAIN_PREFIX,
         ];
         for key in keys {
             let (prefix, name) = key.split_once('/').expect("prefixed key");

@@ -13,6 +13,7 @@
 mod affinity;
 mod allocated;
 mod cpu_list;
+mod cpu_topology;
 mod drp;
 pub mod keys;
 mod labels;
@@ -31,6 +32,10 @@ use crate::quantity::{parse_resource, ParsedQuantity, QuantityError};
 pub use affinity::{ReservationAffinity, ReservationAffinitySelector};
 pub use allocated::ReservationAllocated;
 pub use cpu_list::{format_cpu_list, parse_cpu_list, CpuListError, MAX_CPU_LIST_CPUS};
+pub use cpu_topology::{
+    CpuBindPolicy, CpuInfo, CpuSharedPool, CpuSharedPools, CpuTopology, KubeletCpuManagerPolicy,
+    ResourceSpec,
+};
 pub use drp::{NewReservationRequirement, ReservationTemplate};
 pub use keys::*;
 pub use labels::{
@@ -78,6 +83,17 @@ pub enum AnnotationError {
         /// What is wrong with it.
         #[source]
         source: CpuListError,
+    },
+    /// A value that is well-formed JSON but inconsistent (a CPU listed twice, a core in two
+    /// sockets).
+    #[error("annotation {key}: {field}: {reason}")]
+    Invalid {
+        /// The annotation key.
+        key: &'static str,
+        /// The field at fault.
+        field: &'static str,
+        /// What is wrong.
+        reason: String,
     },
     /// A label or annotation that must hold a decimal integer does not.
     #[error("{key}: {value:?} is not a valid {bits}-bit integer")]

@@ -70,6 +70,15 @@ impl NodeReservation {
         parse_cpu_list(&self.reserved_cpus)
     }
 
+    /// How many whole CPUs `resources.cpu` asks to reserve (rounded up, as koordlet's
+    /// `GetReservedCPUs` does); 0 without it. Only meaningful when `reservedCPUs` is unset:
+    /// the node agent then picks that many concrete CPUs.
+    pub fn reserved_cpu_count(&self) -> Result<u32, AnnotationError> {
+        let amounts = resource_amounts(ANNOTATION_NODE_RESERVATION, "resources", &self.resources)?;
+        let milli = amounts.get("cpu").copied().unwrap_or(0).max(0);
+        Ok(u32::try_from(milli.saturating_add(999) / 1000).unwrap_or(u32::MAX))
+    }
+
     /// The amounts to subtract from allocatable, as integers (milli-CPU, whole units
     /// otherwise): `resources`, with `cpu` replaced by `1000 × |reservedCPUs|` when
     /// `reservedCPUs` is set, like Koordinator's node transformer. Callers apply it only when
@@ -120,6 +129,12 @@ mod tests {
         assert_eq!(amounts.get("cpu"), Some(&4000));
         assert_eq!(amounts.get("memory"), Some(&(1 << 30)));
         assert!(v.trims_allocatable());
+        let q = NodeReservation::parse(r#"{"resources":{"cpu":"1500m"}}"#).expect("valid");
+        assert_eq!(q.reserved_cpu_count().ok(), Some(2), "rounded up");
+        assert_eq!(
+            NodeReservation::default().reserved_cpu_count().ok(),
+            Some(0)
+        );
     }
 
     #[test]
