@@ -48,6 +48,8 @@ use crate::queue::SchedulingQueue;
 use crate::rng::SplitMix64;
 use crate::time::Time;
 
+mod drp;
+
 /// Scheduler-wide settings.
 #[derive(Debug, Clone, Default)]
 pub struct Config {
@@ -123,6 +125,8 @@ pub struct Scheduler {
     /// The input being handled changed nothing any cycle reads (a pending pod's update
     /// that `isPodUpdated` ignores): the epoch stays, so retries can still be replayed.
     quiet: bool,
+    /// Dynamic Reservation Provisioning: pods waiting for their Reservation.
+    drp: drp::DrpState,
 }
 
 /// A bind in flight: what kube-scheduler's binding goroutine holds, so that a failure can
@@ -207,6 +211,7 @@ impl Scheduler {
             relisting: BTreeMap::new(),
             in_flight: BTreeMap::new(),
             quiet: false,
+            drp: drp::DrpState::default(),
         }
     }
 
@@ -259,7 +264,11 @@ impl Scheduler {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
-        match (t, self.cluster.numa.next_resync()) {
+        let t = match (t, self.cluster.numa.next_resync()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        match (t, self.drp_next_timeout()) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         }
@@ -272,10 +281,14 @@ impl Scheduler {
             return;
         }
         let due = |t: Option<Time>| t.is_some_and(|t| t <= now);
-        if due(self.cluster.reservations.next_timer()) || due(self.cluster.numa.next_resync()) {
+        if due(self.cluster.reservations.next_timer())
+            || due(self.cluster.numa.next_resync())
+            || due(self.drp_next_timeout())
+        {
             self.epoch += 1;
         }
         self.queue.flush(now);
+        self.drp_timeouts(now);
         crate::reservation::lifecycle::on_timeout(&mut self.cluster, now, &mut self.effects);
         self.sync_reservations(now);
         // NUMA reserve cache resync: flushed nodes may fit pods now.
@@ -404,7 +417,9 @@ impl Scheduler {
                 ),
             },
             Object::Reservation(r) => {
-                crate::reservation::lifecycle::apply(&mut self.cluster, r, now);
+                if !self.drp_on_reservation(now, &r) {
+                    crate::reservation::lifecycle::apply(&mut self.cluster, r, now);
+                }
             }
         }
     }
@@ -456,6 +471,7 @@ impl Scheduler {
         }
         match key.kind {
             Kind::Node => {
+                self.drp_node_deleted(now, &key.name);
                 let idx = self.cluster.node_idx(&key.name);
                 self.cluster.delete_node(&key.name);
                 self.cluster.numa.delete_node(&key.name);
@@ -468,6 +484,7 @@ impl Scheduler {
                 if let Some(b) = self.in_flight.remove(&key) {
                     self.unassume(now, b);
                 }
+                self.drp_pod_deleted(now, &key);
                 self.queue.delete(&key);
                 self.nominator.delete(&key);
                 self.last_message.remove(&key);
@@ -536,7 +553,12 @@ impl Scheduler {
         let mut keys: Vec<ObjectKey> = match kind {
             Kind::Pod => cx.pods().map(|e| e.info.key.clone()).collect(),
             Kind::Node => cx.nodes().map(|n| cluster(&n.name)).collect(),
-            Kind::Reservation => cx.reservations.iter().map(|r| r.object_key()).collect(),
+            Kind::Reservation => cx
+                .reservations
+                .iter()
+                .filter(|r| !r.is_virtual())
+                .map(|r| r.object_key())
+                .collect(),
             Kind::NodeResourceTopology => cx.numa.nrt_nodes().map(cluster).collect(),
             Kind::PersistentVolumeClaim => cx.pvcs.keys().cloned().collect(),
             Kind::PodDisruptionBudget => cx.pdbs.keys().cloned().collect(),
@@ -664,6 +686,22 @@ impl Scheduler {
             Err(e) => return self.reject_invalid_pod(&pod, e.to_string()),
         };
         let key = info.key.clone();
+        if info.node_name.is_none() && !info.terminal && !self.is_foreign(&info) {
+            // A reservation template the scheduler cannot use makes the pod unschedulable
+            // as written, like an unreadable request; everything else goes on.
+            if let Err(message) = crate::drp::template::Template::of_pod(&info) {
+                if self
+                    .cluster
+                    .pod(&key)
+                    .is_some_and(|e| e.state == PodState::Pending)
+                {
+                    self.cluster.remove_pod(&key);
+                }
+                return self.reject_invalid_pod(&pod, message);
+            }
+        }
+        self.drp_claim(&info);
+        self.drp_settle(now, &info);
         self.settle_bind(now, &info);
         let assigned = info.node_name.is_some();
         let prev = self.cluster.apply_pod(info.clone());
@@ -867,12 +905,12 @@ impl Scheduler {
         let rng_at = self.rng.position();
         let nominated = self.nominator.node_of(&key).cloned();
         let profile = self.profile_for(&pod);
-        let outcome = self.find_node(profile, &pod, now);
+        let (outcome, plan) = self.find_node_for(profile, &pod, now);
         let fed = self.filter_feedback(profile, &pod, now);
         let mut changed = true;
         match outcome {
             Outcome::Placed(node, state) => {
-                if let Err(status) = self.reserve_and_bind(profile, state, &pod, node, now) {
+                if let Err(status) = self.reserve_and_bind(profile, state, &pod, node, now, plan) {
                     self.counters.errors += 1;
                     let mut d = Diagnosis::default();
                     d.error = Some(status.message());
@@ -1200,6 +1238,7 @@ impl Scheduler {
         pod: &Arc<PodInfo>,
         node: NodeIdx,
         now: Time,
+        plan: Option<drp::Plan>,
     ) -> Result<(), Status> {
         let state = &mut state;
         let is_pod = !pod.is_reserve_pod();
@@ -1219,6 +1258,19 @@ impl Scheduler {
                 return Err(st);
             }
         }
+        if let Some(plan) = &plan {
+            // Dynamic Reservation Provisioning: the virtual reservation, after every
+            // Reserve plugin (the pod is allocated from it as from a real one).
+            if let Err(e) = self.drp_reserve(state, pod, node, plan, now) {
+                let prof = &self.profiles[profile];
+                for &j in prof.reserve.iter().rev() {
+                    prof.plugins[j].unreserve(&mut self.cluster, state, pod, node);
+                }
+                self.cluster.forget(&pod.key);
+                return Err(Status::error(e));
+            }
+        }
+        let prof = &self.profiles[profile];
         let mut annotations = BTreeMap::new();
         if let Some(info) = self.cluster.node(node) {
             for &i in &prof.pre_bind {
@@ -1245,7 +1297,24 @@ impl Scheduler {
         self.queue.done(&pod.key);
         self.nominator.delete(&pod.key);
         self.last_message.remove(&pod.key);
-        if is_pod {
+        let waits_for = if is_pod {
+            self.drp_virtual_id(state)
+        } else {
+            None
+        };
+        if let Some(id) = waits_for {
+            // Allocated from a virtual reservation: the bind waits for the Reservation.
+            self.requeue(now, ClusterEvent::assigned_pod_added(Some(node)));
+            let bind = InFlight {
+                profile,
+                state: std::mem::take(state),
+                pod: pod.clone(),
+                node,
+                node_name: node_name.into(),
+                attempts,
+            };
+            self.drp_wait(now, id, bind, annotations, plan.as_ref());
+        } else if is_pod {
             // Upstream's AssignedPodAdd: the pod counts for affinity and spreading from now.
             self.requeue(now, ClusterEvent::assigned_pod_added(Some(node)));
             self.effects.push_back(Effect::Bind {
@@ -1374,7 +1443,9 @@ impl Scheduler {
                         .reservations
                         .item(&key.name)
                         .is_some_and(|i| self.is_foreign(&i));
-                    if !foreign {
+                    // One carrying the requirement id of a pending pod is that pod's (DRP,
+                    // after a restart): it is adopted in the pod's cycle.
+                    if !foreign && !self.drp_held_back(&key.name) {
                         self.queue.add(key, priority, created, now)
                     }
                 }

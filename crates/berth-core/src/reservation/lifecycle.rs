@@ -67,7 +67,7 @@ fn expiry(created: Time, ttl_ms: Option<Time>, expires: Option<Time>) -> Option<
 
 /// Compiles the spec of `obj` into a fresh, Pending [`ReservationInfo`]. Problems become
 /// [`ReservationInfo::problem`], never errors.
-fn compile(cx: &mut Cluster, obj: Arc<Reservation>, now: Time) -> ReservationInfo {
+pub(crate) fn compile(cx: &mut Cluster, obj: Arc<Reservation>, now: Time) -> ReservationInfo {
     let meta = &obj.metadata;
     let spec = &obj.spec;
     let name: Arc<str> = meta.name.as_deref().unwrap_or("").into();
@@ -235,6 +235,7 @@ fn compile(cx: &mut Cluster, obj: Arc<Reservation>, now: Time) -> ReservationInf
         gc_requested: false,
         last_status: obj.status.clone(),
         indexed: false,
+        virtual_id: None,
         obj,
     }
 }
@@ -362,7 +363,7 @@ fn report_problem(cx: &mut Cluster, name: &Arc<str>, problem: &str) {
         .push((name.clone(), problem.to_string()));
 }
 
-fn enqueue(cx: &mut Cluster, idx: RIdx) {
+pub(crate) fn enqueue(cx: &mut Cluster, idx: RIdx) {
     let Some(r) = cx.reservations.get(idx) else {
         return;
     };
@@ -635,7 +636,7 @@ fn refresh(cx: &mut Cluster, idx: RIdx) {
     }
 }
 
-fn schedule_timer(cx: &mut Cluster, idx: RIdx, now: Time) {
+pub(crate) fn schedule_timer(cx: &mut Cluster, idx: RIdx, now: Time) {
     let Some(r) = cx.reservations.get(idx) else {
         return;
     };
@@ -856,7 +857,7 @@ pub fn pre_allocation_candidates(
     out
 }
 
-fn mask_requests(req: &Resources, names: u32) -> Resources {
+pub(crate) fn mask_requests(req: &Resources, names: u32) -> Resources {
     let mut out = Resources::ZERO;
     for (id, v) in req.non_zero() {
         if names & (1 << id.0) != 0 {
@@ -866,7 +867,13 @@ fn mask_requests(req: &Resources, names: u32) -> Resources {
     out
 }
 
-fn add_owner(cx: &mut Cluster, idx: RIdx, pod: &PodInfo, bound: bool, pre_allocated: bool) {
+pub(crate) fn add_owner(
+    cx: &mut Cluster,
+    idx: RIdx,
+    pod: &PodInfo,
+    bound: bool,
+    pre_allocated: bool,
+) {
     if let Some(prev) = cx.reservations.pod_owner.get(&pod.key).copied() {
         if prev == idx {
             return;
@@ -981,6 +988,11 @@ pub fn fail(cx: &mut Cluster, idx: RIdx, message: &str, now: Time) {
     };
     if r.phase.is_terminal() {
         return;
+    }
+    if r.virtual_id.is_some() {
+        // A virtual reservation has no status to freeze and nothing to collect: it goes.
+        let name = r.name.clone();
+        return delete(cx, &name);
     }
     let pending = r.phase == ReservationPhase::Pending;
     detach(cx, idx);
@@ -1327,6 +1339,10 @@ pub fn drain(cx: &mut Cluster, now: Time, effects: &mut VecDeque<Effect>) -> Vec
         let Some(r) = cx.reservations.get(idx) else {
             continue;
         };
+        if r.virtual_id.is_some() {
+            // Lives in the scheduler only: there is no object to write.
+            continue;
+        }
         let s = status::compute(r, &cx.names);
         if r.last_status.as_ref() == Some(&s) {
             continue;

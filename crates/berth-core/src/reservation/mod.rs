@@ -17,6 +17,7 @@ pub mod affinity;
 pub mod allocate;
 pub mod lifecycle;
 pub mod owner;
+pub mod provisioned;
 pub mod reserve_pod;
 pub mod status;
 pub mod store;
@@ -48,6 +49,8 @@ pub struct Settings {
     pub disable_gc: bool,
     /// `preAllocationConfig.enableClusterMode`: `Cluster`-mode pre-allocation is allowed.
     pub enable_cluster_mode: bool,
+    /// `dynamicProvisioning` (berth's): Dynamic Reservation Provisioning's time-out.
+    pub drp: crate::drp::Settings,
 }
 
 impl Default for Settings {
@@ -57,6 +60,7 @@ impl Default for Settings {
             gc_interval: DEFAULT_GC_INTERVAL,
             disable_gc: false,
             enable_cluster_mode: false,
+            drp: crate::drp::Settings::default(),
         }
     }
 }

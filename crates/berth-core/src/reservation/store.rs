@@ -138,6 +138,11 @@ pub struct ReservationInfo {
     pub last_status: Option<ReservationStatus>,
     /// Filed in the owner index.
     pub indexed: bool,
+    /// A virtual reservation of Dynamic Reservation Provisioning ([`crate::drp`]): the
+    /// reservation id it stands for. It holds capacity like any reservation but exists in
+    /// the scheduler only (no status is written, no event names it, a LIST never returns
+    /// it).
+    pub virtual_id: Option<Arc<str>>,
 }
 
 impl ReservationInfo {
@@ -161,6 +166,11 @@ impl ReservationInfo {
         u.sub(&self.taken());
         u.clamp_non_negative();
         u
+    }
+
+    /// Whether it is a virtual reservation (DRP), known to the scheduler only.
+    pub fn is_virtual(&self) -> bool {
+        self.virtual_id.is_some()
     }
 
     /// Placed and holding (Available or Waiting).
@@ -519,6 +529,7 @@ pub(crate) mod test_support {
             gc_requested: false,
             last_status: None,
             indexed: false,
+            virtual_id: None,
         }
     }
 }

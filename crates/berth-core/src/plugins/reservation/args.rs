@@ -25,6 +25,19 @@ pub struct PreAllocationConfig {
     pub prefer_no_pre_allocated_pods: bool,
 }
 
+/// `dynamicProvisioning` (berth's, seed 003): how long a pod waits for the Reservation a
+/// provisioner creates for it, and what happens then.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DynamicProvisioningArgs {
+    /// Seconds (default 600; at least 1).
+    #[serde(default)]
+    pub timeout_seconds: Option<i64>,
+    /// `Requeue` (default: roll back, re-queue the pod) or `BindWithoutReservation`.
+    #[serde(default)]
+    pub timeout_policy: Option<String>,
+}
+
 /// The Reservation plugin's args. Fields berth has no use for are accepted and validated
 /// so that a Koordinator configuration reads unchanged.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
@@ -66,6 +79,9 @@ pub struct ReservationArgs {
     /// Koordinator's label index for `reservationSelector` (berth always indexes owners).
     #[serde(default)]
     pub reservation_selector_index: Option<serde_json::Value>,
+    /// berth: Dynamic Reservation Provisioning.
+    #[serde(default)]
+    pub dynamic_provisioning: Option<DynamicProvisioningArgs>,
 }
 
 impl ReservationArgs {
@@ -94,6 +110,22 @@ impl ReservationArgs {
                 ));
             }
         }
+        if let Some(d) = &a.dynamic_provisioning {
+            if d.timeout_seconds.is_some_and(|v| v < 1) {
+                return Err(ConfigError::new(
+                    "dynamicProvisioning.timeoutSeconds",
+                    "should be greater than or equal to 1",
+                ));
+            }
+            if let Some(p) = &d.timeout_policy {
+                if crate::drp::TimeoutPolicy::parse(p).is_none() {
+                    return Err(ConfigError::new(
+                        "dynamicProvisioning.timeoutPolicy",
+                        "should be Requeue or BindWithoutReservation",
+                    ));
+                }
+            }
+        }
         Ok(a)
     }
 
@@ -112,6 +144,19 @@ impl ReservationArgs {
                 .pre_allocation_config
                 .as_ref()
                 .is_some_and(|p| p.enable_cluster_mode),
+            drp: {
+                let d = self.dynamic_provisioning.clone().unwrap_or_default();
+                crate::drp::Settings {
+                    timeout: d
+                        .timeout_seconds
+                        .map_or(crate::drp::DEFAULT_TIMEOUT, |s| s.saturating_mul(1000)),
+                    timeout_policy: d
+                        .timeout_policy
+                        .as_deref()
+                        .and_then(crate::drp::TimeoutPolicy::parse)
+                        .unwrap_or_default(),
+                }
+            },
         }
     }
 }
@@ -138,5 +183,25 @@ mod tests {
         let e = ReservationArgs::new(Some(&json!({"gcDurationSeconds": -1}))).unwrap_err();
         assert_eq!(e.field, "gcDurationSeconds");
         assert!(ReservationArgs::new(Some(&json!({"nonsense": 1}))).is_err());
+        let a = ReservationArgs::new(Some(&json!({"dynamicProvisioning": {
+            "timeoutSeconds": 30, "timeoutPolicy": "BindWithoutReservation"}})))
+        .unwrap();
+        assert_eq!(a.settings().drp.timeout, 30_000);
+        assert_eq!(
+            a.settings().drp.timeout_policy,
+            crate::drp::TimeoutPolicy::BindWithoutReservation
+        );
+        assert_eq!(
+            ReservationArgs::new(None).unwrap().settings().drp.timeout,
+            600_000
+        );
+        let e = ReservationArgs::new(Some(&json!({"dynamicProvisioning": {"timeoutSeconds": 0}})))
+            .unwrap_err();
+        assert_eq!(e.field, "dynamicProvisioning.timeoutSeconds");
+        let e = ReservationArgs::new(Some(
+            &json!({"dynamicProvisioning": {"timeoutPolicy": "Drop"}}),
+        ))
+        .unwrap_err();
+        assert_eq!(e.field, "dynamicProvisioning.timeoutPolicy");
     }
 }

@@ -127,6 +127,14 @@ impl State {
     pub fn assumed(&self) -> Option<(&str, &str)> {
         self.assumed.as_ref().map(|(n, u)| (&**n, &**u))
     }
+
+    /// Replaces the reservation the pod is allocated from (Dynamic Reservation
+    /// Provisioning: the virtual reservation placed for it, the Reservation that took the
+    /// virtual one's place, or none when it is bound without one), so that Unreserve and
+    /// PreBind act on that one.
+    pub(crate) fn set_assumed(&mut self, assumed: Option<(Arc<str>, Arc<str>)>) {
+        self.assumed = assumed;
+    }
 }
 
 /// [`State::hides`] for a cycle (false when the Reservation plugin did not run).
