@@ -526,6 +526,16 @@ impl Decoder {
                 };
             }
         }
+        if let Some(p) = &doc.spec.provisioner {
+            let mut config = crate::provisioner::ProvisionerConfig::default();
+            if let Some(enabled) = p.enabled {
+                config.enabled = enabled;
+            }
+            if let Some(delay) = &p.delay {
+                config.delay = duration(delay, "spec.provisioner.delay")?;
+            }
+            out.provisioner = config;
+        }
         for (i, step_doc) in doc.spec.steps.into_iter().enumerate() {
             let path = format!("spec.steps[{i}]");
             let mut step = Step::default();

@@ -16,6 +16,7 @@ pub mod numa_agent;
 pub mod observe;
 pub mod output;
 pub mod progress;
+pub mod provisioner;
 pub mod report;
 pub mod scenario;
 mod selectors;

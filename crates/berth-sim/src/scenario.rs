@@ -27,6 +27,8 @@ pub struct Scenario {
     pub start_time: Option<Time>,
     /// `spec.nodeAgent`.
     pub node_agent: NodeAgentConfig,
+    /// `spec.provisioner`: the Dynamic Reservation Provisioning provisioner.
+    pub provisioner: crate::provisioner::ProvisionerConfig,
     /// `spec.steps`, in order.
     pub steps: Vec<Step>,
 }
@@ -124,6 +126,10 @@ pub struct ReservationExpectation {
     /// namespace `default`).
     #[serde(default)]
     pub owners: Option<Vec<String>>,
+    /// `status.allocatable` of the named resources (an extension of the contract: e.g. the
+    /// rounded size of a dynamically provisioned reservation), compared as quantities.
+    #[serde(default)]
+    pub allocatable: Option<std::collections::BTreeMap<String, String>>,
 }
 
 fn default_namespace() -> String {
@@ -167,6 +173,8 @@ pub(crate) struct ScenarioSpecDoc {
     #[serde(default)]
     pub(crate) node_agent: Option<NodeAgentDoc>,
     #[serde(default)]
+    pub(crate) provisioner: Option<ProvisionerDoc>,
+    #[serde(default)]
     pub(crate) steps: Vec<StepDoc>,
 }
 
@@ -175,6 +183,15 @@ pub(crate) struct ScenarioSpecDoc {
 pub(crate) struct NodeAgentDoc {
     #[serde(default)]
     pub(crate) nrt_update_period: Option<DurationText>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(crate) struct ProvisionerDoc {
+    #[serde(default)]
+    pub(crate) enabled: Option<bool>,
+    #[serde(default)]
+    pub(crate) delay: Option<DurationText>,
 }
 
 #[derive(Debug, Default, Deserialize)]

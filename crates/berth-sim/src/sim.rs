@@ -29,6 +29,7 @@ use berth_core::{
 
 use crate::agent::{Admission, NodeAgent};
 use crate::input::{Input, Item, Source, SYSTEM_PRIORITY_CLASSES};
+use crate::provisioner::{Provisioner, ProvisionerConfig};
 use crate::scenario::{Expect, NodeAgentConfig, Step, DEFAULT_START_TIME};
 use crate::store::Store;
 
@@ -77,6 +78,8 @@ pub struct Simulation {
     core: Scheduler,
     store: Store,
     agent: NodeAgent,
+    /// The Dynamic Reservation Provisioning provisioner.
+    provisioner: Provisioner,
     start: Time,
     now: Time,
     recorder: Recorder,
@@ -118,6 +121,7 @@ impl Simulation {
             core: Scheduler::new(profiles, config),
             store: Store::default(),
             agent: NodeAgent::new(agent, start),
+            provisioner: Provisioner::new(ProvisionerConfig::default()),
             start,
             now: start,
             recorder: Recorder::default(),
@@ -145,6 +149,9 @@ impl Simulation {
             .unwrap_or_else(default_start);
         let agent = scenario.map(|s| s.node_agent).unwrap_or_default();
         let mut sim = Self::new(profiles, config, start, agent);
+        if let Some(s) = scenario {
+            sim.provisioner = Provisioner::new(s.provisioner);
+        }
         sim.scenario_source = input.scenario.as_ref().map(|(src, _)| src.clone());
         if hooks.timeline {
             sim.timeline = Some(Box::default());
@@ -358,6 +365,7 @@ impl Simulation {
         let is_node = matches!(obj, Object::Node(_));
         self.store.insert(obj.clone());
         self.core.handle(self.now, Event::Applied(obj));
+        self.provisioner_observe(&key);
         if admit {
             self.kubelet_admit(&key);
         }
@@ -485,6 +493,16 @@ impl Simulation {
             self.core.handle_timeout(self.now);
             fired = true;
         }
+        if self
+            .provisioner
+            .next_timeout()
+            .is_some_and(|t| t <= self.now)
+        {
+            for (key, req) in self.provisioner.take_due(self.now) {
+                self.provision(&key, &req);
+            }
+            fired = true;
+        }
         if self.agent.next_timeout().is_some_and(|t| t <= self.now) {
             let published = self.agent.handle_timeout(self.now, &self.store);
             for t in published {
@@ -503,10 +521,14 @@ impl Simulation {
         let target = self.now.saturating_add(millis);
         let mut stuck = 0;
         loop {
-            let next = match (self.core.poll_timeout(), self.agent.next_timeout()) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            };
+            let next = [
+                self.core.poll_timeout(),
+                self.agent.next_timeout(),
+                self.provisioner.next_timeout(),
+            ]
+            .into_iter()
+            .flatten()
+            .min();
             let Some(t) = next.filter(|t| *t <= target) else {
                 break;
             };
@@ -579,18 +601,12 @@ impl Simulation {
                 self.core.handle(self.now, Event::Applied(obj));
             }
             Effect::CreateReservation(r) => {
-                let mut r = *r;
-                r.metadata.namespace = None;
-                r.apply_defaults();
                 let name = r.metadata.name.clone().unwrap_or_default();
                 if self.store.reservation(&name).is_some() {
                     self.warn(format!("reservation {name} already exists; not created"));
                     return;
                 }
-                self.fill_meta(&mut r.metadata, "Reservation", "", &name, None);
-                let obj = Object::Reservation(Arc::new(r));
-                self.store.insert(obj.clone());
-                self.core.handle(self.now, Event::Applied(obj));
+                self.create_reservation(*r);
             }
             Effect::Delete { key, uid, .. } => {
                 // The UID precondition, as the API server checks it (the simulator keeps no
@@ -628,9 +644,88 @@ impl Simulation {
                 let obj = Object::Pod(Arc::new(p));
                 self.store.insert(obj.clone());
                 self.core.handle(self.now, Event::Applied(obj));
+                self.provisioner_observe(&pod);
             }
             Effect::Record(r) => self.record(r),
             other => self.warn(format!("effect not simulated: {other:?}")),
+        }
+    }
+
+    /// Creates a Reservation as the API server would (defaults, UID, creation time) and
+    /// tells the scheduler.
+    fn create_reservation(&mut self, mut r: berth_api::reservation::Reservation) {
+        r.metadata.namespace = None;
+        r.apply_defaults();
+        let name = r.metadata.name.clone().unwrap_or_default();
+        self.fill_meta(&mut r.metadata, "Reservation", "", &name, None);
+        let obj = Object::Reservation(Arc::new(r));
+        self.store.insert(obj.clone());
+        self.core.handle(self.now, Event::Applied(obj));
+    }
+
+    /// Shows the provisioner a pod just written.
+    fn provisioner_observe(&mut self, key: &ObjectKey) {
+        if key.kind != Kind::Pod {
+            return;
+        }
+        use berth_api::annotations::{AnnotationCodec, NewReservationRequirement};
+        let req = self.store.pod(key).and_then(|p| {
+            // Unbound and carrying both annotations (an unreadable template included:
+            // the provisioner reports it).
+            if berth_core::drp::objects::provisioned_reservation(p).is_none() {
+                return None;
+            }
+            NewReservationRequirement::from_annotations(p.metadata.annotations.as_ref())
+                .ok()
+                .flatten()
+        });
+        self.provisioner.observe(key, req, self.now);
+    }
+
+    /// The provisioner acts on the requirement it saw on `key`: unless the pod is gone or
+    /// bound, or a Reservation carrying its id exists, it creates the Reservation (even if
+    /// the pod asks for another id by now: a slow provisioner finishes what it started)
+    /// under the first free name. An unreadable template is a `ReservationCreationFailed`
+    /// warning on the pod.
+    fn provision(
+        &mut self,
+        key: &ObjectKey,
+        req: &berth_api::annotations::NewReservationRequirement,
+    ) {
+        use berth_core::drp::objects::{
+            nth_name, provisioned_reservation_for, requirement_id, reservation_id,
+        };
+        let Some(pod) = self.store.pod(key).cloned() else {
+            return;
+        };
+        let Some(id) = requirement_id(req) else {
+            return;
+        };
+        let exists = self.store.of_kind(Kind::Reservation).any(|o| match o {
+            Object::Reservation(r) => reservation_id(r) == Some(id),
+            _ => false,
+        });
+        if exists {
+            return;
+        }
+        match provisioned_reservation_for(&pod, req) {
+            None => {}
+            Some(Err(message)) => self.record(Record {
+                involved: key.clone(),
+                uid: pod.metadata.uid.clone().unwrap_or_default(),
+                type_: "Warning",
+                reason: berth_core::drp::REASON_FAILED.to_string(),
+                message: format!("provisioner: {message}"),
+            }),
+            Some(Ok(mut r)) => {
+                let base = r.metadata.name.clone().unwrap_or_default();
+                let name = (1..)
+                    .map(|n| nth_name(&base, n))
+                    .find(|n| self.store.reservation(n).is_none())
+                    .unwrap_or(base);
+                r.metadata.name = Some(name);
+                self.create_reservation(r);
+            }
         }
     }
 
@@ -962,6 +1057,19 @@ impl Simulation {
                     failures.push(format!(
                         "reservation {}: owners: expected {:?}, found {:?}",
                         e.name, want, got
+                    ));
+                }
+            }
+            for (resource, want) in e.allocatable.iter().flatten() {
+                let got = status.and_then(|s| s.allocatable.get(resource));
+                let amount = |text: &str| berth_api::parse_resource(resource, text).ok();
+                if got.and_then(|q| amount(&q.0)).is_none()
+                    || got.and_then(|q| amount(&q.0)) != amount(want)
+                {
+                    failures.push(format!(
+                        "reservation {}: allocatable[{resource}]: expected {want:?}, found {}",
+                        e.name,
+                        show(got.map(|q| q.0.as_str()))
                     ));
                 }
             }
