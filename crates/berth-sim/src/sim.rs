@@ -669,16 +669,17 @@ impl Simulation {
             return;
         }
         use berth_api::annotations::{AnnotationCodec, NewReservationRequirement};
-        let req = self.store.pod(key).and_then(|p| {
-            // Unbound and carrying both annotations (an unreadable template included:
-            // the provisioner reports it).
-            if berth_core::drp::objects::provisioned_reservation(p).is_none() {
-                return None;
-            }
-            NewReservationRequirement::from_annotations(p.metadata.annotations.as_ref())
-                .ok()
-                .flatten()
-        });
+        // Unbound and carrying both annotations (an unreadable template included: the
+        // provisioner reports it).
+        let req = self
+            .store
+            .pod(key)
+            .filter(|p| berth_core::drp::objects::provisioned_reservation(p).is_some())
+            .and_then(|p| {
+                NewReservationRequirement::from_annotations(p.metadata.annotations.as_ref())
+                    .ok()
+                    .flatten()
+            });
         self.provisioner.observe(key, req, self.now);
     }
 
