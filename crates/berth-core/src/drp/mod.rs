@@ -138,14 +138,19 @@ pub struct Metrics {
     pub pending_duration: Histogram,
 }
 
-/// A reservation id: unique per attempt (the pod's UID, the time and a sequence number,
-/// hashed), short enough for a label value, and the same on every run of a simulation.
-pub fn mint_id(pod_uid: &str, now: Time, seq: u64) -> String {
+/// A reservation id: unique per attempt (the pod's UID, the id it asked for before if any,
+/// the time and a sequence number, hashed), short enough for a label value, and the same on
+/// every run of a simulation. The previous id makes a restarted scheduler (whose sequence
+/// starts again) mint another id than its predecessor did at the same instant; the caller
+/// still checks the id is not in use.
+pub fn mint_id(pod_uid: &str, previous: &str, now: Time, seq: u64) -> String {
     // FNV-1a, 64 bits: deterministic across runs and platforms.
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in pod_uid
         .as_bytes()
         .iter()
+        .chain(&[0])
+        .chain(previous.as_bytes())
         .chain(&now.to_le_bytes())
         .chain(&seq.to_le_bytes())
     {
@@ -161,11 +166,12 @@ mod tests {
 
     #[test]
     fn ids_differ_per_attempt_and_are_label_values() {
-        let a = mint_id("uid-1", 0, 0);
-        assert_eq!(a, mint_id("uid-1", 0, 0), "deterministic");
-        assert_ne!(a, mint_id("uid-1", 0, 1));
-        assert_ne!(a, mint_id("uid-1", 1, 0));
-        assert_ne!(a, mint_id("uid-2", 0, 0));
+        let a = mint_id("uid-1", "", 0, 0);
+        assert_eq!(a, mint_id("uid-1", "", 0, 0), "deterministic");
+        assert_ne!(a, mint_id("uid-1", "", 0, 1));
+        assert_ne!(a, mint_id("uid-1", "", 1, 0));
+        assert_ne!(a, mint_id("uid-2", "", 0, 0));
+        assert_ne!(a, mint_id("uid-1", "drp-0", 0, 0));
         assert!(a.len() <= 63 && a.chars().all(|c| c.is_ascii_alphanumeric() || c == '-'));
     }
 

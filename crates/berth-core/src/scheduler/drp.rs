@@ -172,15 +172,27 @@ impl Scheduler {
     ) -> Result<(), String> {
         // A pod that went through the handshake with an earlier scheduler (a restart) asks
         // for the same id again, so the provisioner never creates two Reservations for it.
-        let reused = objects::pod_requirement_id(&pod.pod)
-            .map(Arc::<str>::from)
-            .filter(|id| !self.drp.retired.contains(id) && !self.drp.handshakes.contains_key(id));
+        let previous = objects::pod_requirement_id(&pod.pod).unwrap_or_default();
+        let reused = Some(Arc::<str>::from(previous.as_str()))
+            .filter(|id| !id.is_empty())
+            .filter(|id| {
+                !self.drp.retired.contains(id)
+                    && !self.drp.handshakes.contains_key(id)
+                    && !self.drp_id_placed(id)
+            });
         let id: Arc<str> = match reused {
             Some(id) => id,
-            None => {
+            None => loop {
                 self.drp.seq += 1;
-                drp::mint_id(&pod.uid, now, self.drp.seq).into()
-            }
+                let id: Arc<str> = drp::mint_id(&pod.uid, &previous, now, self.drp.seq).into();
+                let taken = self.drp.retired.contains(&id)
+                    || self.drp.handshakes.contains_key(&id)
+                    || self.drp.claimed.contains_key(&id)
+                    || self.drp_id_known(&id);
+                if !taken {
+                    break id;
+                }
+            },
         };
         let req = objects::requirement(&id, &plan.size, &self.cluster.names);
         let name = format!("{VIRTUAL_PREFIX}{id}");
@@ -275,6 +287,35 @@ impl Scheduler {
         }
     }
 
+    /// Whether a Reservation carrying `id` is known and placed (or finished) already: its
+    /// handshake is over, whatever this process remembers.
+    fn drp_id_placed(&self, id: &str) -> bool {
+        self.cluster.reservations.iter().any(|r| {
+            !r.is_virtual()
+                && (r.phase != ReservationPhase::Pending || r.node_name.is_some())
+                && objects::reservation_id(&r.obj) == Some(id)
+        })
+    }
+
+    /// Whether any Reservation carrying `id` is known.
+    fn drp_id_known(&self, id: &str) -> bool {
+        self.cluster
+            .reservations
+            .iter()
+            .any(|r| objects::reservation_id(&r.obj) == Some(id))
+    }
+
+    /// Whether the Reservation object says it was placed (a status with a node or a phase
+    /// past Pending): such a one is never adopted, only tracked like any other.
+    fn placed_object(obj: &Reservation) -> bool {
+        obj.status.as_ref().is_some_and(|s| {
+            s.node_name.as_deref().is_some_and(|n| !n.is_empty())
+                || s.phase
+                    .as_ref()
+                    .is_some_and(|p| *p != ReservationPhase::Pending)
+        })
+    }
+
     /// A pending, unplaced Reservation carrying `id`, if one is known.
     fn drp_pending_reservation(&self, id: &str) -> Option<Arc<Reservation>> {
         self.cluster
@@ -284,6 +325,7 @@ impl Scheduler {
                 !r.is_virtual()
                     && r.phase == ReservationPhase::Pending
                     && r.node_name.is_none()
+                    && !Self::placed_object(&r.obj)
                     && objects::reservation_id(&r.obj) == Some(id)
             })
             .map(|r| r.obj.clone())
@@ -300,7 +342,7 @@ impl Scheduler {
             return false;
         }
         let name = obj.metadata.name.as_deref().unwrap_or("");
-        if self.cluster.reservations.idx(name).is_some() {
+        if self.cluster.reservations.idx(name).is_some() || Self::placed_object(obj) {
             return false;
         }
         self.drp_adopt(now, obj)
