@@ -77,6 +77,16 @@ pub enum Effect {
         /// Annotations to merge.
         annotations: BTreeMap<String, String>,
     },
+    /// Merge annotations into a Reservation (PreBind of its stand-in: the CPUs
+    /// NodeNUMAResource reserved, `scheduling.koordinator.sh/resource-status`).
+    AnnotateReservation {
+        /// The reservation's name.
+        name: String,
+        /// Its UID: a precondition, as for [`Effect::ReservationStatus`].
+        uid: String,
+        /// Annotations to merge.
+        annotations: BTreeMap<String, String>,
+    },
     /// Record a `v1` Event.
     Record(Record),
 }

@@ -7,6 +7,7 @@
 
 pub mod cache;
 pub mod collections;
+pub mod cpuset;
 pub mod drp;
 pub mod effect;
 pub mod event;

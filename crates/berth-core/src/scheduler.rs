@@ -50,6 +50,10 @@ use crate::time::Time;
 
 mod drp;
 
+/// Reason of the Warning event on a pod holding CPUs its node now reserves
+/// (`node.koordinator.sh/reservation`): the pod should be evicted.
+pub const EVICT_RESERVED_CPUS: &str = "CPUsReservedByNode";
+
 /// Scheduler-wide settings.
 #[derive(Debug, Clone, Default)]
 pub struct Config {
@@ -401,26 +405,73 @@ impl Scheduler {
                 self.cluster.storage_classes.insert(name, sc);
                 self.requeue(now, ClusterEvent::pvc());
             }
-            Object::NodeResourceTopology(nrt) => match self.cluster.numa.apply_nrt(&nrt, now) {
-                Ok(true) => {
-                    if let Some(idx) = self.cluster.node_idx(nrt.node_name()) {
-                        self.requeue(now, ClusterEvent::topology(idx));
+            Object::NodeResourceTopology(nrt) => {
+                let cpus_changed = self.apply_cpu_topology(&nrt);
+                match self.cluster.numa.apply_nrt(&nrt, now) {
+                    Ok(changed) => {
+                        if let (true, Some(idx)) = (
+                            changed || cpus_changed,
+                            self.cluster.node_idx(nrt.node_name()),
+                        ) {
+                            self.requeue(now, ClusterEvent::topology(idx));
+                        }
                     }
+                    Err(e) => self.record(
+                        ObjectKey::cluster(Kind::NodeResourceTopology, nrt.node_name()),
+                        nrt.metadata.uid.as_deref().unwrap_or(""),
+                        "Warning",
+                        "InvalidNodeResourceTopology",
+                        e.to_string(),
+                    ),
                 }
-                Ok(false) => {}
-                Err(e) => self.record(
-                    ObjectKey::cluster(Kind::NodeResourceTopology, nrt.node_name()),
-                    nrt.metadata.uid.as_deref().unwrap_or(""),
-                    "Warning",
-                    "InvalidNodeResourceTopology",
-                    e.to_string(),
-                ),
-            },
+            }
             Object::Reservation(r) => {
+                let status = r
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(berth_api::annotations::ANNOTATION_RESOURCE_STATUS));
+                self.cluster.cpusets.reservation_applied(
+                    r.metadata.uid.as_deref().unwrap_or(""),
+                    status.map(String::as_str),
+                );
                 if !self.drp_on_reservation(now, &r) {
                     crate::reservation::lifecycle::apply(&mut self.cluster, r, now);
                 }
             }
+        }
+    }
+
+    /// Reads the koordlet CPU annotations of an NRT (a malformed one is a Warning on the
+    /// node, which then has no CPU topology) and recomputes the node's excluded CPUs.
+    /// Returns whether exclusive-CPU pods may see the node differently.
+    fn apply_cpu_topology(&mut self, nrt: &berth_api::nrt::NodeResourceTopology) -> bool {
+        let name = nrt.node_name().to_string();
+        let before = self.cluster.cpusets.node(&name).is_some();
+        if let Err(message) = self.cluster.cpusets.apply_nrt(nrt) {
+            let uid = self
+                .cluster
+                .node_by_name(&name)
+                .and_then(|n| n.node.metadata.uid.clone())
+                .unwrap_or_default();
+            self.record(
+                ObjectKey::cluster(Kind::Node, &name),
+                &uid,
+                "Warning",
+                "InvalidCPUTopology",
+                message,
+            );
+        }
+        self.refresh_cpus(&name);
+        before || self.cluster.cpusets.node(&name).is_some()
+    }
+
+    /// Recomputes what `node` keeps from exclusive-CPU pods and reports each pod that holds
+    /// CPUs the node now reserves (seed 004's eviction list: a Warning on the pod).
+    fn refresh_cpus(&mut self, node: &str) {
+        for e in crate::cpuset::state::refresh(&mut self.cluster, node) {
+            let message = e.message();
+            self.record(e.pod, &e.uid, "Warning", EVICT_RESERVED_CPUS, message);
         }
     }
 
@@ -448,6 +499,7 @@ impl Scheduler {
                     );
                 }
                 crate::reservation::lifecycle::node_applied(&mut self.cluster, idx);
+                self.refresh_cpus(&name);
                 let event = match (&before, self.cluster.node(idx)) {
                     (Some(b), Some(n)) => ClusterEvent::node_updated(idx, hints::node_change(b, n)),
                     _ => ClusterEvent::node_added(idx),
@@ -489,6 +541,7 @@ impl Scheduler {
                 self.nominator.delete(&key);
                 self.last_message.remove(&key);
                 if let Some(e) = self.cluster.remove_pod(&key) {
+                    self.cluster.cpusets.release(&e.info.uid);
                     let foreign = self.is_foreign(&e.info);
                     crate::plugins::numatopology::pod_deleted(&mut self.cluster, &e, foreign, now);
                     if e.state != PodState::Pending && !e.info.terminal {
@@ -520,10 +573,19 @@ impl Scheduler {
                 self.cluster.storage_classes.remove(&*key.name);
             }
             Kind::Reservation => {
+                if let Some(uid) = self
+                    .cluster
+                    .reservations
+                    .by_name(&key.name)
+                    .map(|r| r.uid.clone())
+                {
+                    self.cluster.cpusets.release(&uid);
+                }
                 crate::reservation::lifecycle::delete(&mut self.cluster, &key.name);
             }
             Kind::NodeResourceTopology => {
                 self.cluster.numa.delete_nrt(&key.name);
+                self.cluster.cpusets.delete_nrt(&key.name);
                 if let Some(idx) = self.cluster.node_idx(&key.name) {
                     self.requeue(now, ClusterEvent::topology(idx));
                 }
@@ -705,6 +767,7 @@ impl Scheduler {
         self.settle_bind(now, &info);
         let assigned = info.node_name.is_some();
         let prev = self.cluster.apply_pod(info.clone());
+        self.cluster.cpusets.pod_applied(&info);
         let foreign = self.is_foreign(&info);
         crate::plugins::numatopology::pod_applied(
             &mut self.cluster,
@@ -1344,6 +1407,15 @@ impl Scheduler {
                 },
             );
         } else if let PodKind::ReservePod { reservation } = &pod.kind {
+            // PreBindReservation: what plugins wrote for the stand-in goes on the
+            // Reservation (NodeNUMAResource's reserved CPUs).
+            if !annotations.is_empty() {
+                self.effects.push_back(Effect::AnnotateReservation {
+                    name: reservation.to_string(),
+                    uid: pod.uid.to_string(),
+                    annotations,
+                });
+            }
             crate::reservation::lifecycle::record(
                 &self.cluster,
                 reservation,

@@ -301,6 +301,11 @@ pub fn admit<'a>(
     let admit_plain = NumaAdmission::Admit {
         resource_status: None,
     };
+    // The scheduler chose this pod's CPUs (NodeNUMAResource's resource-status, for LSE/LSR
+    // pods): the kubelet honours them, as koordlet's runtime hooks do.
+    if scheduler_cpuset(pod) {
+        return admit_plain;
+    }
     let Some(mut machine) = Machine::from_nrt(nrt) else {
         return admit_plain;
     };
@@ -357,6 +362,16 @@ pub fn admit<'a>(
     NumaAdmission::Admit {
         resource_status: grant.resource_status(),
     }
+}
+
+/// Whether the pod arrives with a non-empty cpuset in its resource-status.
+fn scheduler_cpuset(pod: &Pod) -> bool {
+    pod.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(ANNOTATION_RESOURCE_STATUS))
+        .and_then(|t| ResourceStatus::parse(t).ok())
+        .is_some_and(|s| !s.cpuset.is_empty())
 }
 
 fn reject(machine: &Machine, unit: &Resources) -> NumaAdmission {

@@ -316,6 +316,20 @@ pub fn table(sim: &Simulation) -> String {
             Some(row)
         })
         .collect();
+    // Seed 004's eviction list: pods holding CPUs their node now reserves.
+    let mut evict: Vec<Vec<String>> = store
+        .events()
+        .filter(|e| e.reason.as_deref() == Some(berth_core::scheduler::EVICT_RESERVED_CPUS))
+        .map(|e| {
+            vec![
+                e.involved_object.namespace.clone().unwrap_or_default(),
+                e.involved_object.name.clone().unwrap_or_default(),
+                e.message.clone().unwrap_or_default(),
+            ]
+        })
+        .collect();
+    evict.sort();
+    evict.dedup();
     let counts = format!(
         "{} ({} placed, {} unschedulable), {}, {}.",
         plural(placed.len() + pending.len(), "pod"),
@@ -345,6 +359,10 @@ pub fn table(sim: &Simulation) -> String {
     if !pending.is_empty() {
         out.push_str("\nUNSCHEDULABLE\n");
         columns(&mut out, &["NAMESPACE", "POD", "WHY"], &pending);
+    }
+    if !evict.is_empty() {
+        out.push_str("\nTO EVICT (holding CPUs their node reserves)\n");
+        columns(&mut out, &["NAMESPACE", "POD", "WHY"], &evict);
     }
     if !reservations.is_empty() {
         out.push_str("\nRESERVATIONS\n");

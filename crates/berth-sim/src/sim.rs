@@ -600,6 +600,26 @@ impl Simulation {
                 self.store.insert(obj.clone());
                 self.core.handle(self.now, Event::Applied(obj));
             }
+            Effect::AnnotateReservation {
+                name,
+                uid,
+                annotations,
+            } => {
+                let Some(r) = self.store.reservation(&name) else {
+                    return;
+                };
+                if !uid.is_empty() && r.metadata.uid.as_deref() != Some(uid.as_str()) {
+                    return;
+                }
+                let mut r = (**r).clone();
+                r.metadata
+                    .annotations
+                    .get_or_insert_with(Default::default)
+                    .extend(annotations);
+                let obj = Object::Reservation(Arc::new(r));
+                self.store.insert(obj.clone());
+                self.core.handle(self.now, Event::Applied(obj));
+            }
             Effect::CreateReservation(r) => {
                 let name = r.metadata.name.clone().unwrap_or_default();
                 if self.store.reservation(&name).is_some() {

@@ -103,6 +103,9 @@ pub struct Cluster {
     pub reservations: crate::reservation::ReservationStore,
     /// NUMA topology per node through the reserve cache (NodeResourceTopologyMatch).
     pub numa: crate::plugins::numatopology::NumaCluster,
+    /// Exclusive CPUs per node: layouts, node-reserved cores, what pods hold
+    /// (NodeNUMAResource).
+    pub cpusets: crate::cpuset::CpusetCluster,
 }
 
 impl Cluster {

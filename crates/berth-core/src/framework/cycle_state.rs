@@ -38,6 +38,8 @@ pub struct CycleState {
     pub reservation: Option<Box<plugins::reservation::State>>,
     /// NodeResourceTopologyMatch.
     pub numa: Option<Box<plugins::numatopology::State>>,
+    /// NodeNUMAResource (exclusive CPUs).
+    pub cpuset: Option<Box<plugins::nodenumaresource::State>>,
     /// VolumeRestrictions.
     pub volume_restrictions: Option<Box<plugins::volumerestrictions::State>>,
     /// NodeVolumeLimits.

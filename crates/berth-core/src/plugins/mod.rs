@@ -11,6 +11,7 @@ pub mod interpodaffinity;
 pub mod names;
 pub mod nodeaffinity;
 pub mod nodename;
+pub mod nodenumaresource;
 pub mod nodeports;
 pub mod noderesources;
 pub mod nodeunschedulable;
@@ -45,6 +46,7 @@ pub const DEFAULT_MULTI_POINT: &[(&str, Option<i64>)] = &[
     (IMAGE_LOCALITY, Some(1)),
     (RESERVATION, Some(reservation::DEFAULT_WEIGHT)),
     (NODE_RESOURCE_TOPOLOGY_MATCH, Some(1)),
+    (NODE_NUMA_RESOURCE, Some(1)),
     (DEFAULT_BINDER, None),
 ];
 
@@ -76,6 +78,7 @@ pub fn build(name: &str, args: Option<&serde_json::Value>) -> Result<Box<dyn Plu
         NODE_RESOURCE_TOPOLOGY_MATCH => {
             Box::new(numatopology::NodeResourceTopologyMatch::new(args)?)
         }
+        NODE_NUMA_RESOURCE => Box::new(nodenumaresource::NodeNumaResource::new(args)?),
         other if is_known(other) => Box::new(noop::NoOp::new(other)),
         other => return Err(ConfigError::new("", format!("unknown plugin {other:?}"))),
     })

@@ -21,6 +21,7 @@ pub const IMAGE_LOCALITY: &str = "ImageLocality";
 pub const DEFAULT_BINDER: &str = "DefaultBinder";
 pub const RESERVATION: &str = "Reservation";
 pub const NODE_RESOURCE_TOPOLOGY_MATCH: &str = "NodeResourceTopologyMatch";
+pub const NODE_NUMA_RESOURCE: &str = "NodeNUMAResource";
 
 /// Every name berth accepts in configuration.
 pub const ALL: &[&str] = &[
@@ -44,4 +45,5 @@ pub const ALL: &[&str] = &[
     DEFAULT_BINDER,
     RESERVATION,
     NODE_RESOURCE_TOPOLOGY_MATCH,
+    NODE_NUMA_RESOURCE,
 ];

@@ -215,6 +215,17 @@ pub fn registered(plugin: &str) -> (u32, bool) {
             NODE_ADD | NODE_ALLOCATABLE | ASSIGNED_POD_DELETE | NODE_TOPOLOGY,
             true,
         ),
+        // Cores come back when a pod or reservation leaves, a node's CPU topology or
+        // reservation changes (NRT, node annotation) or a node's bind-policy label does.
+        names::NODE_NUMA_RESOURCE => (
+            NODE_ADD
+                | NODE_ALLOCATABLE
+                | NODE_LABEL
+                | ASSIGNED_POD_DELETE
+                | RESERVATION
+                | NODE_TOPOLOGY,
+            false,
+        ),
         _ => (ALL & !NODE_TOPOLOGY, false),
     }
 }

@@ -588,6 +588,28 @@ impl FakeDriver {
                     });
                 }
             }
+            Effect::AnnotateReservation {
+                name,
+                uid,
+                annotations,
+            } => {
+                let key = ObjectKey::cluster(Kind::Reservation, &name);
+                let matches = self
+                    .store
+                    .get(&key)
+                    .is_some_and(|o| o.meta().uid.as_deref() == Some(uid.as_str()));
+                if matches {
+                    self.modify(&key, |o| {
+                        if let Object::Reservation(r) = o {
+                            Arc::make_mut(r)
+                                .metadata
+                                .annotations
+                                .get_or_insert_with(Default::default)
+                                .extend(annotations);
+                        }
+                    });
+                }
+            }
             Effect::CreateReservation(r) => {
                 let obj = Object::Reservation(Arc::new(*r));
                 if !self.store.contains_key(&obj.key()) {

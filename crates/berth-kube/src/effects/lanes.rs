@@ -30,7 +30,9 @@ pub fn key_of(effect: &Effect) -> Option<ObjectKey> {
         | Effect::PodCondition { pod, .. }
         | Effect::NominatePod { pod, .. }
         | Effect::AnnotatePod { pod, .. } => Some(pod.clone()),
-        Effect::ReservationStatus { name, .. } => Some(ObjectKey::cluster(Kind::Reservation, name)),
+        Effect::ReservationStatus { name, .. } | Effect::AnnotateReservation { name, .. } => {
+            Some(ObjectKey::cluster(Kind::Reservation, name))
+        }
         Effect::CreateReservation(r) => Some(ObjectKey::cluster(
             Kind::Reservation,
             r.metadata.name.as_deref().unwrap_or(""),

@@ -184,6 +184,14 @@ async fn perform(ctx: &Ctx, effect: Effect) -> Outcome {
             reservation::status(ctx, &name, &uid, &status).await;
             Outcome::Done
         }
+        Effect::AnnotateReservation {
+            name,
+            uid,
+            annotations,
+        } => {
+            reservation::annotate(ctx, &name, &uid, &annotations).await;
+            Outcome::Done
+        }
         Effect::CreateReservation(r) => {
             reservation::create(ctx, &r).await;
             Outcome::Done

@@ -68,6 +68,36 @@ pub(super) async fn status(ctx: &Ctx, name: &str, uid: &str, status: &Reservatio
     );
 }
 
+/// Merges annotations into the reservation (a merge patch carrying `metadata.uid`, which the
+/// API server checks: a patch meant for a former incarnation fails with a conflict).
+pub(super) async fn annotate(
+    ctx: &Ctx,
+    name: &str,
+    uid: &str,
+    annotations: &std::collections::BTreeMap<String, String>,
+) {
+    let api = api(ctx);
+    let mut meta = serde_json::json!({ "annotations": annotations });
+    if !uid.is_empty() {
+        meta["uid"] = serde_json::Value::String(uid.to_string());
+    }
+    let body = serde_json::json!({ "metadata": meta });
+    let pp = kube::api::PatchParams::default();
+    let patch = kube::api::Patch::Merge(&body);
+    let r = retry(Backoff::default(), || api.patch(name, &pp, &patch)).await;
+    ctx.metrics.request(
+        "reservation_annotate",
+        r.as_ref().map_or_else(retry::code, |_| 200),
+    );
+    match r {
+        Ok(_) => {}
+        Err(e) if matches!(classify(&e), Class::NotFound | Class::Conflict) => {}
+        Err(e) => {
+            tracing::warn!(reservation = name, error = %e, "annotating the reservation failed")
+        }
+    }
+}
+
 pub(super) async fn create(ctx: &Ctx, r: &Reservation) {
     let name = r.metadata.name.clone().unwrap_or_default();
     let obj: DynamicObject = match serde_json::to_value(r).and_then(serde_json::from_value) {
