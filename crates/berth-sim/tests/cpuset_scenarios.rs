@@ -15,8 +15,8 @@ fn run(file: &str) -> Simulation {
         .join(file)
         .to_string_lossy()
         .into_owned();
-    let input = input::read_files(&[path], &mut std::io::empty())
-        .unwrap_or_else(|e| panic!("{file}: {e}"));
+    let input =
+        input::read_files(&[path], &mut std::io::empty()).unwrap_or_else(|e| panic!("{file}: {e}"));
     let sim = Simulation::run(Vec::new(), Config::default(), &input);
     assert_eq!(sim.failed_expectations(), 0, "{file}: {:?}", sim.log());
     sim
@@ -67,7 +67,11 @@ fn full_pcpus_takes_whole_cores_and_spread_by_pcpus_one_thread_per_core() {
     let sim = run("tests/scenarios/cpuset/full-vs-spread.yaml");
     assert_eq!(pod_cpus(&sim, "full").as_deref(), Some("0-1,8-9"));
     assert_eq!(pod_cpus(&sim, "spread").as_deref(), Some("4-7"));
-    assert_eq!(pod_cpus(&sim, "shared"), None, "an ordinary pod gets no cpuset");
+    assert_eq!(
+        pod_cpus(&sim, "shared"),
+        None,
+        "an ordinary pod gets no cpuset"
+    );
     assert_no_cpu_held_twice(&sim);
 }
 
@@ -95,7 +99,9 @@ fn a_malformed_cpu_topology_is_a_warning_on_the_node() {
     assert_eq!(e.involved_object.name.as_deref(), Some("bad"));
     assert_eq!(
         e.message.as_deref(),
-        Some("annotation node.koordinator.sh/cpu-topology: detail: detail[1]: CPU 0 is listed twice")
+        Some(
+            "annotation node.koordinator.sh/cpu-topology: detail: detail[1]: CPU 0 is listed twice"
+        )
     );
     assert_eq!(pod_cpus(&sim, "lsr").as_deref(), Some("0,4"));
 }

@@ -255,7 +255,7 @@ impl NodeNumaResource {
         }
         let policy = imposed.or(st.required).unwrap_or(st.preferred);
         let whole = imposed.or(st.required) == Some(CpuBindPolicy::FullPcpus);
-        if whole && st.cpus % nc.layout.cpus_per_core() != 0 {
+        if whole && !st.cpus.is_multiple_of(nc.layout.cpus_per_core()) {
             return Err(Status::unresolvable(ERR_SMT_ALIGNMENT));
         }
         let usable = nc.usable();
