@@ -75,7 +75,9 @@ fn topology(sockets: u32, cores: u32, threads: u32) -> String {
     let mut detail = Vec::new();
     for t in 0..threads {
         for c in 0..total {
-            detail.push(json!({"id": t * total + c, "core": c, "socket": c / cores, "node": c / cores}));
+            detail.push(
+                json!({"id": t * total + c, "core": c, "socket": c / cores, "node": c / cores}),
+            );
         }
     }
     json!({ "detail": detail }).to_string()
@@ -169,7 +171,9 @@ impl World {
                     "zones": zones,
                 }))
                 .expect("valid NRT");
-                self.sim.d.apply(Object::NodeResourceTopology(Arc::new(nrt)));
+                self.sim
+                    .d
+                    .apply(Object::NodeResourceTopology(Arc::new(nrt)));
                 self.sim.d.settle();
             }
             Op::AddPod {
@@ -267,7 +271,9 @@ fn check(w: &World) -> Result<(), TestCaseError> {
     // Available reservations' CPUs by node, with their UID.
     let mut held_by_reservation: BTreeMap<String, Vec<(String, BTreeSet<u32>)>> = BTreeMap::new();
     for r in sim.reservations().values() {
-        let Some(st) = r.status.as_ref() else { continue };
+        let Some(st) = r.status.as_ref() else {
+            continue;
+        };
         if st.phase != Some(ReservationPhase::Available) {
             continue;
         }
@@ -282,11 +288,24 @@ fn check(w: &World) -> Result<(), TestCaseError> {
             .intersection(reserved.get(&node).unwrap_or(&BTreeSet::new()))
             .copied()
             .collect();
-        prop_assert!(clash.is_empty(), "reservation {:?} holds node-reserved {:?}", r.metadata.name, clash);
+        prop_assert!(
+            clash.is_empty(),
+            "reservation {:?} holds node-reserved {:?}",
+            r.metadata.name,
+            clash
+        );
         for (other, theirs) in held_by_reservation.get(&node).into_iter().flatten() {
-            prop_assert!(theirs.is_disjoint(&cpus), "reservations {} and {} share CPUs", other, uid);
+            prop_assert!(
+                theirs.is_disjoint(&cpus),
+                "reservations {} and {} share CPUs",
+                other,
+                uid
+            );
         }
-        held_by_reservation.entry(node).or_default().push((uid, cpus));
+        held_by_reservation
+            .entry(node)
+            .or_default()
+            .push((uid, cpus));
     }
     let mut held: BTreeMap<String, BTreeMap<u32, String>> = BTreeMap::new();
     for ((_, name), p) in sim.pods() {
@@ -307,27 +326,50 @@ fn check(w: &World) -> Result<(), TestCaseError> {
         prop_assert_eq!(cpus.len(), want, "pod {} cpuset size", name);
         if let Some(view) = sched.cluster.cpusets.node(&node) {
             for c in &cpus {
-                prop_assert!(view.layout.contains(*c), "pod {} holds CPU {} that {} lacks", name, c, node);
+                prop_assert!(
+                    view.layout.contains(*c),
+                    "pod {} holds CPU {} that {} lacks",
+                    name,
+                    c,
+                    node
+                );
             }
         }
         let clash: Vec<_> = cpus
             .intersection(reserved.get(&node).unwrap_or(&BTreeSet::new()))
             .copied()
             .collect();
-        prop_assert!(clash.is_empty(), "pod {} holds node-reserved CPUs {:?}", name, clash);
+        prop_assert!(
+            clash.is_empty(),
+            "pod {} holds node-reserved CPUs {:?}",
+            name,
+            clash
+        );
         let from = ReservationAllocated::from_annotations(p.metadata.annotations.as_ref())
             .ok()
             .flatten()
             .map(|a| a.uid);
         for (uid, rcpus) in held_by_reservation.get(&node).into_iter().flatten() {
             if !rcpus.is_disjoint(&cpus) {
-                prop_assert_eq!(from.as_deref(), Some(uid.as_str()), "non-owner {} holds reserved CPUs", name);
+                prop_assert_eq!(
+                    from.as_deref(),
+                    Some(uid.as_str()),
+                    "non-owner {} holds reserved CPUs",
+                    name
+                );
             }
         }
         let on = held.entry(node.clone()).or_default();
         for c in cpus {
             if let Some(other) = on.insert(c, name.clone()) {
-                prop_assert!(false, "CPU {} of {} held by {} and {}", c, node, other, name);
+                prop_assert!(
+                    false,
+                    "CPU {} of {} held by {} and {}",
+                    c,
+                    node,
+                    other,
+                    name
+                );
             }
         }
     }
@@ -380,7 +422,10 @@ fn the_oracle_sees_a_double_allocation() {
             .req("cpu", "2")
             .label("koordinator.sh/qosClass", "LSR")
             .node_name(&bound)
-            .annotation(ANNOTATION_RESOURCE_STATUS, &format!(r#"{{"cpuset":"{list}"}}"#))
+            .annotation(
+                ANNOTATION_RESOURCE_STATUS,
+                &format!(r#"{{"cpuset":"{list}"}}"#),
+            )
             .build(),
     );
     assert!(check(&w).is_err());
