@@ -252,6 +252,18 @@ pub fn refresh(cx: &mut Cluster, node: &str) -> Vec<Eviction> {
     let node_reserved = reservation
         .map(|r| concrete_reserved(&p.layout, &p.kubelet_reserved, &r))
         .unwrap_or_default();
+    // The node's `node.koordinator.sh/numa-topology-policy` label wins over the NRT's
+    // Topology Manager policy, as in Koordinator.
+    let label = cx.node_by_name(node).and_then(|n| {
+        n.labels
+            .get(berth_api::annotations::LABEL_NODE_NUMA_TOPOLOGY_POLICY)
+            .cloned()
+    });
+    let aligned = match label.as_deref() {
+        Some("SingleNUMANode" | "Restricted") => true,
+        Some("BestEffort" | "None") => false,
+        _ => p.aligned,
+    };
     let mut excluded = p.kubelet_reserved.clone();
     excluded.extend(node_reserved.iter().copied());
     let name: Arc<str> = node.into();
@@ -261,7 +273,7 @@ pub fn refresh(cx: &mut Cluster, node: &str) -> Vec<Eviction> {
             layout: p.layout.clone(),
             excluded,
             node_reserved: node_reserved.clone(),
-            aligned: p.aligned,
+            aligned,
         },
     );
     let Some(info) = cx.node_by_name(node) else {
