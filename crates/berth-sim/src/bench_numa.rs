@@ -46,6 +46,11 @@ pub struct Params {
     pub nrt_update_period: Time,
     /// Time simulated after the last burst.
     pub settle: Time,
+    /// Every `lsr_every`-th pod (0: none) is labelled `koordinator.sh/qosClass: LSR`: the
+    /// scheduler picks its exclusive CPUs (NodeNUMAResource) from the node's
+    /// `node.koordinator.sh/cpu-topology` (each zone one socket of 2-thread cores), and the
+    /// kubelet keeps them.
+    pub lsr_every: usize,
 }
 
 impl Default for Params {
@@ -62,6 +67,7 @@ impl Default for Params {
             burst_interval: 30_000,
             nrt_update_period: 60_000,
             settle: 180_000,
+            lsr_every: 0,
         }
     }
 }
@@ -148,18 +154,41 @@ fn nrt_object(name: &str, zones: i64, cpus: i64) -> NodeResourceTopology {
         ],
         "zones": (0..zones).map(zone).collect::<Vec<_>>(),
     });
-    let nrt = NodeResourceTopology::from_any_version(v).unwrap_or_default();
+    let mut nrt = NodeResourceTopology::from_any_version(v).unwrap_or_default();
+    // koordlet's CPU topology: zone i is socket i, cores of 2 threads, Linux numbering
+    // (CPU c and c + total cores are siblings).
+    let cores = zones * (cpus / 2);
+    let detail: Vec<_> = (0..2)
+        .flat_map(|t| {
+            (0..cores).map(move |c| {
+                let zone = c / (cpus / 2).max(1);
+                json!({"id": t * cores + c, "core": c, "socket": zone, "node": zone})
+            })
+        })
+        .collect();
+    nrt.metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(
+            berth_api::annotations::ANNOTATION_NODE_CPU_TOPOLOGY.to_string(),
+            json!({ "detail": detail }).to_string(),
+        );
     // As published by an agent that has just started: real numbers and a fingerprint.
     republish(&nrt, std::iter::empty())
 }
 
-fn pod_object(i: usize, cpu: i64, created: Time) -> Arc<Pod> {
+fn pod_object(i: usize, cpu: i64, created: Time, lsr: bool) -> Arc<Pod> {
     let name = format!("numa-{i:06}");
     let res = json!({"cpu": cpu.to_string(), "memory": "1Gi"});
+    let labels = if lsr {
+        json!({"koordinator.sh/qosClass": "LSR"})
+    } else {
+        json!({})
+    };
     let v = json!({
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": name, "namespace": "default", "uid": format!("uid-{name}"),
-                     "creationTimestamp": rfc3339(created)},
+                     "labels": labels, "creationTimestamp": rfc3339(created)},
         "spec": {"containers": [{"name": "app", "image": "dpdk",
                   "resources": {"requests": res, "limits": res}}]},
         "status": {"phase": "Pending"},
@@ -214,9 +243,15 @@ impl Driver {
             self.cycles += ran;
             acted |= ran > 0;
             while let Some(e) = self.core.poll_effect() {
-                if let Effect::Bind { pod, node, .. } = e {
+                if let Effect::Bind {
+                    pod,
+                    node,
+                    annotations,
+                    ..
+                } = e
+                {
                     acted = true;
-                    self.bind(now, pod, node);
+                    self.bind(now, pod, node, annotations);
                 }
             }
             if !acted {
@@ -225,11 +260,23 @@ impl Driver {
         }
     }
 
-    fn bind(&mut self, now: Time, key: ObjectKey, node: String) {
+    fn bind(
+        &mut self,
+        now: Time,
+        key: ObjectKey,
+        node: String,
+        annotations: BTreeMap<String, String>,
+    ) {
         let Some((pod, arrived)) = self.pods.get(&key).cloned() else {
             return;
         };
         let mut p = (*pod).clone();
+        if !annotations.is_empty() {
+            p.metadata
+                .annotations
+                .get_or_insert_with(Default::default)
+                .extend(annotations);
+        }
         p.spec.get_or_insert_with(Default::default).node_name = Some(node.clone());
         self.apply(now, Object::Pod(Arc::new(p.clone())));
         self.bound += 1;
@@ -327,7 +374,8 @@ pub fn run_mode(p: &Params, cache: bool) -> Outcome {
                 let i = sent + k;
                 // Sizes cycle with a stride so neighbours differ.
                 let cpu = p.pod_cpus[(i * 7 + i / p.pod_cpus.len()) % p.pod_cpus.len()];
-                let pod = pod_object(i, cpu, now + k as Time);
+                let lsr = p.lsr_every > 0 && i % p.lsr_every == 0;
+                let pod = pod_object(i, cpu, now + k as Time, lsr);
                 let key = ObjectKey::pod("default", &format!("numa-{i:06}"));
                 d.pods.insert(key, (pod.clone(), now));
                 d.apply(now, Object::Pod(pod));
@@ -401,15 +449,38 @@ pub fn run_with(p: &Params) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "NUMA/{}Nodes_2-8Zones_{}GuaranteedPods/bursts-of-{}-every-{}s/nrtUpdatePeriod-{}s",
+        "NUMA/{}Nodes_2-8Zones_{}GuaranteedPods{}/bursts-of-{}-every-{}s/nrtUpdatePeriod-{}s",
         p.nodes,
         p.pods,
+        if p.lsr_every > 0 {
+            format!("_1in{}LSR", p.lsr_every)
+        } else {
+            String::new()
+        },
         p.burst,
         p.burst_interval / 1000,
         p.nrt_update_period / 1000
     );
     for cache in [true, false] {
         let _ = writeln!(out, "  {}", format_outcome(&run_mode(p, cache)));
+    }
+    if p.lsr_every == 0 {
+        // The same burst with one pod in four LSR: the scheduler also picks their CPUs.
+        let lsr = Params {
+            lsr_every: 4,
+            ..p.clone()
+        };
+        let o = run_mode(&lsr, true);
+        let _ = writeln!(
+            out,
+            "  1 in 4 LSR (cpusets)  {}  {:.1} us/cycle (vs {:.1} without LSR)",
+            format_outcome(&o),
+            o.cycle_time.as_secs_f64() * 1e6 / o.cycles.max(1) as f64,
+            {
+                let plain = run_mode(p, true);
+                plain.cycle_time.as_secs_f64() * 1e6 / plain.cycles.max(1) as f64
+            }
+        );
     }
     out
 }
@@ -452,6 +523,18 @@ mod tests {
     /// The full case, in release: `cargo test --release -p berth-sim bench_numa -- --ignored
     /// --nocapture`.
     #[test]
+    fn lsr_pods_are_placed_with_cpusets_and_no_topology_error() {
+        let p = Params {
+            lsr_every: 4,
+            ..small()
+        };
+        let o = run_mode(&p, true);
+        assert_eq!(o.topology_errors, 0, "{}", format_outcome(&o));
+        assert_eq!(o.bound + o.pending, p.pods as u64);
+        assert!(o.bound > 300, "{}", format_outcome(&o));
+    }
+
+    #[test]
     #[ignore]
     fn full_case() {
         println!("{}", run());
@@ -467,7 +550,7 @@ mod tests {
             ..Params::default()
         });
         assert!(
-            r.contains("  cache ") && r.contains("  passthrough "),
+            r.contains("  cache ") && r.contains("  passthrough ") && r.contains("LSR (cpusets)"),
             "{r}"
         );
     }

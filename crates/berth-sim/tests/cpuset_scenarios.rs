@@ -180,7 +180,11 @@ fn a_single_numa_node_policy_takes_every_cpu_from_one_numa_node() {
     let sim = run("tests/scenarios/cpuset/numa-aligned.yaml");
     assert_eq!(pod_cpus(&sim, "b").as_deref(), Some("2-3,6-7"));
     assert_eq!(pod_cpus(&sim, "c").as_deref(), Some("1,5"));
-    assert_eq!(pod_cpus(&sim, "d").as_deref(), Some("0,4"), "a's CPUs came back");
+    assert_eq!(
+        pod_cpus(&sim, "d").as_deref(),
+        Some("0,4"),
+        "a's CPUs came back"
+    );
     assert_eq!(pod_cpus(&sim, "e"), None);
     assert_no_cpu_held_twice(&sim);
 }

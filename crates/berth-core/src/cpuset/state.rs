@@ -52,16 +52,14 @@ pub struct NodeCpus {
     pub node_reserved: CpuSet,
     /// Exclusive CPUs must come from one NUMA node.
     pub aligned: bool,
+    /// The layout's CPUs minus `excluded`, computed once per change of the node.
+    usable: CpuSet,
 }
 
 impl NodeCpus {
     /// CPUs pods may be given at all.
-    pub fn usable(&self) -> CpuSet {
-        self.layout
-            .all()
-            .difference(&self.excluded)
-            .copied()
-            .collect()
+    pub fn usable(&self) -> &CpuSet {
+        &self.usable
     }
 }
 
@@ -267,10 +265,12 @@ pub fn refresh(cx: &mut Cluster, node: &str) -> Vec<Eviction> {
     let mut excluded = p.kubelet_reserved.clone();
     excluded.extend(node_reserved.iter().copied());
     let name: Arc<str> = node.into();
+    let usable = p.layout.all().difference(&excluded).copied().collect();
     cx.cpusets.nodes.insert(
         name.clone(),
         NodeCpus {
             layout: p.layout.clone(),
+            usable,
             excluded,
             node_reserved: node_reserved.clone(),
             aligned,
