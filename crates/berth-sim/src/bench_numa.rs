@@ -374,7 +374,7 @@ pub fn run_mode(p: &Params, cache: bool) -> Outcome {
                 let i = sent + k;
                 // Sizes cycle with a stride so neighbours differ.
                 let cpu = p.pod_cpus[(i * 7 + i / p.pod_cpus.len()) % p.pod_cpus.len()];
-                let lsr = p.lsr_every > 0 && i % p.lsr_every == 0;
+                let lsr = p.lsr_every > 0 && i.is_multiple_of(p.lsr_every);
                 let pod = pod_object(i, cpu, now + k as Time, lsr);
                 let key = ObjectKey::pod("default", &format!("numa-{i:06}"));
                 d.pods.insert(key, (pod.clone(), now));

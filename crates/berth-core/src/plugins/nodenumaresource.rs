@@ -269,7 +269,7 @@ impl NodeNumaResource {
         let mut last = ERR_NOT_ENOUGH;
         for s in &sources {
             let remaining: CpuSet = reservation_remaining(cx, node, &s.uid)
-                .intersection(&usable)
+                .intersection(usable)
                 .copied()
                 .collect();
             match choose(nc, &free, &remaining, s.restricted, st.cpus, policy, whole) {
