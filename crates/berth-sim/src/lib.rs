@@ -9,6 +9,7 @@
 pub mod agent;
 pub mod bench;
 pub mod bench_numa;
+pub mod cpu_agent;
 pub mod error;
 pub mod explain;
 pub mod input;

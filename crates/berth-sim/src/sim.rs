@@ -362,12 +362,40 @@ impl Simulation {
         if let Object::Node(n) = &mut obj {
             kubelet_node_labels(Arc::make_mut(n));
         }
+        // koordlet's CPU annotations on an NRT the scenario gives for a node that declares
+        // its CPU layout.
+        if let Object::NodeResourceTopology(t) = &mut obj {
+            let layout = self.store.node(t.node_name()).and_then(|n| {
+                crate::cpu_agent::declared(n)
+                    .ok()
+                    .flatten()
+                    .map(|l| (n.clone(), l))
+            });
+            if let Some((n, l)) = layout {
+                *t = Arc::new(crate::cpu_agent::publish(&n, l, Some(t)));
+            }
+        }
         let is_node = matches!(obj, Object::Node(_));
+        let declared = match &obj {
+            Object::Node(n) => match crate::cpu_agent::declared(n) {
+                Ok(l) => l.map(|l| (n.clone(), l)),
+                Err(message) => {
+                    self.warn(format!("node {}: {message}", key.name));
+                    None
+                }
+            },
+            _ => None,
+        };
         self.store.insert(obj.clone());
         self.core.handle(self.now, Event::Applied(obj));
         self.provisioner_observe(&key);
         if admit {
             self.kubelet_admit(&key);
+        }
+        if let Some((n, layout)) = declared {
+            let nrt =
+                crate::cpu_agent::publish(&n, layout, self.store.nrt(&key.name).map(|t| &**t));
+            self.apply_object(Object::NodeResourceTopology(Arc::new(nrt)), initial);
         }
         if is_node {
             for pod in self.awaiting_node.remove(&*key.name).unwrap_or_default() {

@@ -188,3 +188,16 @@ fn a_single_numa_node_policy_takes_every_cpu_from_one_numa_node() {
     assert_eq!(pod_cpus(&sim, "e"), None);
     assert_no_cpu_held_twice(&sim);
 }
+
+#[test]
+fn the_agent_publishes_cpu_topology_for_a_node_declaring_its_layout() {
+    let sim = run("tests/scenarios/cpuset/agent-layout.yaml");
+    let nrt = sim.store().nrt("big").expect("the agent wrote big's NRT");
+    assert!(nrt.annotation("node.koordinator.sh/cpu-topology").is_some());
+    assert_eq!(
+        nrt.annotation("node.koordinator.sh/reservation"),
+        Some(r#"{"reservedCPUs":"0,8"}"#)
+    );
+    assert!(sim.store().nrt("small").is_none(), "no layout, no NRT");
+    assert_eq!(pod_cpus(&sim, "p").as_deref(), Some("1-2,9-10"));
+}
