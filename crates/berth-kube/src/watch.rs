@@ -5,6 +5,8 @@
 //! [`Event::ListStarted`] ... [`Event::Listed`], so the core deletes what a re-list no longer
 //! returns and knows when its first view of every kind is complete.
 
+pub mod provisioner;
+
 use std::fmt::Debug;
 use std::sync::Arc;
 

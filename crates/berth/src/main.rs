@@ -27,6 +27,10 @@ enum Command {
     /// Schedule a real cluster: watch it through the API server and bind the pods whose
     /// `schedulerName` names one of the profiles, until SIGTERM.
     Run(RunArgs),
+    /// The Dynamic Reservation Provisioning provisioner: create the Reservation an unbound
+    /// pod's `new-reservation-requirement` asks for (once per reservation id), until
+    /// SIGTERM. `berth run` adopts it and binds the pod into it.
+    Provisioner(ProvisionerArgs),
     /// Print the CustomResourceDefinitions berth reads (Reservation, NodeResourceTopology)
     /// as multi-document YAML, for `kubectl apply -f -`.
     Crd,
@@ -91,6 +95,17 @@ struct RunArgs {
 }
 
 #[derive(Debug, Args)]
+struct ProvisionerArgs {
+    /// A kubeconfig file (default: the in-cluster configuration, then `$KUBECONFIG` /
+    /// `~/.kube/config`).
+    #[arg(long, value_name = "FILE")]
+    kubeconfig: Option<String>,
+    /// Log format.
+    #[arg(long, value_name = "FORMAT", default_value = "text", value_parser = ["text", "json"])]
+    log_format: String,
+}
+
+#[derive(Debug, Args)]
 struct BenchArgs {
     /// Nodes in the generated cluster.
     #[arg(long, default_value_t = 5000)]
@@ -138,6 +153,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Simulate(args) => simulate(args),
         Command::Run(args) => run(args),
+        Command::Provisioner(args) => provisioner(args),
         Command::Crd => crd().map(|()| 0),
         Command::Bench(args) => bench(&args),
         Command::Explain(args) => explain(args),
@@ -242,6 +258,26 @@ fn run(args: RunArgs) -> anyhow::Result<i32> {
         }
         Err(e) => Err(e.into()),
     }
+}
+
+fn provisioner(args: ProvisionerArgs) -> anyhow::Result<i32> {
+    init_logging(&args.log_format);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(async {
+        let settings = berth_kube::settings::ClientConnection::default();
+        let client = berth_kube::client::connect(args.kubeconfig.as_deref(), &settings).await?;
+        let outcome = berth_kube::watch::provisioner::run(client, shutdown_signal()).await;
+        tracing::info!(
+            created = outcome.created,
+            existing = outcome.existing,
+            failed = outcome.failed,
+            "provisioner stopped"
+        );
+        Ok(0)
+    })
 }
 
 /// SIGTERM (what the kubelet sends) or Ctrl-C.
