@@ -499,12 +499,19 @@ impl Scheduler {
                     );
                 }
                 crate::reservation::lifecycle::node_applied(&mut self.cluster, idx);
+                let cpus_before = self.cluster.cpusets.node(&name).map(|c| c.excluded.clone());
                 self.refresh_cpus(&name);
+                let cpus_after = self.cluster.cpusets.node(&name).map(|c| c.excluded.clone());
                 let event = match (&before, self.cluster.node(idx)) {
                     (Some(b), Some(n)) => ClusterEvent::node_updated(idx, hints::node_change(b, n)),
                     _ => ClusterEvent::node_added(idx),
                 };
-                self.requeue(now, event)
+                self.requeue(now, event);
+                // The node reserves other CPUs (its annotation changed, allocatable maybe
+                // not): pods NodeNUMAResource rejected may fit now.
+                if cpus_before != cpus_after {
+                    self.requeue(now, ClusterEvent::topology(idx));
+                }
             }
             Err(e) => self.record(
                 ObjectKey::cluster(Kind::Node, &name),
