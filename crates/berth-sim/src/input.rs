@@ -409,7 +409,7 @@ impl Decoder {
                 normalize_meta(&mut value, true, &mut self.generated)?;
                 strict::check(Schema::Pod, &value)?;
                 if let Some(spec) = value.get("spec") {
-                    check_pod_spec(spec).map_err(|e| e.within("spec"))?;
+                    check_pod_spec(spec, Quantities::Validated).map_err(|e| e.within("spec"))?;
                     crate::selectors::check_pod_selectors(spec).map_err(|e| e.within("spec"))?;
                 }
                 let pod = typed::<Pod>(&value)?;
@@ -838,13 +838,34 @@ fn array<'a>(v: &'a Value, key: &str) -> impl Iterator<Item = (usize, &'a Value)
         .enumerate()
 }
 
+/// How the quantities of a pod spec are checked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Quantities {
+    /// A Pod's `spec`: the API server validates it, so a quantity outside its grammar, or a
+    /// negative request or limit, is bad input.
+    Validated,
+    /// A Reservation's `spec.template.spec`: its CRD keeps the template schemaless, so the API
+    /// server stores any value there. The core reports a quantity it cannot use on the
+    /// reservation itself (`Scheduled=False` and a Warning event naming the field), which
+    /// then holds nothing while the rest is scheduled; the simulator reads it the same way.
+    Schemaless,
+}
+
 /// Quantities of a pod spec (a Pod's `spec`, a Reservation's `spec.template.spec`): container
 /// requests and limits (never negative, as the API server requires), overhead, pod-level
-/// resources and `emptyDir.sizeLimit`. Paths are relative to the spec.
-fn check_pod_spec(spec: &Value) -> Result<(), FieldError> {
+/// resources and `emptyDir.sizeLimit`; none of them for a [`Quantities::Schemaless`] spec.
+/// Paths are relative to the spec.
+fn check_pod_spec(spec: &Value, quantities: Quantities) -> Result<(), FieldError> {
     for list in ["containers", "initContainers", "ephemeralContainers"] {
         for (i, c) in array(spec, list) {
             require(c, "name", &format!("{list}[{i}].name"))?;
+        }
+    }
+    if quantities == Quantities::Schemaless {
+        return Ok(());
+    }
+    for list in ["containers", "initContainers", "ephemeralContainers"] {
+        for (i, c) in array(spec, list) {
             let resources = c.get("resources");
             for part in ["requests", "limits"] {
                 check_resource_list(
@@ -908,7 +929,7 @@ fn check_reservation(r: &Value) -> Result<(), FieldError> {
         .and_then(|s| s.get("template"))
         .and_then(|t| t.get("spec"))
     {
-        check_pod_spec(spec).map_err(|e| e.within("spec.template.spec"))?;
+        check_pod_spec(spec, Quantities::Schemaless).map_err(|e| e.within("spec.template.spec"))?;
     }
     let status = r.get("status");
     for part in ["allocatable", "allocated"] {

@@ -289,3 +289,46 @@ fn a_failed_scheduling_message_that_recurs_folds_into_its_first_event() {
     assert!(events[1].0.starts_with("0/2 nodes are available"));
     assert_eq!(events[1].1, 1);
 }
+
+#[test]
+fn a_reservation_template_the_scheduler_cannot_use_is_reported_on_the_reservation() {
+    // Issue 8: the template is schemaless in the CRD, so a negative request or an unreadable
+    // quantity there is not bad input. The scenario (whose expects check that the rest is
+    // scheduled and that fixing the template schedules it) stops with `unreadable` still
+    // Pending: its condition and its one Warning event name the field.
+    let file = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/scenarios/reservation/unusable-template-reserves-nothing.yaml");
+    let items = items_of(&[file]);
+    for (name, field) in [
+        (
+            "negative-number",
+            "spec.template.spec.containers[0].resources.requests[memory]: must be greater than or equal to 0",
+        ),
+        (
+            "unreadable",
+            "spec.template.spec.containers[0].resources.limits[memory]: quantities must match",
+        ),
+    ] {
+        let r = get(&items, "Reservation", name);
+        assert_eq!(r["status"]["phase"], "Pending", "{name}");
+        let c = condition(r, "Scheduled");
+        assert_eq!((&c["status"], &c["reason"]), (&"False".into(), &"Unschedulable".into()), "{name}");
+        let message = c["message"].as_str().unwrap_or("");
+        assert!(message.starts_with(field), "{name}: {message}");
+        let warnings: Vec<&Value> = items
+            .iter()
+            .filter(|e| {
+                e["kind"] == "Event"
+                    && e["involvedObject"]["name"] == name
+                    && e["type"] == "Warning"
+            })
+            .collect();
+        assert_eq!(warnings.len(), 1, "{name}: {warnings:?}");
+        assert_eq!(warnings[0]["reason"], "FailedScheduling");
+        let message = warnings[0]["message"].as_str().unwrap_or("");
+        assert!(message.starts_with(field), "{name}: {message}");
+    }
+    let fixed = get(&items, "Reservation", "negative");
+    assert_eq!(fixed["status"]["phase"], "Available");
+    assert!(condition(fixed, "Scheduled")["status"] == "True");
+}
