@@ -31,6 +31,7 @@ const SETS: &[&str] = &[
     "priority",
     "preemption",
     "node-reservation",
+    "cpuset",
 ];
 
 fn scenarios_dir() -> PathBuf {
@@ -50,6 +51,10 @@ struct Case {
 /// Why a file is not run through both drivers.
 fn read_case(path: &Path) -> Result<Case, String> {
     let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
+    // A node declaring its CPU layout gets its NRT from the simulated agent (koordlet).
+    if text.contains("sim.berth.dev/cpu-layout") {
+        return Err("simulated node agent".into());
+    }
     if text.lines().any(|l| l.starts_with("# expect-exit:")) {
         return Err("bad input".into());
     }
