@@ -62,9 +62,9 @@ const TTLS: [&str; 7] = [
     "2562047h47m16.854775807s",
 ];
 
-fn name(b: &mut Bytes, prefix: &str, seq: &mut usize) -> String {
+/// A fresh object name: every object an input adds is new (deletions pick existing ones).
+fn name(prefix: &str, seq: &mut usize) -> String {
     *seq += 1;
-    let _ = b;
     format!("{prefix}{seq}")
 }
 
@@ -86,7 +86,7 @@ pub fn core_events(data: &[u8]) -> bool {
         let op = b.below(12);
         match op {
             0 | 1 => {
-                let n = name(&mut b, "n", &mut seq);
+                let n = name("n", &mut seq);
                 let mut nb = node(&n)
                     .alloc("cpu", &(1 + b.below(8)).to_string())
                     .alloc("memory", &format!("{}Gi", 1 + b.below(16)))
@@ -111,7 +111,7 @@ pub fn core_events(data: &[u8]) -> bool {
                 sim.node(nb.build());
             }
             2..=4 => {
-                let n = name(&mut b, "p", &mut seq);
+                let n = name("p", &mut seq);
                 let mut pb = pod(&n)
                     .req("cpu", &format!("{}m", 100 * b.below(30)))
                     .req("memory", &format!("{}Mi", 128 * b.below(24)))
@@ -144,7 +144,7 @@ pub fn core_events(data: &[u8]) -> bool {
                 sim.pod(pb.build());
             }
             5 | 6 => {
-                let n = name(&mut b, "r", &mut seq);
+                let n = name("r", &mut seq);
                 let mut rb = reservation(&n)
                     .req("cpu", &format!("{}m", 100 + 100 * b.below(20)))
                     .owner_label("app", b.pick(&["g0", "g1", "g2"]));
