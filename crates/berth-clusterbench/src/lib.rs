@@ -24,6 +24,6 @@ pub mod workload;
 
 pub use case::Case;
 pub use error::Error;
-pub use run::{run_one, Outcome, RunConfig};
+pub use run::{run_one, Mode, Outcome, RunConfig};
 pub use scheduler::{BerthOptions, Which};
 pub use workload::{Measured, Workload};

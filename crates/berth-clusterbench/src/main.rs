@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use anyhow::Context;
-use berth_clusterbench::{report, run_one, BerthOptions, Case, Outcome, RunConfig, Which};
+use berth_clusterbench::{report, run_one, BerthOptions, Case, Mode, Outcome, RunConfig, Which};
 use clap::{Parser, ValueEnum};
 
 /// Scheduling throughput through a real kube-apiserver: kube-scheduler, then berth, each on
@@ -33,6 +33,11 @@ struct Cli {
     /// the medians.
     #[arg(long, value_name = "N", default_value_t = 1)]
     repeat: usize,
+    /// How the measured pods meet the scheduler: created while it runs (overlap, as
+    /// scheduler_perf), or created first as a backlog that a freshly started scheduler
+    /// drains (backlog: the scheduler is measured, not the harness's create rate).
+    #[arg(long, value_enum, default_value_t = ModeArg::Backlog)]
+    mode: ModeArg,
     /// Where the schedulers' configurations and logs are written.
     #[arg(long, value_name = "DIR", default_value = "target/clusterbench")]
     work_dir: PathBuf,
@@ -46,6 +51,12 @@ enum CaseArg {
     Basic5000,
     Reservations,
     All,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum ModeArg {
+    Overlap,
+    Backlog,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -130,6 +141,10 @@ fn main() -> std::process::ExitCode {
 fn run(cli: Cli) -> anyhow::Result<()> {
     let runs = plan(cli.case, cli.scheduler);
     let config = RunConfig {
+        mode: match cli.mode {
+            ModeArg::Overlap => Mode::Overlap,
+            ModeArg::Backlog => Mode::Backlog,
+        },
         berth: BerthOptions {
             binary: cli.berth.clone(),
             max_binds_in_flight: cli.max_binds_in_flight,
@@ -141,6 +156,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         return Err(berth_clusterbench::Error::BerthMissing(cli.berth.clone()).into());
     }
     println!("machine: {}", machine());
+    println!("mode: {}", config.mode.name());
     let mut outcomes: Vec<Outcome> = Vec::new();
     let rounds = cli.repeat.max(1);
     for (round, (case, which)) in (0..rounds).flat_map(|r| runs.iter().map(move |run| (r, run))) {

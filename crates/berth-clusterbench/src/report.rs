@@ -2,7 +2,7 @@
 
 use std::fmt::Write;
 
-use crate::run::Outcome;
+use crate::run::{Mode, Outcome};
 use crate::scheduler::Which;
 
 fn secs(d: std::time::Duration) -> String {
@@ -17,14 +17,20 @@ fn opt_secs(d: Option<std::time::Duration>) -> String {
 pub fn line(o: &Outcome) -> String {
     let m = &o.measured;
     let t = &m.throughput;
+    let when = match o.mode {
+        Mode::Overlap => format!(
+            "last bind {} after the last create",
+            secs(m.elapsed.saturating_sub(m.created_in))
+        ),
+        Mode::Backlog => format!("first bind {} after the start", secs(m.first_bind)),
+    };
     let mut s = format!(
-        "{:<13} {:<14} {:>5} pods in {:>7} (last bind {} after the last create): {:>7.1} pods/s | per-second avg {:.1} p50 {:.1} p90 {:.1} p99 {:.1} | \
+        "{:<13} {:<14} {:>5} pods in {:>7} ({when}): {:>7.1} pods/s | per-second avg {:.1} p50 {:.1} p90 {:.1} p99 {:.1} | \
          CPU {} ({} total) = {:.2} ms/pod | peak RSS {:.0} MiB | apiserver CPU {}, etcd {}, harness {}",
         o.case.name,
         o.which.name(),
         m.pods,
         secs(m.elapsed),
-        secs(m.elapsed.saturating_sub(m.created_in)),
         m.pods_per_sec(),
         t.avg,
         t.p50,

@@ -27,9 +27,32 @@ pub fn cluster_options() -> Options {
         .fold(Options::new(), |o, a| o.apiserver_arg(*a))
 }
 
+/// How the measured pods meet the scheduler.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Created while the scheduler runs, as scheduler_perf does: the clock starts at the
+    /// first create. On a small machine the harness's create rate can be the limit.
+    Overlap,
+    /// Created while no scheduler runs; the clock starts when the scheduler is started on
+    /// the backlog (its start-up and LISTs are timed too).
+    Backlog,
+}
+
+impl Mode {
+    /// The name printed in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Overlap => "overlap",
+            Mode::Backlog => "backlog",
+        }
+    }
+}
+
 /// How every run is made.
 #[derive(Debug, Clone)]
 pub struct RunConfig {
+    /// How the measured pods meet the scheduler.
+    pub mode: Mode,
     /// How to start berth.
     pub berth: BerthOptions,
     /// Creates in flight at most.
@@ -58,6 +81,8 @@ pub struct Outcome {
     pub case: Case,
     /// The scheduler.
     pub which: Which,
+    /// How the measured pods met the scheduler.
+    pub mode: Mode,
     /// The preparation.
     pub setup: Setup,
     /// The measurement.
@@ -114,23 +139,58 @@ pub fn run_one(case: &Case, which: Which, config: &RunConfig) -> Result<Outcome,
         let workload = Workload::new(cluster.client(), case.clone(), config.concurrency);
         setup.nodes = workload.create_nodes().await?;
         // As scheduler_perf: the scheduler starts once the nodes exist, before any pod.
-        let mut process = SchedulerProcess::start(which, &cluster, &dir, &config.berth)?;
-        let pid = process.pid();
-        let log = process.log().to_path_buf();
-        let (measured, api_requests) = {
-            let mut alive = || process.check_alive();
-            setup.reservations = workload.create_reservations(&mut alive).await?;
-            setup.init = workload.run_init(&mut alive).await?;
-            let before = scrape_counters(&log);
-            let measured = workload.run_measured(pid, &mut alive).await?;
-            let after = scrape_counters(&log);
-            load = load_average();
-            (measured, metrics::delta(&before, &after))
+        let process = SchedulerProcess::start(which, &cluster, &dir, &config.berth)?;
+        // The scheduler of the moment (a backlog run restarts it); shared by the liveness
+        // check and the restart.
+        let slot = std::sync::Mutex::new(Some(process));
+        let lock = || slot.lock().unwrap_or_else(|p| p.into_inner());
+        let mut alive = || match lock().as_mut() {
+            Some(p) => p.check_alive(),
+            None => Ok(()),
         };
-        process.stop(Duration::from_secs(10));
+        setup.reservations = workload.create_reservations(&mut alive).await?;
+        setup.init = workload.run_init(&mut alive).await?;
+        let (measured, api_requests) = match config.mode {
+            Mode::Overlap => {
+                let (pid, log) = {
+                    let guard = lock();
+                    let p = guard.as_ref().ok_or(Error::Check("no scheduler".into()))?;
+                    (p.pid(), p.log().to_path_buf())
+                };
+                let before = scrape_counters(&log);
+                let measured = workload.run_measured(pid, &mut alive).await?;
+                let after = scrape_counters(&log);
+                (measured, metrics::delta(&before, &after))
+            }
+            Mode::Backlog => {
+                if let Some(p) = lock().take() {
+                    p.stop(Duration::from_secs(10));
+                }
+                let mut start = || {
+                    let p = SchedulerProcess::start(which, &cluster, &dir, &config.berth)?;
+                    let pid = p.pid();
+                    *lock() = Some(p);
+                    Ok(pid)
+                };
+                let measured = workload.run_backlog(&mut start, &mut alive).await?;
+                let log = lock().as_ref().map(|p| p.log().to_path_buf());
+                // Every request of the new process was made for the backlog.
+                let after = log.as_deref().map(scrape_counters).unwrap_or_default();
+                (measured, after)
+            }
+        };
+        load = load_average();
+        let log = lock()
+            .as_ref()
+            .map(|p| p.log().to_path_buf())
+            .unwrap_or_default();
+        if let Some(p) = lock().take() {
+            p.stop(Duration::from_secs(10));
+        }
         Ok(Outcome {
             case: case.clone(),
             which,
+            mode: config.mode,
             setup,
             measured,
             log,

@@ -73,8 +73,11 @@ pub struct Measured {
     pub pods: usize,
     /// From the first create to the last create answered.
     pub created_in: Duration,
-    /// From the first create to the last binding seen by the watch.
+    /// From the start of the clock (the first create; on a backlog, the scheduler's start)
+    /// to the last binding seen by the watch.
     pub elapsed: Duration,
+    /// From the start of the clock to the first binding seen.
+    pub first_bind: Duration,
     /// Per-second throughput samples and their statistics.
     pub throughput: Throughput,
     /// Counters before the first create.
@@ -90,7 +93,7 @@ pub struct Measured {
 }
 
 impl Measured {
-    /// Pods bound per second, first create to last binding.
+    /// Pods bound per second, start of the clock to the last binding.
     pub fn pods_per_sec(&self) -> f64 {
         self.pods as f64 / self.elapsed.as_secs_f64().max(1e-9)
     }
@@ -266,15 +269,61 @@ impl Workload {
         Ok(started.elapsed())
     }
 
-    /// The measurement: creates the measured pods as fast as the client can and times
-    /// their bindings from a watch; `scheduler_pid`'s CPU and memory are read before the
-    /// first create and after the last binding. Fails if a pod is left unbound or seen on
-    /// two nodes.
+    /// The measurement with the scheduler running: creates the measured pods as fast as the
+    /// client can and times their bindings from a watch; `scheduler_pid`'s CPU and memory
+    /// are read before the first create and after the last binding. Creation and binding
+    /// share the API server, so on a small machine the creation rate can bound what is
+    /// measured. Fails if a pod is left unbound or seen on two nodes.
     pub async fn run_measured(
         &self,
         scheduler_pid: u32,
         alive: Alive<'_>,
     ) -> Result<Measured, Error> {
+        let (api, watch, bodies) = self.measured_pods().await?;
+        let path = format!("/api/v1/namespaces/{MEASURED_NAMESPACE}/pods");
+        let before = Usage::take(scheduler_pid)?;
+        let t0 = Instant::now();
+        self.create_all("measured pods", &path, bodies).await?;
+        let created_in = t0.elapsed();
+        let log = watch
+            .wait(t0 + phase_timeout(self.case.pods), alive)
+            .await?;
+        let after = Usage::take(scheduler_pid)?;
+        self.finish(&api, log, t0, created_in, before, after).await
+    }
+
+    /// The measurement on a backlog: every measured pod is created while no scheduler runs,
+    /// then `start` starts the scheduler and the clock: its start-up (LISTs included) and
+    /// the bindings of the whole backlog are timed, with the API server doing nothing else.
+    /// This measures the scheduler rather than the harness's create rate.
+    pub async fn run_backlog(
+        &self,
+        start: &mut (dyn FnMut() -> Result<u32, Error> + Send),
+        alive: Alive<'_>,
+    ) -> Result<Measured, Error> {
+        let (api, watch, bodies) = self.measured_pods().await?;
+        let path = format!("/api/v1/namespaces/{MEASURED_NAMESPACE}/pods");
+        let created = Instant::now();
+        self.create_all("measured pods", &path, bodies).await?;
+        let created_in = created.elapsed();
+        let early = watch.count.load(Ordering::Relaxed);
+        if early > 0 {
+            return Err(Error::Check(format!(
+                "{early} measured pods bound before the scheduler started: another scheduler runs"
+            )));
+        }
+        let t0 = Instant::now();
+        let pid = start()?;
+        let before = Usage::take(pid)?;
+        let log = watch
+            .wait(t0 + phase_timeout(self.case.pods), alive)
+            .await?;
+        let after = Usage::take(pid)?;
+        self.finish(&api, log, t0, created_in, before, after).await
+    }
+
+    /// The measured pods' bodies, and a watch on their bindings that has done its LIST.
+    async fn measured_pods(&self) -> Result<(Api<PodView>, BindWatch, Vec<Vec<u8>>), Error> {
         let n = self.case.pods;
         let bodies = (0..n)
             .map(|i| {
@@ -285,15 +334,21 @@ impl Workload {
             .collect::<Result<Vec<_>, _>>()?;
         let api: Api<PodView> = Api::namespaced(self.client.clone(), MEASURED_NAMESPACE);
         let watch = BindWatch::start(api.clone(), n, "measured pods").await?;
-        let path = format!("/api/v1/namespaces/{MEASURED_NAMESPACE}/pods");
-        let before = Usage::take(scheduler_pid)?;
-        let t0 = Instant::now();
-        self.create_all("measured pods", &path, bodies).await?;
-        let created_in = t0.elapsed();
-        let log = watch.wait(t0 + phase_timeout(n), alive).await?;
-        let after = Usage::take(scheduler_pid)?;
-        log.check()?;
+        Ok((api, watch, bodies))
+    }
 
+    /// Checks the API's view against the watch's and sums the phase up.
+    async fn finish(
+        &self,
+        api: &Api<PodView>,
+        log: BindLog,
+        t0: Instant,
+        created_in: Duration,
+        before: Usage,
+        after: Usage,
+    ) -> Result<Measured, Error> {
+        let n = self.case.pods;
+        log.check()?;
         // The API's view must agree with the watch's: every pod bound, on the node seen.
         let list = api
             .list(&ListParams::default())
@@ -331,6 +386,7 @@ impl Workload {
             .collect();
         offsets.sort_unstable();
         let elapsed = offsets.last().copied().unwrap_or_default();
+        let first_bind = offsets.first().copied().unwrap_or_default();
         let nodes_used = log
             .bound
             .values()
@@ -341,6 +397,7 @@ impl Workload {
             pods: n,
             created_in,
             elapsed,
+            first_bind,
             throughput: per_second(&offsets),
             before,
             after,

@@ -479,7 +479,10 @@ impl Driver {
     fn track_sli(&mut self, event: &Event) {
         match event {
             Event::Applied(Object::Pod(p)) => {
-                let key = Object::Pod(p.clone()).key();
+                let key = ObjectKey::pod(
+                    p.metadata.namespace.as_deref().unwrap_or("default"),
+                    p.metadata.name.as_deref().unwrap_or_default(),
+                );
                 let bound = p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some();
                 if bound {
                     if let Some(t) = self.first_seen.remove(&key) {
