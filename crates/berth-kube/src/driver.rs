@@ -569,7 +569,14 @@ impl Driver {
             ("Waiting", 0),
             ("Failed", 0),
         ];
-        for r in self.scheduler.cluster.reservations.iter() {
+        // Virtual reservations (DRP) are no objects of the API: not counted.
+        for r in self
+            .scheduler
+            .cluster
+            .reservations
+            .iter()
+            .filter(|r| !r.is_virtual())
+        {
             let name = r.phase.as_str();
             if let Some(slot) = phases.iter_mut().find(|(p, _)| *p == name) {
                 slot.1 += 1;
@@ -578,6 +585,10 @@ impl Driver {
         for (phase, n) in phases {
             self.metrics.reservations(phase, n);
         }
+        self.metrics.drp(
+            self.scheduler.drp_metrics(),
+            self.scheduler.drp_waiting().count(),
+        );
         let numa = self.scheduler.numa_metrics();
         for (name, v) in [
             ("dirty_filtered_out", numa.cache.dirty_filtered_out),

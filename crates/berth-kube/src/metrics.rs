@@ -53,6 +53,54 @@ struct NumaLabels {
     counter: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DrpLabels {
+    event: &'static str,
+}
+
+/// Dynamic Reservation Provisioning's metrics (seed 003), fed from the core's figures.
+struct Drp {
+    events: Family<DrpLabels, Counter>,
+    latency: Histogram,
+    pending: Histogram,
+    waiting: Gauge,
+    /// The core's figures at the last update: the exported counters move by the difference.
+    last: Mutex<berth_core::drp::Metrics>,
+}
+
+fn drp_histogram() -> Histogram {
+    Histogram::new(berth_core::drp::LATENCY_BUCKETS.iter().copied())
+}
+
+/// Moves `h` by what `now` has more than `before` (core histograms count cumulatively per
+/// bucket of [`berth_core::drp::LATENCY_BUCKETS`]): each new observation is recorded at its
+/// bucket's upper bound, so the buckets and the count are exact and the sum is an upper
+/// bound (past the last bucket, twice its bound).
+fn observe_delta(
+    h: &Histogram,
+    before: &berth_core::drp::Histogram,
+    now: &berth_core::drp::Histogram,
+) {
+    let bounds = berth_core::drp::LATENCY_BUCKETS;
+    let mut below_now = 0;
+    let mut below_before = 0;
+    for (i, bound) in bounds.iter().enumerate() {
+        let n = now.buckets[i].saturating_sub(below_now);
+        let b = before.buckets[i].saturating_sub(below_before);
+        for _ in 0..n.saturating_sub(b).min(10_000) {
+            h.observe(*bound);
+        }
+        below_now = now.buckets[i];
+        below_before = before.buckets[i];
+    }
+    let over = now.count.saturating_sub(below_now);
+    let over_before = before.count.saturating_sub(below_before);
+    let last = bounds.last().copied().unwrap_or(600.0);
+    for _ in 0..over.saturating_sub(over_before).min(10_000) {
+        h.observe(last * 2.0);
+    }
+}
+
 /// Every metric `berth run` exports.
 pub struct Metrics {
     registry: Mutex<Registry>,
@@ -68,6 +116,7 @@ pub struct Metrics {
     watch_events: Family<KindLabels, Counter>,
     watch_errors: Family<KindLabels, Counter>,
     unreadable: Family<KindLabels, Counter>,
+    drp: Drp,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -160,7 +209,35 @@ impl Metrics {
             "Watched objects berth could not read (reported with a warning event), by kind.",
             unreadable.clone(),
         );
+        let drp = Drp {
+            events: Family::<DrpLabels, Counter>::default(),
+            latency: drp_histogram(),
+            pending: drp_histogram(),
+            waiting: Gauge::default(),
+            last: Mutex::new(berth_core::drp::Metrics::default()),
+        };
+        r.register(
+            "berth_drp_reservations",
+            "Dynamic Reservation Provisioning: pods that asked for a new Reservation (requested), Reservations created and adopted (created), Reservations that could not be used or handshakes lost with their node or pod (failed), handshakes that timed out (timed_out).",
+            drp.events.clone(),
+        );
+        r.register(
+            "berth_drp_creation_latency_seconds",
+            "From a pod's new-reservation-requirement to the adoption of its Reservation (recorded at the bucket's upper bound).",
+            drp.latency.clone(),
+        );
+        r.register(
+            "berth_drp_pending_duration_seconds",
+            "How long each handshake waited for its Reservation, whatever its end (recorded at the bucket's upper bound).",
+            drp.pending.clone(),
+        );
+        r.register(
+            "berth_drp_waiting_pods",
+            "Pods whose bind waits for their Reservation to be created.",
+            drp.waiting.clone(),
+        );
         Self {
+            drp,
             registry: Mutex::new(r),
             attempts,
             attempt_duration,
@@ -269,6 +346,36 @@ impl Metrics {
             .inc();
     }
 
+    /// Dynamic Reservation Provisioning: the core's figures now, and the pods waiting.
+    pub fn drp(&self, now: &berth_core::drp::Metrics, waiting: usize) {
+        let mut last = self.drp.last.lock().unwrap_or_else(|p| p.into_inner());
+        for (event, n, before) in [
+            ("requested", now.requests, last.requests),
+            ("created", now.created, last.created),
+            ("failed", now.failures, last.failures),
+            ("timed_out", now.timeouts, last.timeouts),
+        ] {
+            let c = self.drp.events.get_or_create(&DrpLabels { event });
+            if n > before {
+                c.inc_by(n - before);
+            }
+        }
+        observe_delta(
+            &self.drp.latency,
+            &last.creation_latency,
+            &now.creation_latency,
+        );
+        observe_delta(
+            &self.drp.pending,
+            &last.pending_duration,
+            &now.pending_duration,
+        );
+        *last = now.clone();
+        self.drp
+            .waiting
+            .set(i64::try_from(waiting).unwrap_or(i64::MAX));
+    }
+
     /// An object of `kind` could not be read.
     pub fn unreadable(&self, kind: Kind) {
         self.unreadable
@@ -307,5 +414,33 @@ mod tests {
             text.contains("scheduler_pod_scheduling_sli_duration_seconds_count 1"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn drp_figures_move_by_what_the_core_added() {
+        let m = Metrics::new();
+        let mut core = berth_core::drp::Metrics {
+            requests: 2,
+            created: 1,
+            ..Default::default()
+        };
+        core.creation_latency.observe(700);
+        m.drp(&core, 1);
+        core.requests = 3;
+        core.creation_latency.observe(20_000);
+        core.creation_latency.observe(900_000);
+        m.drp(&core, 0);
+        let text = m.encode();
+        for want in [
+            "berth_drp_reservations_total{event=\"requested\"} 3",
+            "berth_drp_reservations_total{event=\"created\"} 1",
+            "berth_drp_reservations_total{event=\"timed_out\"} 0",
+            "berth_drp_creation_latency_seconds_count 3",
+            "berth_drp_creation_latency_seconds_bucket{le=\"1.0\"} 1",
+            "berth_drp_creation_latency_seconds_bucket{le=\"30.0\"} 2",
+            "berth_drp_waiting_pods 0",
+        ] {
+            assert!(text.contains(want), "{want}\n{text}");
+        }
     }
 }

@@ -183,5 +183,19 @@ fn a_template_pod_gets_its_reservation_from_the_provisioner_process_and_is_bound
             .items;
         assert_eq!(all.len(), 1, "provisioned twice\n{}", logs());
         assert_no_overcommit(&client).await;
+        // The scheduler's DRP metrics saw one request and one adoption, nothing waits.
+        let metric = |event: &str| {
+            berth.metric(&format!(
+                "berth_drp_reservations_total{{event=\"{event}\"}}"
+            ))
+        };
+        assert_eq!(metric("requested"), 1.0, "{}", berth.metrics());
+        assert_eq!(metric("created"), 1.0);
+        assert_eq!(metric("timed_out"), 0.0);
+        assert_eq!(berth.metric("berth_drp_waiting_pods"), 0.0);
+        assert_eq!(
+            berth.metric("berth_drp_creation_latency_seconds_count"),
+            1.0
+        );
     });
 }
