@@ -17,6 +17,9 @@ pub type Ready = (Option<ObjectKey>, Effect);
 pub struct Lanes {
     /// Objects with an effect running; the effects queued behind it.
     busy: HashMap<ObjectKey, VecDeque<Effect>>,
+    /// The effects queued in `busy`, counted as they come and go: the driver asks after
+    /// every round, and summing the lanes then cost a walk of every busy object.
+    queued_behind: usize,
     binds_running: usize,
     /// Binds cleared by their lane but waiting for a slot.
     binds_waiting: VecDeque<Ready>,
@@ -47,6 +50,7 @@ impl Lanes {
     pub fn new(max_binds: usize) -> Self {
         Self {
             busy: HashMap::default(),
+            queued_behind: 0,
             binds_running: 0,
             binds_waiting: VecDeque::new(),
             max_binds: max_binds.max(1),
@@ -66,6 +70,7 @@ impl Lanes {
                 }
             }
             queue.push_back(effect);
+            self.queued_behind += 1;
             return None;
         }
         self.busy.insert(key.clone(), VecDeque::new());
@@ -84,7 +89,10 @@ impl Lanes {
         }
         if let Some(key) = key {
             match self.busy.get_mut(key).and_then(VecDeque::pop_front) {
-                Some(next) => ready.extend(self.clear(key.clone(), next)),
+                Some(next) => {
+                    self.queued_behind -= 1;
+                    ready.extend(self.clear(key.clone(), next));
+                }
                 None => {
                     self.busy.remove(key);
                 }
@@ -106,7 +114,7 @@ impl Lanes {
 
     /// Effects queued behind others or waiting for a bind slot.
     pub fn queued(&self) -> usize {
-        self.binds_waiting.len() + self.busy.values().map(VecDeque::len).sum::<usize>()
+        self.binds_waiting.len() + self.queued_behind
     }
 
     /// Binds running or waiting for a slot.
@@ -203,6 +211,31 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    /// The running count agrees with a walk of the lanes through submits, replacements
+    /// and completions in any order.
+    #[test]
+    fn the_queued_count_matches_the_lanes() {
+        let mut l = Lanes::new(2);
+        let walk =
+            |l: &Lanes| l.binds_waiting.len() + l.busy.values().map(VecDeque::len).sum::<usize>();
+        let pods = ["a", "b", "c"];
+        for round in 0..4 {
+            for pod in pods {
+                l.submit(condition(pod, "x"));
+                l.submit(bind(pod));
+                l.submit(status(pod, ReservationPhase::Pending));
+                l.submit(status(pod, ReservationPhase::Available));
+                assert_eq!(l.queued(), walk(&l), "round {round} pod {pod}");
+            }
+            for pod in pods.iter().rev() {
+                let key = ObjectKey::pod("default", pod);
+                l.done(Some(&key), round % 2 == 0);
+                assert_eq!(l.queued(), walk(&l), "round {round} done {pod}");
+            }
+        }
+        assert!(l.queued() > 0);
     }
 
     #[test]
