@@ -35,7 +35,7 @@ pub async fn connect(
             .await
             .map_err(|e| Error::Kubeconfig(e.to_string()))?,
     };
-    let builder = kube::client::ClientBuilder::try_from(config)?;
+    let builder = crate::transport::builder(&config)?;
     Ok(if settings.qps > 0.0 {
         builder
             .with_layer(&ThrottleLayer::new(settings.qps, settings.burst))

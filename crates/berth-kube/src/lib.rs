@@ -21,6 +21,7 @@ pub mod metrics;
 pub mod mirror;
 pub mod retry;
 pub mod settings;
+pub mod transport;
 pub mod watch;
 
 pub use driver::{run, Handle, RunOptions, Snapshot};

@@ -14,7 +14,9 @@
 //! server, verifying it with the cluster's CA and passing the client's `Authorization`
 //! header through, so authentication and RBAC are the API server's own. Bodies are
 //! streamed both ways, never buffered: a watch response is a chunked stream that lives for
-//! minutes. HTTP/1.1 only on both sides (what kube-rs speaks; client-go falls back to it).
+//! minutes. Clients get HTTP/2 or HTTP/1.1, whichever they offer (ALPN), as from the API
+//! server itself; the proxy speaks HTTP/1.1 to the API server, one request per connection
+//! in flight, which keeps a fault on one request from touching another's.
 //!
 //! Not forwarded: protocol upgrades (`exec`, `attach`, `port-forward`), which berth never
 //! uses.
@@ -132,6 +134,8 @@ pub struct FaultStats {
     /// Requests that could not reach the API server (e.g. while it is stopped); their
     /// connections are closed without an answer, as a dead server's would be.
     pub upstream_failures: u64,
+    /// Requests that arrived over HTTP/2 (the rest came over HTTP/1.1).
+    pub http2_requests: u64,
 }
 
 #[derive(Default)]
@@ -145,6 +149,7 @@ struct Counters {
     watches: AtomicU64,
     watches_cut: AtomicU64,
     upstream_failures: AtomicU64,
+    http2_requests: AtomicU64,
     /// Arrival numbers, the inputs of the seeded decisions.
     next_request: AtomicU64,
     next_watch: AtomicU64,
@@ -301,6 +306,7 @@ impl FaultProxy {
             watches: get(&c.watches),
             watches_cut: get(&c.watches_cut),
             upstream_failures: get(&c.upstream_failures),
+            http2_requests: get(&c.http2_requests),
         }
     }
 
@@ -389,7 +395,7 @@ fn tls_acceptor(dir: &Path) -> Result<TlsAcceptor, Error> {
         .with_safe_default_protocol_versions()
         .and_then(|builder| builder.with_no_client_auth().with_single_cert(chain, key))
         .map_err(|e| tls_err("configuring the proxy's TLS")(e.into()))?;
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(TlsAcceptor::from(Arc::new(config)))
 }
 
@@ -433,16 +439,23 @@ async fn serve_connection(
     shared: Arc<Shared>,
 ) {
     let service = hyper::service::service_fn(move |req| handle(shared.clone(), req));
-    let _ = hyper::server::conn::http1::Builder::new()
+    let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    // No limit on a keep-alive connection's idle time: closing one as the client reuses
+    // it would be a fault nobody asked for.
+    builder
+        .http1()
         .timer(TokioTimer::new())
-        // No limit on a keep-alive connection's idle time: closing one as the client
-        // reuses it would be a fault nobody asked for.
-        .header_read_timeout(None)
+        .header_read_timeout(None);
+    // The API server's own stream limit (Go's default), so a client that multiplexes
+    // meets the same back-pressure here as there.
+    builder.http2().max_concurrent_streams(250);
+    let _ = builder
         .serve_connection(TokioIo::new(stream), service)
         .await;
 }
 
-/// Returned by the service to make hyper close the connection without an answer.
+/// Returned by the service to make hyper drop the request without an answer: the
+/// connection closed (HTTP/1.1) or the stream reset (HTTP/2).
 #[derive(Debug, thiserror::Error)]
 enum Abort {
     #[error("FaultProxy: request dropped (injected time-out)")]
@@ -451,7 +464,8 @@ enum Abort {
     Unreachable(String),
 }
 
-/// Yielded by a watch body to make hyper close the connection mid-stream.
+/// Yielded by a watch body to make hyper end it mid-stream (connection closed or stream
+/// reset).
 #[derive(Debug, thiserror::Error)]
 #[error("FaultProxy: watch cut")]
 struct Cut;
@@ -582,6 +596,9 @@ fn injected_error() -> Response<ProxyBody> {
 async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<ProxyBody>, Abort> {
     let counters = &shared.counters;
     bump(&counters.requests);
+    if req.version() == http::Version::HTTP_2 {
+        bump(&counters.http2_requests);
+    }
     let faults = shared.control.borrow().faults.clone();
     if !faults.latency.is_zero() {
         tokio::time::sleep(faults.latency).await;

@@ -44,6 +44,9 @@ fn a_burst_through_failing_requests_and_cut_watches_binds_every_pod_once() {
         );
         assert!(stats.timeouts_injected > 0, "{stats:?}");
         assert!(stats.watches_cut > 0, "{stats:?}");
+        // berth multiplexes over HTTP/2 as client-go does (the proxy offers both, as the
+        // API server does); only berth talks to the proxy here.
+        assert_eq!(stats.http2_requests, stats.requests, "{stats:?}");
         // Every pod bound once: a binding the server did while the client saw a 500 comes
         // back as a 409 on retry, which berth recognises as its own.
         assert_eq!(
