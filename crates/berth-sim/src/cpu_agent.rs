@@ -54,8 +54,13 @@ pub fn declared(node: &Node) -> Result<Option<(u32, u32, u32)>, String> {
     let [s, c, t] = parts[..] else {
         return Err(bad());
     };
-    let total = u64::from(s) * u64::from(c) * u64::from(t);
-    if total > u64::from(MAX_CPUS) {
+    // Three u32 factors can overflow even a u64 (and wrap to a small product in a release
+    // build, declaring billions of sockets), so the product is checked at each step.
+    let total = s
+        .checked_mul(c)
+        .and_then(|sc| sc.checked_mul(t))
+        .filter(|n| *n <= MAX_CPUS);
+    if total.is_none() {
         return Err(bad());
     }
     Ok(Some((s, c, t)))
