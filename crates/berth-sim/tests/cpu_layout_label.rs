@@ -49,3 +49,34 @@ fn the_largest_layout_is_still_accepted() {
     };
     assert_eq!(declared(&node), Ok(Some((2, 1024, 2))));
 }
+
+/// A 1 MB scenario of nodes declaring the largest layout would have the agent publish (and
+/// the scheduler read) a thousand times that in CPU topology; past
+/// `cpu_budget::MAX_TOTAL_CPUS` declared CPUs a node is warned about and left without one.
+#[test]
+fn the_nodes_declare_at_most_the_budgeted_cpus_in_all() {
+    let per_node = 4_096;
+    let fit = (berth_sim::cpu_budget::MAX_TOTAL_CPUS / per_node) as usize;
+    let text: String = (0..fit + 2)
+        .map(|i| node_with_layout("1x4096x1").replace("name: n1", &format!("name: n{i}")))
+        .collect::<Vec<_>>()
+        .join("---\n");
+    let parsed = input::parse_str("n.yaml", &text).expect("reads");
+    let sim = Simulation::run(Vec::new(), Config::default(), &parsed);
+    for i in 0..fit {
+        assert!(
+            sim.store().nrt(&format!("n{i}")).is_some(),
+            "n{i} published"
+        );
+    }
+    for i in fit..fit + 2 {
+        let name = format!("n{i}");
+        assert!(sim.store().nrt(&name).is_none(), "{name} not published");
+        let warning = format!("warning: node {name}: label sim.berth.dev/cpu-layout: 1x4096x1 would bring the CPUs the nodes declare to");
+        assert!(
+            sim.log().iter().any(|l| l.starts_with(&warning)),
+            "{name}: {:?}",
+            sim.log()
+        );
+    }
+}
