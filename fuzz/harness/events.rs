@@ -9,8 +9,9 @@
 //! - the driver saw nothing that must never happen (a double bind, a write before sync);
 //! - nothing is left in flight once settled;
 //! - per node, the cached requests are the sum of its pods', and requests plus what
-//!   reservations hold fit the (trimmed) allocatable; the pod count fits; no host port is
-//!   used twice;
+//!   reservations hold fit the (trimmed) allocatable (leaving out pods labelled
+//!   reservation-ignored, which may use what reservations hold); the pod count fits; no
+//!   host port is used twice;
 //! - no reservation gives its owners more than it holds;
 //! - no CPU is held (`resource-status`) by two running pods of a node;
 //! - every pod the API server shows bound (and not finished) is on that node in the cache;
@@ -324,11 +325,22 @@ pub fn check(sim: &Sim, op: usize) {
             "op {op}: {} memory",
             n.name
         );
+        // A pod labelled reservation-ignored may use what reservations hold and have not
+        // given out (Koordinator's design, meant for reservation preemption), so only the
+        // other pods' requests plus what reservations hold must fit.
         let mut total = n.requested;
+        for p in n.pods.iter().filter(|p| {
+            berth_api::annotations::is_true(
+                Some(&p.labels),
+                berth_api::annotations::LABEL_RESERVATION_IGNORED,
+            )
+        }) {
+            total.sub(&p.requests);
+        }
         total.add(&n.reserved);
         assert!(
             total.le(&n.allocatable),
-            "op {op}: node {} overcommitted: {:?} + {:?} > {:?}",
+            "op {op}: node {} overcommitted: {:?} (reservation-ignored pods left out) + {:?} > {:?}",
             n.name,
             n.requested,
             n.reserved,
