@@ -9,14 +9,15 @@
 
 #![allow(dead_code)]
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use berth_api::annotations::{
     format_cpu_list, koordinator_priority, parse_cpu_list, parse_int_label,
-    pre_allocatable_priority, reservation_order, AnnotationCodec, ExactMatchReservationSpec,
-    NewReservationRequirement, NodeReservation, ReservationAffinity, ReservationAllocated,
-    ReservationCurrentOwner, ReservationOwners, ReservationResizeAllocatable,
-    ReservationRestrictedOptions, ReservationTemplate, ResourceStatus, MAX_CPU_LIST_CPUS,
+    pre_allocatable_priority, reservation_order, AnnotationCodec, CpuSharedPools, CpuTopology,
+    ExactMatchReservationSpec, KubeletCpuManagerPolicy, NewReservationRequirement, NodeReservation,
+    ReservationAffinity, ReservationAllocated, ReservationCurrentOwner, ReservationOwners,
+    ReservationResizeAllocatable, ReservationRestrictedOptions, ReservationTemplate, ResourceSpec,
+    ResourceStatus, MAX_CPU_LIST_CPUS,
 };
 use berth_api::duration::{format_duration_nanos, parse_duration_millis, parse_duration_nanos};
 use berth_api::quantity::{format_resource, parse_resource, ParsedQuantity};
@@ -206,4 +207,77 @@ pub fn other_annotations(data: &[u8]) -> bool {
             int.is_ok()
         }
     }
+}
+
+/// Koordlet's CPU annotations on a NodeResourceTopology, one per input, chosen by the first
+/// byte: `node.koordinator.sh/cpu-topology` (an accepted one lists each CPU once, at most
+/// `MAX_CPU_LIST_CPUS`, and puts each physical core in one socket and NUMA node, as the
+/// CPU allocator assumes), `kubelet.koordinator.sh/cpu-manager-policy` (its reserved CPUs
+/// read) and `node.koordinator.sh/cpu-shared-pools` (every pool's cpuset reads).
+pub fn cpu_topology(data: &[u8]) -> bool {
+    let Some((&which, rest)) = data.split_first() else {
+        return false;
+    };
+    let Some(t) = text(rest) else { return false };
+    match which % 3 {
+        0 => {
+            let Some(v) = codec::<CpuTopology>(t) else {
+                return false;
+            };
+            assert!(v.detail.len() as u64 <= MAX_CPU_LIST_CPUS, "{t:?}");
+            let mut ids = BTreeSet::new();
+            let mut home = BTreeMap::new();
+            for c in &v.detail {
+                assert!(ids.insert(c.id), "CPU {} listed twice in {t:?}", c.id);
+                let h = *home.entry(c.core).or_insert((c.socket, c.node));
+                assert_eq!(h, (c.socket, c.node), "core {} split in {t:?}", c.core);
+            }
+            true
+        }
+        1 => {
+            let Some(v) = codec::<KubeletCpuManagerPolicy>(t) else {
+                return false;
+            };
+            let ids = v.reserved_cpu_ids();
+            assert!(
+                ids.is_ok_and(|ids| ids.len() as u64 <= MAX_CPU_LIST_CPUS),
+                "{t:?}"
+            );
+            true
+        }
+        _ => {
+            let Some(v) = codec::<CpuSharedPools>(t) else {
+                return false;
+            };
+            for pool in &v.0 {
+                assert!(parse_cpu_list(&pool.cpuset).is_ok(), "{t:?}");
+            }
+            true
+        }
+    }
+}
+
+/// `scheduling.koordinator.sh/resource-spec` on a pod: what berth writes reads back, and
+/// each policy it read reads again alone under the name berth gives it (`as_str`, used in
+/// messages and in what berth writes).
+pub fn resource_spec(data: &[u8]) -> bool {
+    let Some(t) = text(data) else { return false };
+    let Some(v) = codec::<ResourceSpec>(t) else {
+        return false;
+    };
+    for p in [v.required_cpu_bind_policy, v.preferred_cpu_bind_policy]
+        .into_iter()
+        .flatten()
+    {
+        let alone = format!(r#"{{"preferredCPUBindPolicy":"{}"}}"#, p.as_str());
+        assert_eq!(
+            ResourceSpec::parse(&alone)
+                .ok()
+                .and_then(|s| s.preferred_cpu_bind_policy),
+            Some(p),
+            "{} does not read back",
+            p.as_str()
+        );
+    }
+    true
 }

@@ -1,6 +1,7 @@
 //! The structure-aware fuzz harness of the scheduling core: the input is read as a sequence
-//! of API operations (nodes, pods, reservations with arbitrary-looking annotations and
-//! fields, deletions, finished pods, time steps, restarts, broken watches), played through
+//! of API operations (nodes, some with a CPU topology on their NRT; pods, some asking for
+//! exclusive CPUs; reservations with arbitrary-looking annotations and fields; deletions,
+//! finished pods, time steps, restarts, broken watches), played through
 //! [`berth_core::testing::FakeDriver`] (binds refused and delivered out of order as the
 //! input says) so that every object reaches the core's `handle`, and the invariants are
 //! checked after every settled operation:
@@ -8,9 +9,11 @@
 //! - the driver saw nothing that must never happen (a double bind, a write before sync);
 //! - nothing is left in flight once settled;
 //! - per node, the cached requests are the sum of its pods', and requests plus what
-//!   reservations hold fit the (trimmed) allocatable; the pod count fits; no host port is
-//!   used twice;
+//!   reservations hold fit the (trimmed) allocatable (leaving out pods labelled
+//!   reservation-ignored, which may use what reservations hold); the pod count fits; no
+//!   host port is used twice;
 //! - no reservation gives its owners more than it holds;
+//! - no CPU is held (`resource-status`) by two running pods of a node;
 //! - every pod the API server shows bound (and not finished) is on that node in the cache;
 //! - a scheduler rebuilt from the API objects has the same accounting as the running one.
 //!
@@ -20,12 +23,17 @@
 
 #![allow(dead_code)]
 
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use berth_api::annotations::ResourceStatus;
 use berth_api::k8s_openapi::api::core::v1::Pod;
+use berth_api::nrt::NodeResourceTopology;
 use berth_core::cache::PodState;
 use berth_core::reservation::testkit::{accounting, reservation, Sim};
 use berth_core::resources::ResourceId;
 use berth_core::testing::{node, pod, DriverConfig, Profiles};
-use berth_core::{Kind, ObjectKey};
+use berth_core::{Kind, Object, ObjectKey};
 use serde_json::json;
 
 use super::core_harness::Bytes;
@@ -40,6 +48,25 @@ const NODE_RESERVATIONS: [&str; 6] = [
     r#"{"reservedCPUs":"0-4294967295"}"#,
     r#"{"resources":{"cpu":"-2"}}"#,
     "not json",
+];
+
+/// `node.koordinator.sh/cpu-topology` on a node's NRT: regular, irregular (a core of
+/// three threads beside single ones), one CPU, duplicated ids, and not JSON.
+const CPU_TOPOLOGIES: [&str; 5] = [
+    r#"{"detail":[{"id":0,"core":0,"socket":0,"node":0},{"id":1,"core":1,"socket":0,"node":0},{"id":2,"core":2,"socket":1,"node":1},{"id":3,"core":3,"socket":1,"node":1},{"id":4,"core":0,"socket":0,"node":0},{"id":5,"core":1,"socket":0,"node":0},{"id":6,"core":2,"socket":1,"node":1},{"id":7,"core":3,"socket":1,"node":1}]}"#,
+    r#"{"detail":[{"id":0,"core":0,"socket":0,"node":0},{"id":1,"core":0,"socket":0,"node":0},{"id":2,"core":0,"socket":0,"node":0},{"id":5,"core":1,"socket":0,"node":0},{"id":9,"core":2,"socket":1,"node":1}]}"#,
+    r#"{"detail":[{"id":0,"core":0,"socket":0,"node":0}]}"#,
+    r#"{"detail":[{"id":0,"core":0,"socket":0,"node":0},{"id":0,"core":1,"socket":0,"node":0}]}"#,
+    "{",
+];
+
+/// `scheduling.koordinator.sh/resource-spec` on an exclusive-CPU pod.
+const RESOURCE_SPECS: [&str; 5] = [
+    "",
+    r#"{"preferredCPUBindPolicy":"SpreadByPCPUs"}"#,
+    r#"{"requiredCPUBindPolicy":"FullPCPUs"}"#,
+    r#"{"preferredCPUBindPolicy":"ConstrainedBurst"}"#,
+    r#"{"preferredCPUBindPolicy":"Tight"}"#,
 ];
 
 const AFFINITIES: [&str; 7] = [
@@ -109,6 +136,21 @@ pub fn core_events(data: &[u8]) -> bool {
                     );
                 }
                 sim.node(nb.build());
+                if b.below(3) == 0 {
+                    let nrt = NodeResourceTopology::from_any_version(json!({
+                        "apiVersion": "topology.node.k8s.io/v1alpha2",
+                        "kind": "NodeResourceTopology",
+                        "metadata": {"name": n, "annotations": {
+                            berth_api::annotations::ANNOTATION_NODE_CPU_TOPOLOGY:
+                                b.pick(&CPU_TOPOLOGIES)}},
+                        "attributes": [{"name": "topologyManagerPolicy",
+                            "value": b.pick(&["none", "single-numa-node"])}],
+                        "zones": [],
+                    }))
+                    .expect("a NodeResourceTopology");
+                    sim.d.apply(Object::NodeResourceTopology(Arc::new(nrt)));
+                    sim.settle();
+                }
             }
             2..=4 => {
                 let n = name("p", &mut seq);
@@ -140,6 +182,19 @@ pub fn core_events(data: &[u8]) -> bool {
                 }
                 if b.below(10) == 0 {
                     pb = pb.label(berth_api::annotations::LABEL_RESERVATION_IGNORED, "true");
+                }
+                if b.below(4) == 0 {
+                    // Exclusive CPUs: whole CPUs, sometimes a bind policy.
+                    pb = pb
+                        .req("cpu", &(1 + b.below(4)).to_string())
+                        .label(
+                            berth_api::annotations::LABEL_POD_QOS,
+                            b.pick(&["LSE", "LSR", "LS"]),
+                        )
+                        .annotation(
+                            berth_api::annotations::ANNOTATION_RESOURCE_SPEC,
+                            b.pick(&RESOURCE_SPECS),
+                        );
                 }
                 sim.pod(pb.build());
             }
@@ -270,11 +325,22 @@ pub fn check(sim: &Sim, op: usize) {
             "op {op}: {} memory",
             n.name
         );
+        // A pod labelled reservation-ignored may use what reservations hold and have not
+        // given out (Koordinator's design, meant for reservation preemption), so only the
+        // other pods' requests plus what reservations hold must fit.
         let mut total = n.requested;
+        for p in n.pods.iter().filter(|p| {
+            berth_api::annotations::is_true(
+                Some(&p.labels),
+                berth_api::annotations::LABEL_RESERVATION_IGNORED,
+            )
+        }) {
+            total.sub(&p.requests);
+        }
         total.add(&n.reserved);
         assert!(
             total.le(&n.allocatable),
-            "op {op}: node {} overcommitted: {:?} + {:?} > {:?}",
+            "op {op}: node {} overcommitted: {:?} (reservation-ignored pods left out) + {:?} > {:?}",
             n.name,
             n.requested,
             n.reserved,
@@ -316,6 +382,29 @@ pub fn check(sim: &Sim, op: usize) {
         if let Some(n) = s.cluster.node_by_name(node) {
             let on = n.pods.iter().any(|q| *q.key.name == *name);
             assert_eq!(on, !finished(&p), "op {op}: pod {name} presence on {node}");
+        }
+    }
+    let mut held: BTreeMap<String, BTreeMap<u32, String>> = BTreeMap::new();
+    for ((_, name), p) in sim.pods() {
+        let Some(node) = bound_node(&p).filter(|_| !finished(&p)) else {
+            continue;
+        };
+        let status = p
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(berth_api::annotations::ANNOTATION_RESOURCE_STATUS));
+        let Some(cpus) = status
+            .and_then(|t| ResourceStatus::parse(t).ok())
+            .and_then(|s| s.cpu_ids().ok())
+        else {
+            continue;
+        };
+        let on = held.entry(node.to_string()).or_default();
+        for c in cpus {
+            if let Some(other) = on.insert(c, name.clone()) {
+                panic!("op {op}: CPU {c} of {node} held by {other} and {name}");
+            }
         }
     }
     let rebuilt = sim.rebuilt();

@@ -63,3 +63,13 @@ fn new_reservation_requirement() {
 fn other_annotations() {
     replay("other_annotations", api::other_annotations);
 }
+
+#[test]
+fn cpu_topology() {
+    replay("cpu_topology", api::cpu_topology);
+}
+
+#[test]
+fn resource_spec() {
+    replay("resource_spec", api::resource_spec);
+}

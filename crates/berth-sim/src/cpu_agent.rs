@@ -54,8 +54,13 @@ pub fn declared(node: &Node) -> Result<Option<(u32, u32, u32)>, String> {
     let [s, c, t] = parts[..] else {
         return Err(bad());
     };
-    let total = u64::from(s) * u64::from(c) * u64::from(t);
-    if total > u64::from(MAX_CPUS) {
+    // Three u32 factors can overflow even a u64 (and wrap to a small product in a release
+    // build, declaring billions of sockets), so the product is checked at each step.
+    let total = s
+        .checked_mul(c)
+        .and_then(|sc| sc.checked_mul(t))
+        .filter(|n| *n <= MAX_CPUS);
+    if total.is_none() {
         return Err(bad());
     }
     Ok(Some((s, c, t)))
@@ -134,19 +139,20 @@ pub fn publish(
             annotations.remove(ANNOTATION_NODE_RESERVATION);
         }
     }
-    let pools = (0..sockets)
-        .map(|s| {
-            let cpus: CpuSet = layout
-                .all()
-                .into_iter()
-                .filter(|c| layout.place(*c).is_some_and(|p| p.socket == s))
-                .filter(|c| !reserved.contains(c))
-                .collect();
-            CpuSharedPool {
-                socket: i32::try_from(s).unwrap_or(i32::MAX),
-                node: i32::try_from(s).unwrap_or(i32::MAX),
-                cpuset: format_cpu_list(&cpus),
-            }
+    // Each socket's CPUs in one pass over the node's (a pass per socket would be quadratic
+    // in the 4,096 CPUs a layout may declare, one socket each).
+    let mut per_socket: BTreeMap<u32, CpuSet> = (0..sockets).map(|s| (s, CpuSet::new())).collect();
+    for c in layout.all().difference(&reserved) {
+        if let Some(cpus) = layout.place(*c).and_then(|p| per_socket.get_mut(&p.socket)) {
+            cpus.insert(*c);
+        }
+    }
+    let pools = per_socket
+        .into_iter()
+        .map(|(s, cpus)| CpuSharedPool {
+            socket: i32::try_from(s).unwrap_or(i32::MAX),
+            node: i32::try_from(s).unwrap_or(i32::MAX),
+            cpuset: format_cpu_list(&cpus),
         })
         .collect();
     CpuSharedPools(pools).insert_into(annotations);

@@ -10,6 +10,7 @@ pub mod agent;
 pub mod bench;
 pub mod bench_numa;
 pub mod cpu_agent;
+pub mod cpu_budget;
 pub mod error;
 pub mod explain;
 pub mod input;

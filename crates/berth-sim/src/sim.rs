@@ -98,6 +98,8 @@ pub struct Simulation {
     timeline: Option<Box<crate::timeline::Timeline>>,
     /// The progress bar over the Scenario's steps, when asked for.
     progress: Option<crate::progress::Progress>,
+    /// The CPUs of the nodes the simulated agent publishes a CPU topology for.
+    cpu_budget: crate::cpu_budget::CpuBudget,
 }
 
 /// What [`Simulation::run_with`] records besides the final state.
@@ -132,6 +134,7 @@ impl Simulation {
             failed: 0,
             timeline: None,
             progress: None,
+            cpu_budget: crate::cpu_budget::CpuBudget::default(),
         }
     }
 
@@ -365,25 +368,39 @@ impl Simulation {
         // koordlet's CPU annotations on an NRT the scenario gives for a node that declares
         // its CPU layout.
         if let Object::NodeResourceTopology(t) = &mut obj {
-            let layout = self.store.node(t.node_name()).and_then(|n| {
-                crate::cpu_agent::declared(n)
-                    .ok()
-                    .flatten()
-                    .map(|l| (n.clone(), l))
-            });
+            let admitted = self.cpu_budget.admitted(t.node_name());
+            let layout = self
+                .store
+                .node(t.node_name())
+                .filter(|_| admitted)
+                .and_then(|n| {
+                    crate::cpu_agent::declared(n)
+                        .ok()
+                        .flatten()
+                        .map(|l| (n.clone(), l))
+                });
             if let Some((n, l)) = layout {
                 *t = Arc::new(crate::cpu_agent::publish(&n, l, Some(t)));
             }
         }
         let is_node = matches!(obj, Object::Node(_));
         let declared = match &obj {
-            Object::Node(n) => match crate::cpu_agent::declared(n) {
-                Ok(l) => l.map(|l| (n.clone(), l)),
-                Err(message) => {
-                    self.warn(format!("node {}: {message}", key.name));
-                    None
+            Object::Node(n) => {
+                let declared = crate::cpu_agent::declared(n).and_then(|l| match l {
+                    Some(l) => self.cpu_budget.admit(&key.name, l).map(|()| Some(l)),
+                    None => Ok(None),
+                });
+                if !matches!(declared, Ok(Some(_))) {
+                    self.cpu_budget.release(&key.name);
                 }
-            },
+                match declared {
+                    Ok(l) => l.map(|l| (n.clone(), l)),
+                    Err(message) => {
+                        self.warn(format!("node {}: {message}", key.name));
+                        None
+                    }
+                }
+            }
             _ => None,
         };
         self.store.insert(obj.clone());
@@ -484,6 +501,9 @@ impl Simulation {
 
     /// Deletes an object and tells the scheduler.
     pub fn delete(&mut self, key: ObjectKey) {
+        if key.kind == Kind::Node {
+            self.cpu_budget.release(&key.name);
+        }
         if let Some(Object::Pod(p)) = self.store.remove(&key) {
             if let Some(node) = p.spec.as_ref().and_then(|s| s.node_name.as_deref()) {
                 if let Some(set) = self.awaiting_node.get_mut(node) {

@@ -20,3 +20,8 @@ fn scenario() {
 fn scheduler_config() {
     replay("scheduler_config", sim::scheduler_config);
 }
+
+#[test]
+fn cpu_layout() {
+    replay("cpu_layout", sim::cpu_layout);
+}

@@ -15,11 +15,16 @@
 //! alias bomb of 50 KB never finished; a linear shape stays within a few times the baseline.
 //! (Release-build times of every case, on the 2-core development machine, are in
 //! `fuzz/README.md`: all under a tenth of a second.)
+//!
+//! A second test runs the inputs that grow once read (a node label standing for thousands
+//! of CPUs, a CPU topology that makes every scheduling cycle order all of a node's CPUs) to
+//! the end, against running the same baseline.
 
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
-use berth_sim::input;
+use berth_core::Config;
+use berth_sim::{input, Simulation};
 
 /// The size every case is built to, just under it.
 const MB: usize = 1 << 20;
@@ -321,5 +326,124 @@ fn every_input_of_at_most_a_megabyte_is_read_in_time_comparable_to_an_ordinary_o
         );
     }
     // `cargo test -- --nocapture` shows the times.
+    println!("{report}");
+}
+
+/// Reads and runs `text` as `berth simulate` does; the finished simulation, or the message.
+fn run(text: &str) -> Result<Simulation, String> {
+    let input =
+        input::read_files(&["-".to_string()], &mut text.as_bytes()).map_err(|e| e.to_string())?;
+    Ok(Simulation::run(Vec::new(), Config::default(), &input))
+}
+
+/// How long reading and running `text` takes (CPU time where available).
+fn timed_run(text: &str) -> (Duration, Result<Simulation, String>) {
+    let (wall, cpu) = (Instant::now(), cpu_time());
+    let result = run(text);
+    let t = match (cpu, cpu_time()) {
+        (Some(before), Some(after)) => after.saturating_sub(before),
+        _ => wall.elapsed(),
+    };
+    (t, result)
+}
+
+/// What a finished run must show: the case reached the part it is about.
+type Outcome = fn(&Simulation) -> Result<(), String>;
+
+/// Inputs that grow once read (a label standing for thousands of CPUs, a topology that
+/// makes each scheduling cycle sort every CPU), run to the end: what they grow into is
+/// bounded too, so running one takes at most [`FACTOR`] times running the baseline.
+fn run_cases() -> Vec<(&'static str, String, Outcome)> {
+    let mut cases: Vec<(&'static str, String, Outcome)> = Vec::new();
+    // 160 bytes declaring 4,096 CPUs: past `cpu_budget::MAX_TOTAL_CPUS` the agent publishes
+    // nothing more (before the budget, about half an hour in a debug build).
+    cases.push((
+        "nodes declaring the largest CPU layout, filling a megabyte",
+        fill(
+            "",
+            |i| format!("apiVersion: v1\nkind: Node\nmetadata: {{name: n{i}, labels: {{sim.berth.dev/cpu-layout: 1x4096x1}}}}\nstatus: {{allocatable: {{cpu: \"4096\", memory: 16Gi, pods: \"110\"}}}}\n---\n"),
+            "",
+        ),
+        |sim| {
+            let past = "would bring the CPUs the nodes declare to";
+            let warned = sim.log().iter().filter(|l| l.contains(past)).count();
+            let published = sim.store().of_kind(berth_core::Kind::NodeResourceTopology).count();
+            (warned > 5_000 && published == 16)
+                .then_some(())
+                .ok_or(format!("{warned} nodes warned about, {published} published"))
+        },
+    ));
+    // A published topology as lopsided as 1 MB allows (one core holding half the CPUs, the
+    // others two threads each), and exclusive-CPU pods of one CPU each: each Filter on the
+    // node orders all its free CPUs (quadratic in the big core's threads before issue 15).
+    cases.push((
+        "a lopsided CPU topology and exclusive-CPU pods",
+        lopsided_topology(),
+        |sim| {
+            let bound = sim.store().pods_on("n").count();
+            (bound == LOPSIDED_PODS)
+                .then_some(())
+                .ok_or(format!("{bound} of {LOPSIDED_PODS} pods bound"))
+        },
+    ));
+    cases
+}
+
+/// The exclusive-CPU pods of [`lopsided_topology`].
+const LOPSIDED_PODS: usize = 100;
+
+/// One node whose NRT's `cpu-topology` fills most of a megabyte, then LSE pods of 1 CPU.
+fn lopsided_topology() -> String {
+    let cpus = 23_000u32;
+    let detail: Vec<String> = (0..cpus)
+        .map(|id| {
+            let core = if id < cpus / 2 {
+                0
+            } else {
+                1 + (id - cpus / 2) / 2
+            };
+            format!(r#"{{"id":{id},"core":{core},"socket":0,"node":0}}"#)
+        })
+        .collect();
+    let mut text = format!(
+        "apiVersion: v1\nkind: Node\nmetadata: {{name: n}}\nstatus: {{allocatable: {{cpu: \"{cpus}\", memory: 64Gi, pods: \"110\"}}}}\n---\napiVersion: topology.node.k8s.io/v1alpha2\nkind: NodeResourceTopology\nmetadata:\n  name: n\n  annotations: {{node.koordinator.sh/cpu-topology: '{{\"detail\":[{}]}}'}}\nattributes: [{{name: topologyManagerPolicy, value: none}}]\nzones: [{{name: node-0, type: Node, resources: [{{name: cpu, capacity: {cpus}, allocatable: {cpus}, available: {cpus}}}]}}]\n",
+        detail.join(",")
+    );
+    for i in 0..LOPSIDED_PODS {
+        let _ = write!(text, "---\napiVersion: v1\nkind: Pod\nmetadata: {{name: p{i}, labels: {{koordinator.sh/qosClass: LSE}}}}\nspec: {{containers: [{{name: c, resources: {{requests: {{cpu: \"1\"}}, limits: {{cpu: \"1\"}}}}}}]}}\n");
+    }
+    text
+}
+
+#[test]
+fn inputs_that_grow_once_read_run_in_time_comparable_to_an_ordinary_one() {
+    let baseline_text = nodes_and_pods();
+    let baseline = || {
+        let (t, result) = timed_run(&baseline_text);
+        assert!(result.is_ok(), "the baseline runs");
+        t
+    };
+    let mut base = baseline();
+    let mut report = format!("baseline run (1 MB of nodes and pods): {base:?}\n");
+    for (name, text, outcome) in run_cases() {
+        assert!(text.len() <= MB, "{name}: {} bytes", text.len());
+        let (mut t, result) = timed_run(&text);
+        let sim = result.unwrap_or_else(|e| panic!("{name}: refused: {e}"));
+        if let Err(e) = outcome(&sim) {
+            panic!(
+                "{name}: {e}; log: {:?}",
+                sim.log().iter().take(5).collect::<Vec<_>>()
+            );
+        }
+        if t > base * FACTOR + SLACK {
+            base = baseline();
+            t = timed_run(&text).0;
+        }
+        let _ = writeln!(report, "{name}: {t:?} ({} bytes)", text.len());
+        assert!(
+            t <= base * FACTOR + SLACK,
+            "{name}: {t:?}, more than {FACTOR} times running 1 MB of nodes and pods ({base:?})\n{report}"
+        );
+    }
     println!("{report}");
 }

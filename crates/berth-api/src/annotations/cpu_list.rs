@@ -77,8 +77,10 @@ pub fn format_cpu_list(cpus: &BTreeSet<u32>) -> String {
     let mut iter = cpus.iter().copied().peekable();
     while let Some(start) = iter.next() {
         let mut end = start;
-        while iter.peek() == end.checked_add(1).as_ref() {
-            end += 1;
+        // `end + 1` does not exist past u32::MAX: comparing `checked_add`'s `None` with the
+        // exhausted iterator's `None` would extend the range past it.
+        while let Some(next) = end.checked_add(1).filter(|n| iter.peek() == Some(n)) {
+            end = next;
             iter.next();
         }
         parts.push(if start == end {

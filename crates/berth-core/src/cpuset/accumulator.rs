@@ -259,27 +259,28 @@ impl Acc<'_> {
 }
 
 /// Reorders `cpus` so that each pass takes one thread of every core before a second
-/// thread of any (`spreadCPUs`).
+/// thread of any (`spreadCPUs`): the k-th CPU of a core (in `cpus` order) goes out in pass
+/// k, and each pass keeps `cpus` order. Computed as one sort on (pass, position) rather than
+/// by rescanning the remaining CPUs once per pass as Koordinator does, which is quadratic in
+/// the threads of the largest core: a published topology may give one core tens of
+/// thousands of threads.
 fn spread(layout: &CpuLayout, cpus: &[u32]) -> Vec<u32> {
     if cpus.len() <= layout.cpus_per_core() {
         return cpus.to_vec();
     }
-    let mut out = Vec::with_capacity(cpus.len());
-    let mut rest = cpus.to_vec();
-    while !rest.is_empty() {
-        let mut seen = std::collections::BTreeSet::new();
-        let mut next = Vec::new();
-        for c in rest {
+    let mut passes: BTreeMap<u32, usize> = BTreeMap::new();
+    let mut keyed: Vec<(usize, usize, u32)> = cpus
+        .iter()
+        .enumerate()
+        .map(|(position, &c)| {
             let core = layout.place(c).map_or(c, |p| p.core);
-            if seen.insert(core) {
-                out.push(c);
-            } else {
-                next.push(c);
-            }
-        }
-        rest = next;
-    }
-    out
+            let pass = passes.entry(core).or_insert(0);
+            *pass += 1;
+            (*pass, position, c)
+        })
+        .collect();
+    keyed.sort_unstable();
+    keyed.into_iter().map(|(_, _, c)| c).collect()
 }
 
 #[cfg(test)]
@@ -321,6 +322,55 @@ mod tests {
         // Only one thread of each core is free: no whole core at all.
         let free: CpuSet = [0, 1, 2, 3].into();
         assert_eq!(take(&l, &free, 2, CpuBindPolicy::FullPcpus), "0-1");
+    }
+
+    /// Koordinator's pass-by-pass form of [`spread`], the oracle for the sorted one.
+    fn spread_by_passes(layout: &CpuLayout, cpus: &[u32]) -> Vec<u32> {
+        if cpus.len() <= layout.cpus_per_core() {
+            return cpus.to_vec();
+        }
+        let mut out = Vec::with_capacity(cpus.len());
+        let mut rest = cpus.to_vec();
+        while !rest.is_empty() {
+            let mut seen = std::collections::BTreeSet::new();
+            let mut next = Vec::new();
+            for c in rest {
+                let core = layout.place(c).map_or(c, |p| p.core);
+                if seen.insert(core) {
+                    out.push(c);
+                } else {
+                    next.push(c);
+                }
+            }
+            rest = next;
+        }
+        out
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::test_runner::Config::with_cases(2_000))]
+
+        /// The sorted spread orders any list of CPUs (some the layout lacks, on irregular
+        /// cores) exactly as the pass-by-pass one.
+        #[test]
+        fn spread_orders_as_pass_by_pass(
+            cores in proptest::collection::vec(0u32..6, 1..24),
+            cpus in proptest::collection::vec(0u32..30, 0..40),
+        ) {
+            let detail = cores
+                .iter()
+                .enumerate()
+                .map(|(id, &core)| berth_api::annotations::CpuInfo {
+                    id: id as u32,
+                    core,
+                    socket: 0,
+                    node: 0,
+                })
+                .collect();
+            let layout = CpuLayout::new(&berth_api::annotations::CpuTopology { detail })
+                .expect("not empty");
+            proptest::prop_assert_eq!(spread(&layout, &cpus), spread_by_passes(&layout, &cpus));
+        }
     }
 
     #[test]

@@ -128,7 +128,9 @@ pub(super) fn shortfall(
                 capacity: node.allocatable[id],
             });
         }
-        if !pod.is_reserve_pod() && node.pods.len() as i64 + 1 > node.allowed_pods {
+        // A Reservation's reserve pod takes a pod slot like any pod (Koordinator schedules it
+        // through the same Filter), so it is refused on a full node too.
+        if node.pods.len() as i64 + 1 > node.allowed_pods {
             let free = node.allowed_pods - node.pods.len() as i64;
             out.push(Shortfall {
                 resource: "pods".into(),

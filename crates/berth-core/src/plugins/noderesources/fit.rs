@@ -99,7 +99,9 @@ impl Plugin for Fit {
                 std::mem::take(status).with_reason(reason)
             };
         };
-        if !pod.is_reserve_pod() && node.pods.len() as i64 + 1 > node.allowed_pods {
+        // A Reservation's reserve pod takes a pod slot like any pod (Koordinator schedules it
+        // through the same Filter), so it is refused on a full node too.
+        if node.pods.len() as i64 + 1 > node.allowed_pods {
             reject(&mut status, Cow::Borrowed(TOO_MANY_PODS));
         }
         // Per slot, without copying vectors: free = allocatable - requested - reserved

@@ -1,0 +1,9 @@
+#![no_main]
+//! See `fuzz/harness/api.rs` for what this target checks.
+
+#[path = "../harness/api.rs"]
+mod api;
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| {
+    api::resource_spec(data);
+});
