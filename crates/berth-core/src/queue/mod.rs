@@ -570,6 +570,49 @@ mod tests {
     }
 
     #[test]
+    fn an_event_looks_only_at_items_a_rejecting_plugin_registered_it_for() {
+        use crate::plugins::names;
+        let mut q = SchedulingQueue::default();
+        for (name, plugins) in [
+            ("fit", &[names::NODE_RESOURCES_FIT][..]),
+            ("spread", &[names::POD_TOPOLOGY_SPREAD][..]),
+            ("none", &[][..]),
+        ] {
+            q.add(k(name), 0, 0, 0);
+            assert_eq!(q.pop(), Some(k(name)));
+            q.failed(&k(name), true, plugins, 0);
+        }
+        let mut asked = Vec::new();
+        let moved = q.move_concerned(0, hints::kind::ASSIGNED_POD_ADD, |key, _| {
+            asked.push(key.name.to_string());
+            true
+        });
+        // A bind cannot help a pod only NodeResourcesFit rejected: it is not even looked at.
+        assert_eq!(asked, ["spread", "none"]);
+        assert_eq!(moved, 2);
+        assert_eq!(q.unschedulable().cloned().collect::<Vec<_>>(), [k("fit")]);
+        let moved = q.move_concerned(0, hints::kind::ASSIGNED_POD_DELETE, |_, _| true);
+        assert_eq!(moved, 1);
+        assert_eq!(q.unschedulable().count(), 0);
+        assert_eq!(q.lengths().unschedulable, 0);
+    }
+
+    #[test]
+    fn the_five_minute_flush_takes_only_items_that_waited_that_long() {
+        let mut q = SchedulingQueue::default();
+        for (name, at) in [("old", 0), ("new", 1000)] {
+            q.add(k(name), 0, 0, at);
+            q.pop();
+            q.failed(&k(name), true, &[], at);
+        }
+        assert_eq!(q.next_timeout(), Some(UNSCHEDULABLE_MAX_WAIT));
+        q.flush(UNSCHEDULABLE_MAX_WAIT);
+        assert_eq!(q.unschedulable().cloned().collect::<Vec<_>>(), [k("new")]);
+        assert_eq!(q.stats().moved_by_max_wait, 1);
+        assert_eq!(q.next_timeout(), Some(1000 + UNSCHEDULABLE_MAX_WAIT));
+    }
+
+    #[test]
     fn deleted_items_are_never_popped() {
         let mut q = SchedulingQueue::default();
         q.add(k("a"), 0, 0, 0);
