@@ -20,6 +20,10 @@ use crate::model::pod::PodInfo;
 use crate::object::ObjectKey;
 use crate::resources::ResourceNames;
 
+pub mod domain_counts;
+
+use domain_counts::{DomainCountCache, DomainCounts, DomainQuery};
+
 /// Namespace objects by name.
 pub type Namespaces = HashMap<Arc<str>, Arc<Namespace>>;
 
@@ -106,6 +110,8 @@ pub struct Cluster {
     /// Exclusive CPUs per node: layouts, node-reserved cores, what pods hold
     /// (NodeNUMAResource).
     pub cpusets: crate::cpuset::CpusetCluster,
+    /// Per-domain pod counts remembered across cycles (PodTopologySpread).
+    domain_counts: DomainCountCache,
 }
 
 impl Cluster {
@@ -192,6 +198,14 @@ impl Cluster {
     /// Live nodes.
     pub fn nodes(&self) -> impl Iterator<Item = &NodeInfo> + '_ {
         self.order.iter().filter_map(|i| self.node(*i))
+    }
+
+    /// Pods matching `q` per topology domain, over every live node (see
+    /// [`domain_counts`]): brought up to date from the nodes changed since the same question
+    /// was last asked.
+    pub fn domain_counts(&self, q: &DomainQuery<'_>) -> Arc<DomainCounts> {
+        self.domain_counts
+            .counts(q, self.nodes.iter().map(Option::as_ref))
     }
 
     /// Number of live nodes.

@@ -1,5 +1,6 @@
 //! [`NodeInfo`]: a node and everything the scheduler has placed or holds on it.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use berth_api::k8s_openapi::api::core::v1::{Node, Taint};
@@ -60,7 +61,10 @@ pub struct NodeInfo {
     pub pods_with_affinity: u32,
     /// Pods with required anti-affinity, for InterPodAffinity.
     pub pods_with_required_anti_affinity: u32,
-    /// Bumped on every change.
+    /// A stamp no other state of any node has had: renewed ([`NodeInfo::touch`]) on every
+    /// change, kept by clones. Caches that derive something from a node's pods and labels
+    /// (the per-domain counts of [`crate::cache::domain_counts`]) reuse it while the stamp
+    /// is the same, even across a preemption simulation that restores a saved copy.
     pub generation: u64,
     /// Why `node.koordinator.sh/reservation` could not be applied, if it could not.
     pub annotation_error: Option<String>,
@@ -148,7 +152,7 @@ impl NodeInfo {
             .unwrap_or(false);
         self.name = node.metadata.name.as_deref().unwrap_or("").into();
         self.node = node;
-        self.generation += 1;
+        self.touch();
         Ok(())
     }
 
@@ -161,7 +165,7 @@ impl NodeInfo {
         self.pods_with_affinity += u32::from(any);
         self.pods_with_required_anti_affinity += u32::from(anti);
         self.pods.push(pod);
-        self.generation += 1;
+        self.touch();
     }
 
     /// Removes a pod by key; returns it if it was here.
@@ -178,8 +182,13 @@ impl NodeInfo {
         let (any, anti) = affinity_flags(&pod);
         self.pods_with_affinity -= u32::from(any);
         self.pods_with_required_anti_affinity -= u32::from(anti);
-        self.generation += 1;
+        self.touch();
         Some(pod)
+    }
+
+    /// Gives the node a fresh [`NodeInfo::generation`]: call after changing it.
+    pub fn touch(&mut self) {
+        self.generation = next_generation();
     }
 
     /// What is left for a pod that may not use reserved capacity.
@@ -189,6 +198,13 @@ impl NodeInfo {
         f.sub(&self.reserved);
         f
     }
+}
+
+/// A process-wide unique generation stamp. Stamps are only compared for equality, so their
+/// values (which depend on what else ran in the process) never reach any output.
+fn next_generation() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
 /// Koordinator's node reservation (`node.koordinator.sh/reservation`, seed 004): resources

@@ -230,6 +230,17 @@ pub fn registered(plugin: &str) -> (u32, bool) {
     }
 }
 
+/// The [`kind`] bits of every event that can help an item `plugins` rejected: the union of
+/// what they [`registered`], or every kind but NUMA ones when no plugin rejected it. An
+/// event outside this set never requeues the item ([`worth_requeuing`] answers false), so
+/// the queue indexes its unschedulable pool by these bits.
+pub fn interest(plugins: &[&'static str]) -> u32 {
+    if plugins.is_empty() {
+        return kind::ALL & !kind::NODE_TOPOLOGY;
+    }
+    plugins.iter().fold(0, |acc, p| acc | registered(p).0)
+}
+
 /// Which necessary conditions [`worth_requeuing`] may check: only those a Filter of every
 /// profile enforces (a profile without NodeResourcesFit places pods whatever their size).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -352,7 +363,7 @@ pub fn requeue(
         return;
     }
     let checks = Checks::for_profiles(profiles);
-    queue.move_matching(now, |key, plugins| {
+    queue.move_concerned(now, event.kinds, |key, plugins| {
         worth_requeuing(cx, checks, event, key, plugins)
     });
 }

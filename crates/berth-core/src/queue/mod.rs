@@ -16,6 +16,9 @@ use crate::object::ObjectKey;
 use crate::time::{Time, MINUTE, SECOND};
 
 pub mod hints;
+mod unschedulable;
+
+use unschedulable::{Slot, UnschedulablePool};
 
 /// First back-off after a failure.
 pub const INITIAL_BACKOFF: Time = SECOND;
@@ -44,6 +47,9 @@ struct Entry {
     place: Where,
     /// Plugins that rejected the item last time, for queueing hints.
     plugins: Vec<&'static str>,
+    /// The [`hints::kind`] bits of the events those plugins registered: only such events
+    /// look at the item while it is unschedulable.
+    interest: u32,
     /// The scheduler's epoch at the item's last failure, when a cycle run again with no
     /// change in between would fail the same way, and the random draws that cycle made
     /// ([`SchedulingQueue::remember_failure`]).
@@ -53,6 +59,14 @@ struct Entry {
 }
 
 impl Entry {
+    fn slot(&self) -> Slot {
+        Slot {
+            seq: self.seq,
+            since: self.since,
+            interest: self.interest,
+        }
+    }
+
     fn backoff_until(&self) -> Time {
         if self.attempts == 0 {
             return self.last_attempt;
@@ -90,6 +104,8 @@ pub struct QueueLengths {
 #[derive(Debug, Default, Clone)]
 pub struct SchedulingQueue {
     entries: HashMap<ObjectKey, Entry>,
+    /// The entries whose place is [`Where::Unschedulable`], indexed.
+    pool: UnschedulablePool,
     active: BinaryHeap<Reverse<(ActiveKey, u64, ObjectKey)>>,
     backoff: BinaryHeap<Reverse<(Time, u64, u64, ObjectKey)>>,
     seq: u64,
@@ -123,6 +139,7 @@ impl SchedulingQueue {
             since: now,
             place: Where::Active,
             plugins: Vec::new(),
+            interest: hints::kind::ALL,
             replay: None,
             gen: 0,
         };
@@ -150,9 +167,11 @@ impl SchedulingQueue {
             since: now,
             place: Where::Backoff,
             plugins: Vec::new(),
+            interest: hints::kind::ALL,
             replay: None,
             gen: 0,
         };
+        self.leave_pool(&key);
         self.entries.insert(key.clone(), entry);
         self.push_backoff(&key);
     }
@@ -164,6 +183,7 @@ impl SchedulingQueue {
 
     /// Removes an item wherever it is.
     pub fn delete(&mut self, key: &ObjectKey) {
+        self.leave_pool(key);
         self.entries.remove(key);
     }
 
@@ -191,6 +211,7 @@ impl SchedulingQueue {
 
     /// The item was placed; the queue forgets it.
     pub fn done(&mut self, key: &ObjectKey) {
+        self.leave_pool(key);
         self.entries.remove(key);
     }
 
@@ -203,16 +224,18 @@ impl SchedulingQueue {
         plugins: &[&'static str],
         now: Time,
     ) {
+        self.leave_pool(key);
         let Some(e) = self.entries.get_mut(key) else {
             return;
         };
         e.plugins.clear();
         e.plugins.extend_from_slice(plugins);
+        e.interest = hints::interest(plugins);
         e.replay = None;
         e.last_attempt = now;
         e.since = now;
         if unschedulable {
-            e.place = Where::Unschedulable;
+            self.enter_pool(key);
         } else {
             self.push_backoff(key);
         }
@@ -238,16 +261,37 @@ impl SchedulingQueue {
         now: Time,
         mut hint: impl FnMut(&ObjectKey, &[&'static str]) -> bool,
     ) -> usize {
-        let mut keys: Vec<(u64, ObjectKey)> = self
-            .entries
-            .iter()
-            .filter(|(k, e)| e.place == Where::Unschedulable && hint(k, &e.plugins))
-            .map(|(k, e)| (e.seq, k.clone()))
+        let candidates = self.pool.all();
+        self.move_candidates(now, candidates, &mut hint)
+    }
+
+    /// Like [`SchedulingQueue::move_matching`] for an event of [`hints::kind`] bits
+    /// `kinds`: only the items whose rejecting plugins registered one of them are looked
+    /// at (`hint` is not asked about the others, and must answer false for them).
+    pub fn move_concerned(
+        &mut self,
+        now: Time,
+        kinds: u32,
+        mut hint: impl FnMut(&ObjectKey, &[&'static str]) -> bool,
+    ) -> usize {
+        let candidates = self.pool.concerned(kinds);
+        self.move_candidates(now, candidates, &mut hint)
+    }
+
+    /// Requeues the `candidates` (in arrival order: the order decides back-off ties, and
+    /// runs must be deterministic) that `hint` accepts.
+    fn move_candidates(
+        &mut self,
+        now: Time,
+        candidates: Vec<(u64, ObjectKey)>,
+        hint: &mut impl FnMut(&ObjectKey, &[&'static str]) -> bool,
+    ) -> usize {
+        let keys: Vec<ObjectKey> = candidates
+            .into_iter()
+            .filter(|(_, k)| self.entries.get(k).is_some_and(|e| hint(k, &e.plugins)))
+            .map(|(_, k)| k)
             .collect();
-        // Arrival order, not the HashMap's: the order decides back-off ties, and runs must
-        // be deterministic.
-        keys.sort_unstable();
-        for (_, k) in &keys {
+        for k in &keys {
             self.requeue(k, now);
         }
         self.stats.moved_by_event += keys.len() as u64;
@@ -273,10 +317,11 @@ impl SchedulingQueue {
     /// Sends the in-flight item back to the unschedulable pool, rejected by the same plugins
     /// as last time (a retry answered by [`SchedulingQueue::replayable`]).
     pub fn failed_again(&mut self, key: &ObjectKey, now: Time) {
+        self.leave_pool(key);
         if let Some(e) = self.entries.get_mut(key) {
             e.last_attempt = now;
             e.since = now;
-            e.place = Where::Unschedulable;
+            self.enter_pool(key);
         }
     }
 
@@ -312,15 +357,9 @@ impl SchedulingQueue {
                 self.push_active(&key);
             }
         }
-        let mut stale: Vec<(u64, ObjectKey)> = self
-            .entries
-            .iter()
-            .filter(|(_, e)| {
-                e.place == Where::Unschedulable && e.since + UNSCHEDULABLE_MAX_WAIT <= now
-            })
-            .map(|(k, e)| (e.seq, k.clone()))
-            .collect();
-        stale.sort_unstable();
+        let stale = self
+            .pool
+            .since_at_most(now.saturating_sub(UNSCHEDULABLE_MAX_WAIT));
         self.stats.moved_by_max_wait += stale.len() as u64;
         for (_, k) in stale {
             self.requeue(&k, now);
@@ -361,12 +400,7 @@ impl SchedulingQueue {
             })
             .map(|Reverse((t, ..))| *t)
             .min();
-        let unsched = self
-            .entries
-            .values()
-            .filter(|e| e.place == Where::Unschedulable)
-            .map(|e| e.since + UNSCHEDULABLE_MAX_WAIT)
-            .min();
+        let unsched = self.pool.earliest().map(|t| t + UNSCHEDULABLE_MAX_WAIT);
         match (backoff, unsched) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -375,10 +409,7 @@ impl SchedulingQueue {
 
     /// Items waiting in the unschedulable pool.
     pub fn unschedulable(&self) -> impl Iterator<Item = &ObjectKey> + '_ {
-        self.entries
-            .iter()
-            .filter(|(_, e)| e.place == Where::Unschedulable)
-            .map(|(k, _)| k)
+        self.pool.keys()
     }
 
     /// How many items wait where: kube-scheduler's `scheduler_pending_pods{queue}`. Walks
@@ -411,7 +442,25 @@ impl SchedulingQueue {
         self.entries.is_empty()
     }
 
+    /// Marks the item unschedulable and indexes it in the pool.
+    fn enter_pool(&mut self, key: &ObjectKey) {
+        if let Some(e) = self.entries.get_mut(key) {
+            e.place = Where::Unschedulable;
+            self.pool.insert(key, e.slot());
+        }
+    }
+
+    /// Takes the item out of the pool's index if it is there; callers then set its place.
+    fn leave_pool(&mut self, key: &ObjectKey) {
+        if let Some(e) = self.entries.get(key) {
+            if e.place == Where::Unschedulable {
+                self.pool.remove(e.slot());
+            }
+        }
+    }
+
     fn push_active(&mut self, key: &ObjectKey) {
+        self.leave_pool(key);
         self.gen += 1;
         let gen = self.gen;
         let Some(e) = self.entries.get_mut(key) else {
@@ -427,6 +476,7 @@ impl SchedulingQueue {
     }
 
     fn push_backoff(&mut self, key: &ObjectKey) {
+        self.leave_pool(key);
         self.gen += 1;
         let gen = self.gen;
         let Some(e) = self.entries.get_mut(key) else {
@@ -517,6 +567,49 @@ mod tests {
         assert!(q.pop_backoff_early());
         assert_eq!(q.pop(), Some(k("p")));
         assert!(!q.pop_backoff_early());
+    }
+
+    #[test]
+    fn an_event_looks_only_at_items_a_rejecting_plugin_registered_it_for() {
+        use crate::plugins::names;
+        let mut q = SchedulingQueue::default();
+        for (name, plugins) in [
+            ("fit", &[names::NODE_RESOURCES_FIT][..]),
+            ("spread", &[names::POD_TOPOLOGY_SPREAD][..]),
+            ("none", &[][..]),
+        ] {
+            q.add(k(name), 0, 0, 0);
+            assert_eq!(q.pop(), Some(k(name)));
+            q.failed(&k(name), true, plugins, 0);
+        }
+        let mut asked = Vec::new();
+        let moved = q.move_concerned(0, hints::kind::ASSIGNED_POD_ADD, |key, _| {
+            asked.push(key.name.to_string());
+            true
+        });
+        // A bind cannot help a pod only NodeResourcesFit rejected: it is not even looked at.
+        assert_eq!(asked, ["spread", "none"]);
+        assert_eq!(moved, 2);
+        assert_eq!(q.unschedulable().cloned().collect::<Vec<_>>(), [k("fit")]);
+        let moved = q.move_concerned(0, hints::kind::ASSIGNED_POD_DELETE, |_, _| true);
+        assert_eq!(moved, 1);
+        assert_eq!(q.unschedulable().count(), 0);
+        assert_eq!(q.lengths().unschedulable, 0);
+    }
+
+    #[test]
+    fn the_five_minute_flush_takes_only_items_that_waited_that_long() {
+        let mut q = SchedulingQueue::default();
+        for (name, at) in [("old", 0), ("new", 1000)] {
+            q.add(k(name), 0, 0, at);
+            q.pop();
+            q.failed(&k(name), true, &[], at);
+        }
+        assert_eq!(q.next_timeout(), Some(UNSCHEDULABLE_MAX_WAIT));
+        q.flush(UNSCHEDULABLE_MAX_WAIT);
+        assert_eq!(q.unschedulable().cloned().collect::<Vec<_>>(), [k("new")]);
+        assert_eq!(q.stats().moved_by_max_wait, 1);
+        assert_eq!(q.next_timeout(), Some(1000 + UNSCHEDULABLE_MAX_WAIT));
     }
 
     #[test]

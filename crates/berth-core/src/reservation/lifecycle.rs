@@ -544,7 +544,7 @@ fn attach(cx: &mut Cluster, idx: RIdx) {
         counted.add(&p, 1);
         n.add_pod(p);
     }
-    n.generation += 1;
+    n.touch();
     cx.affinity_totals.with_affinity += counted.with_affinity;
     cx.affinity_totals.with_required_anti_affinity += counted.with_required_anti_affinity;
     for c in &claims {
@@ -582,7 +582,7 @@ fn detach(cx: &mut Cluster, idx: RIdx) {
         if let Some(k) = &placed_key {
             removed = n.remove_pod(k);
         }
-        n.generation += 1;
+        n.touch();
     }
     if let Some(p) = &removed {
         cx.affinity_totals.add(p, -1);
@@ -628,7 +628,7 @@ fn refresh(cx: &mut Cluster, idx: RIdx) {
             }
         }
         n.reserved_ports.extend(new_ports.iter().cloned());
-        n.generation += 1;
+        n.touch();
     }
     if let Some(m) = cx.reservations.get_mut(idx) {
         m.contrib = new;

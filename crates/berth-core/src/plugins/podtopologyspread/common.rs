@@ -1,8 +1,6 @@
 //! What Filter and Score share (kube-scheduler's `podtopologyspread/common.go`): the
 //! parsed constraint, which nodes a constraint counts, and which pods it counts.
 
-use std::sync::Arc;
-
 use berth_api::k8s_openapi::api::core::v1::{Taint, Toleration, TopologySpreadConstraint};
 use berth_api::k8s_openapi::apimachinery::pkg::apis::meta::v1::{
     LabelSelector, LabelSelectorRequirement,
@@ -92,8 +90,6 @@ pub(crate) fn has_all_keys(labels: &Labels, constraints: &[Constraint]) -> bool 
         .all(|c| labels.contains_key(&c.topology_key))
 }
 
-/// Pods in `ns` matching `selector`, leaving out terminating pods (`countPodsMatchSelector`).
-/// An empty selector counts nothing, as upstream.
 /// [`count_matching`] over a node's pods, without the reservation stand-ins the incoming pod
 /// must not see ([`crate::plugins::reservation::hidden`]: its own reservations, or every
 /// reservation when it is itself one).
@@ -120,14 +116,7 @@ pub(crate) fn count_visible(
     n - hidden
 }
 
-pub(crate) fn count_matching(pods: &[Arc<PodInfo>], selector: Option<&Selector>, ns: &str) -> i64 {
-    let Some(sel) = selector.filter(|s| !s.is_empty()) else {
-        return 0;
-    };
-    pods.iter()
-        .filter(|p| !p.terminating && *p.key.namespace == *ns && sel.matches(&p.labels))
-        .count() as i64
-}
+pub(crate) use crate::cache::domain_counts::count_matching;
 
 /// The pod's `nodeSelector` and required node affinity (`nodeaffinity.RequiredNodeAffinity`).
 /// Terms that do not parse are ignored, as kube-scheduler does here for compatibility.
@@ -164,6 +153,11 @@ impl RequiredNodeAffinity {
             node_selector,
             terms,
         }
+    }
+
+    /// Whether the pod has neither (every node satisfies it).
+    pub(crate) fn is_empty(&self) -> bool {
+        self.node_selector.is_none() && self.terms.is_none()
     }
 
     /// Whether the node satisfies both.
@@ -325,6 +319,7 @@ mod tests {
     use super::*;
     use crate::testing::{node, pod};
     use serde_json::json;
+    use std::sync::Arc;
 
     #[test]
     fn tolerations_follow_tolerates_taint() {

@@ -6,6 +6,8 @@
 //! when `count(domain) + (pod matches itself) - global minimum <= maxSkew`, where the
 //! global minimum is 0 while fewer than `minDomains` domains exist.
 
+use std::sync::Arc;
+
 use crate::collections::HashMap;
 
 use berth_api::k8s_openapi::api::core::v1::TopologySpreadConstraint;
@@ -32,8 +34,9 @@ pub struct State {
     constraints: Vec<Constraint>,
     /// Whether the incoming pod matches each constraint's selector.
     self_match: Vec<bool>,
-    /// Topology value -> matching pods, per constraint (eligible domains only).
-    counts: Vec<HashMap<String, i64>>,
+    /// Topology value -> matching pods, per constraint (eligible domains only). Shared
+    /// with the cluster's remembered counts; copied on write.
+    counts: Vec<Arc<HashMap<String, i64>>>,
     /// The smallest count over the eligible domains, per constraint.
     min_match: Vec<i64>,
 }
@@ -61,15 +64,42 @@ pub(super) fn pre_filter(
     if constraints.is_empty() {
         return Ok(None);
     }
-    let ns = &*pod.key.namespace;
     let required = RequiredNodeAffinity::of(pod);
+    let counts = if super::counting::applies(state, &constraints, &required) {
+        let keys = super::counting::all_keys(&constraints);
+        super::counting::remembered(cx, pod, &constraints, &keys)
+    } else {
+        recount(cx, state, pod, &constraints, &required)
+    };
+    let min_match = counts
+        .iter()
+        .map(|m| m.values().copied().min().unwrap_or(i64::from(i32::MAX)))
+        .collect();
+    Ok(Some(State {
+        self_match: constraints.iter().map(|c| c.selects(&pod.labels)).collect(),
+        constraints,
+        counts,
+        min_match,
+    }))
+}
+
+/// The counts by a walk over every pod of every node (`calPreFilterState`), for pods the
+/// remembered counts do not answer ([`super::counting::applies`]).
+pub(super) fn recount(
+    cx: &Cluster,
+    state: &crate::framework::CycleState,
+    pod: &PodInfo,
+    constraints: &[Constraint],
+    required: &RequiredNodeAffinity,
+) -> Vec<Arc<HashMap<String, i64>>> {
+    let ns = &*pod.key.namespace;
     let mut counts: Vec<HashMap<String, i64>> = vec![HashMap::default(); constraints.len()];
     for node in cx.nodes() {
-        if !has_all_keys(&node.labels, &constraints) {
+        if !has_all_keys(&node.labels, constraints) {
             continue;
         }
         for (i, c) in constraints.iter().enumerate() {
-            if !c.includes_node(pod, node, &required) {
+            if !c.includes_node(pod, node, required) {
                 continue;
             }
             let Some(value) = node.labels.get(&c.topology_key) else {
@@ -84,16 +114,7 @@ pub(super) fn pre_filter(
             }
         }
     }
-    let min_match = counts
-        .iter()
-        .map(|m| m.values().copied().min().unwrap_or(i64::from(i32::MAX)))
-        .collect();
-    Ok(Some(State {
-        self_match: constraints.iter().map(|c| c.selects(&pod.labels)).collect(),
-        constraints,
-        counts,
-        min_match,
-    }))
+    counts.into_iter().map(Arc::new).collect()
 }
 
 /// Filter: a node without a constraint's key is unresolvable; a skew above `maxSkew` is

@@ -11,6 +11,9 @@
 
 mod args;
 mod common;
+mod counting;
+#[cfg(test)]
+mod counting_tests;
 mod filtering;
 mod scoring;
 

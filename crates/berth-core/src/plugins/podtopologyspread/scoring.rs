@@ -149,14 +149,45 @@ pub(super) fn pre_score(
             ((size + 2) as f64).ln()
         })
         .collect();
-    let ns = &*pod.key.namespace;
     let required = RequiredNodeAffinity::of(pod);
+    if super::counting::applies(state, &s.constraints, &required) {
+        let keys = if s.require_all_topologies {
+            super::counting::all_keys(&s.constraints)
+        } else {
+            Vec::new()
+        };
+        for (i, c) in s.constraints.iter().enumerate() {
+            if c.topology_key == LABEL_HOSTNAME || s.counts[i].is_empty() {
+                continue;
+            }
+            let all = super::counting::remembered_one(cx, pod, c, &keys);
+            for (domain, sum) in s.counts[i].iter_mut() {
+                *sum += all.get(domain.as_str()).copied().unwrap_or(0);
+            }
+        }
+    } else {
+        recount_into(&mut s, cx, state, pod, &required);
+    }
+    Ok(s)
+}
+
+/// Adds to `s.counts` (whose domains are set) the matching pods of every counted node
+/// (`calPreScoreState`'s walk), for pods the remembered counts do not answer
+/// ([`super::counting::applies`]).
+pub(super) fn recount_into(
+    s: &mut ScoreState,
+    cx: &Cluster,
+    state: &crate::framework::CycleState,
+    pod: &PodInfo,
+    required: &RequiredNodeAffinity,
+) {
+    let ns = &*pod.key.namespace;
     for node in cx.nodes() {
         if s.is_ignored(node) {
             continue;
         }
         for (i, c) in s.constraints.iter().enumerate() {
-            if !c.includes_node(pod, node, &required) {
+            if !c.includes_node(pod, node, required) {
                 continue;
             }
             let value = node.labels.get(&c.topology_key).map_or("", String::as_str);
@@ -167,7 +198,6 @@ pub(super) fn pre_score(
             *sum += count_visible(state, node, c.selector.as_ref(), ns);
         }
     }
-    Ok(s)
 }
 
 #[cfg(test)]
