@@ -78,11 +78,17 @@ impl ResourceNames {
     /// The slot of `name` if it was ever seen.
     pub fn get(&self, name: &str) -> Option<ResourceId> {
         // The fixed slots are answered without hashing: scorers ask per node.
+        Self::fixed(name).or_else(|| self.ids.get(name).copied())
+    }
+
+    /// The slot of `name` when it is one of the pre-interned names, the same in every
+    /// [`ResourceNames`]: what a plugin can resolve once when it is built.
+    pub fn fixed(name: &str) -> Option<ResourceId> {
         match name {
             "cpu" => Some(ResourceId::CPU),
             "memory" => Some(ResourceId::MEMORY),
             "ephemeral-storage" => Some(ResourceId::EPHEMERAL_STORAGE),
-            _ => self.ids.get(name).copied(),
+            _ => None,
         }
     }
 
@@ -107,6 +113,41 @@ impl ResourceNames {
     /// Every interned id in slot order.
     pub fn ids(&self) -> impl Iterator<Item = ResourceId> + '_ {
         (0..self.names.len()).map(|i| ResourceId(i as u8))
+    }
+}
+
+/// A resource name a plugin is configured with, resolved once when the plugin is built.
+///
+/// Scorers look their resources up for every node they score; matching the name as a
+/// string there was an eighth of a basic cycle. cpu, memory and ephemeral-storage have the
+/// same slot in every [`ResourceNames`], so they resolve at build time; any other name is
+/// interned only once some node or pod carries it, so it is still looked up (and is
+/// absent, like an unseen name, until then).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResourceName {
+    name: String,
+    fixed: Option<ResourceId>,
+}
+
+impl ResourceName {
+    /// Resolves `name` as far as it can without a cluster.
+    pub fn new(name: String) -> Self {
+        let fixed = ResourceNames::fixed(&name);
+        Self { name, fixed }
+    }
+
+    /// The slot, as [`ResourceNames::get`] gives it.
+    #[inline]
+    pub fn id(&self, names: &ResourceNames) -> Option<ResourceId> {
+        match self.fixed {
+            Some(id) => Some(id),
+            None => names.get(&self.name),
+        }
+    }
+
+    /// The name as configured.
+    pub fn as_str(&self) -> &str {
+        &self.name
     }
 }
 
@@ -211,6 +252,34 @@ impl Resources {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_resolved_name_gives_the_slot_get_gives() {
+        let mut names = ResourceNames::default();
+        let gpu = ResourceName::new("nvidia.com/gpu".into());
+        assert_eq!(
+            gpu.id(&names),
+            None,
+            "unseen until a node or pod carries it"
+        );
+        let id = names.intern("nvidia.com/gpu").ok();
+        assert!(id.is_some());
+        for n in [
+            "cpu",
+            "memory",
+            "ephemeral-storage",
+            "nvidia.com/gpu",
+            "other",
+        ] {
+            let r = ResourceName::new(n.into());
+            assert_eq!(r.id(&names), names.get(n), "{n}");
+            assert_eq!(
+                r.id(&ResourceNames::default()),
+                ResourceNames::default().get(n),
+                "{n}"
+            );
+        }
+    }
 
     #[test]
     fn fixed_slots_come_first_and_extended_resources_are_interned_once() {

@@ -1180,7 +1180,9 @@ impl Scheduler {
             .iter()
             .filter(|i| subset.as_ref().is_none_or(|s| s.contains(i)))
             .map(|&i| (i, false));
-        let sample = (0..n).map(|k| (candidates[(start + k) % n], true));
+        // The rotation as two slices: no modulo per node.
+        let (before, after) = candidates.split_at(start.min(n));
+        let sample = after.iter().chain(before).map(|&i| (i, true));
         for (idx, sampled) in first.chain(sample) {
             if feasible.len() >= to_find {
                 break;
@@ -1271,12 +1273,7 @@ impl Scheduler {
             }
             let p = &prof.plugins[i];
             self.scores.clear();
-            for &idx in &feasible {
-                let s = cx
-                    .node(idx)
-                    .map_or(0, |node| p.score(cx, &state, pod, node));
-                self.scores.push(s);
-            }
+            p.score_nodes(cx, &state, pod, &feasible, &mut self.scores);
             p.normalize_scores(&state, pod, &mut self.scores);
             for (t, s) in self.totals.iter_mut().zip(&self.scores) {
                 *t += s * weight;

@@ -8,7 +8,9 @@
 
 pub mod agent;
 pub mod bench;
+pub mod bench_callgrind;
 pub mod bench_numa;
+pub mod bench_workloads;
 pub mod cpu_agent;
 pub mod cpu_budget;
 pub mod error;

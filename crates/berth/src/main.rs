@@ -110,14 +110,24 @@ struct BenchArgs {
     /// Nodes in the generated cluster.
     #[arg(long, default_value_t = 5000)]
     nodes: usize,
-    /// Pods to schedule.
-    #[arg(long, default_value_t = 10000)]
-    pods: usize,
-    /// Which cases: basic, reservations, numa or all. Another name is bad input (exit
-    /// status 2, as for `simulate`), rejected before anything runs.
+    /// Measured pods (default: each workload's scheduler_perf figure, 10,000 for
+    /// SchedulingBasic).
+    #[arg(long)]
+    pods: Option<usize>,
+    /// Which workload: a scheduler_perf name (SchedulingBasic, TopologySpreading, ...),
+    /// Reservations, NUMA, all, or the older basic, reservations, numa. Another name is bad
+    /// input (exit status 2, as for `simulate`), rejected before anything runs.
     #[arg(long, default_value = "basic",
           value_parser = clap::builder::PossibleValuesParser::new(berth_sim::bench::SUITES))]
     suite: String,
+    /// Also count each case's instructions per pod under valgrind's callgrind (exact where
+    /// wall time is noisy; the case runs a second time, about 50 times slower; left out
+    /// when valgrind is not installed).
+    #[arg(long)]
+    instructions: bool,
+    /// Run only the case of this name (how `--instructions` re-runs one case).
+    #[arg(long, hide = true)]
+    only_case: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -337,19 +347,30 @@ fn write_ignoring_broken_pipe(w: &mut dyn Write, text: &str) -> std::io::Result<
 
 /// `berth bench`: 0 when the suite ran, 2 for an unknown suite (bad input).
 fn bench(args: &BenchArgs) -> anyhow::Result<i32> {
-    let lines = match berth_sim::progress::spin("bench", || {
-        berth_sim::bench::run_suite(&args.suite, args.nodes, args.pods)
-    }) {
-        Ok(lines) => lines,
+    let parts = match berth_sim::bench::suite_parts(&args.suite, args.nodes, args.pods) {
+        Ok(parts) => parts,
         Err(e) => {
             eprintln!("error: {e}");
             return Ok(2);
         }
     };
+    let parts: Vec<_> = parts
+        .into_iter()
+        .filter(|p| match (&args.only_case, p) {
+            (None, _) => true,
+            (Some(name), berth_sim::bench::Part::Case(c)) => c.name == *name,
+            (Some(_), berth_sim::bench::Part::Numa) => false,
+        })
+        .collect();
     let mut out = std::io::stdout().lock();
-    for line in lines {
-        writeln!(out, "{line}").context("writing standard output")?;
-        out.flush().context("writing standard output")?;
+    for part in &parts {
+        let lines = berth_sim::progress::spin("bench", || {
+            berth_sim::bench::run_part(part, args.instructions)
+        });
+        for line in lines {
+            writeln!(out, "{line}").context("writing standard output")?;
+            out.flush().context("writing standard output")?;
+        }
     }
     Ok(0)
 }
@@ -365,7 +386,7 @@ mod tests {
         assert_eq!(err.exit_code(), 2, "{err}");
         assert!(
             err.to_string()
-                .contains("possible values: basic, reservations, numa, all"),
+                .contains("possible values: SchedulingBasic, TopologySpreading"),
             "{err}"
         );
         for suite in berth_sim::bench::SUITES {

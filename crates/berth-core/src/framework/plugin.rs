@@ -182,6 +182,25 @@ pub trait Plugin: std::fmt::Debug + Send + Sync {
         0
     }
 
+    /// Scores each of `nodes` (the feasible ones, in order), appending to `out`, which the
+    /// caller cleared; a node no longer in the cluster scores 0. One dynamic call per
+    /// plugin per cycle instead of one per node: this default is compiled for each plugin,
+    /// so its [`Plugin::score`] is called directly (and inlined where small). An override
+    /// must give exactly the scores [`Plugin::score`] gives.
+    fn score_nodes(
+        &self,
+        cx: &Cluster,
+        state: &CycleState,
+        pod: &PodInfo,
+        nodes: &[NodeIdx],
+        out: &mut Vec<i64>,
+    ) {
+        out.extend(nodes.iter().map(|&idx| {
+            cx.node(idx)
+                .map_or(0, |node| self.score(cx, state, pod, node))
+        }));
+    }
+
     /// Maps raw scores of all feasible nodes into `0..=MAX_NODE_SCORE`. The default keeps
     /// them as they are.
     fn normalize_scores(&self, _state: &CycleState, _pod: &PodInfo, _scores: &mut [i64]) {}

@@ -28,7 +28,7 @@
 //!
 //! Pure state: time comes in as `now_ms` arguments, pods on a node come from a callback.
 
-use crate::collections::HashMap;
+use crate::collections::FastMap;
 
 use super::fingerprint::{Fingerprint, FingerprintError, FingerprintMethod};
 use super::policy::{filter, NodeAllocatable, NumaReject};
@@ -302,7 +302,8 @@ impl NodeEntry {
 #[derive(Debug, Clone)]
 pub struct ReserveCache {
     config: CacheConfig,
-    nodes: HashMap<String, NodeEntry>,
+    /// By node name, looked up per node filtered and scored: a fast string hash.
+    nodes: FastMap<String, NodeEntry>,
     metrics: NumaCacheMetrics,
     last_resync_ms: Option<i64>,
 }
@@ -314,7 +315,7 @@ impl ReserveCache {
         config.filtered_out_threshold = config.filtered_out_threshold.max(1);
         Self {
             config,
-            nodes: HashMap::default(),
+            nodes: FastMap::default(),
             metrics: NumaCacheMetrics::default(),
             last_resync_ms: None,
         }
@@ -767,7 +768,7 @@ impl ReserveCache {
 }
 
 /// Records `check` for `node`; 1 if it changed.
-fn set_check(nodes: &mut HashMap<String, NodeEntry>, node: &str, check: ResyncCheck) -> usize {
+fn set_check(nodes: &mut FastMap<String, NodeEntry>, node: &str, check: ResyncCheck) -> usize {
     match nodes.get_mut(node) {
         Some(e) if e.check != Some(check) => {
             e.check = Some(check);
@@ -777,7 +778,7 @@ fn set_check(nodes: &mut HashMap<String, NodeEntry>, node: &str, check: ResyncCh
     }
 }
 
-fn entry_has_attr_change(nodes: &HashMap<String, NodeEntry>, node: &str) -> bool {
+fn entry_has_attr_change(nodes: &FastMap<String, NodeEntry>, node: &str) -> bool {
     nodes.get(node).is_some_and(|e| e.dirty_attr)
 }
 

@@ -15,7 +15,7 @@ use crate::framework::{CycleState, Plugin, Points, Status, MAX_NODE_SCORE};
 use crate::model::node::{NodeIdx, NodeInfo};
 use crate::model::pod::PodInfo;
 use crate::plugins::args::decode;
-use crate::resources::{ResourceId, ResourceNames};
+use crate::resources::{ResourceId, ResourceName, ResourceNames, MAX_RESOURCES};
 
 use super::args::BalancedAllocationArgs;
 use super::scoring::is_scalar;
@@ -23,7 +23,7 @@ use super::scoring::is_scalar;
 /// The NodeResourcesBalancedAllocation plugin.
 #[derive(Debug)]
 pub struct BalancedAllocation {
-    resources: Vec<String>,
+    resources: Vec<ResourceName>,
 }
 
 impl BalancedAllocation {
@@ -32,7 +32,11 @@ impl BalancedAllocation {
         let args = decode::<BalancedAllocationArgs>(args)?.defaulted();
         args.validate()?;
         Ok(Self {
-            resources: args.resources.into_iter().map(|r| r.name).collect(),
+            resources: args
+                .resources
+                .into_iter()
+                .map(|r| ResourceName::new(r.name))
+                .collect(),
         })
     }
 
@@ -40,27 +44,30 @@ impl BalancedAllocation {
         &'a self,
         names: &'a ResourceNames,
     ) -> impl Iterator<Item = ResourceId> + Clone + 'a {
-        self.resources.iter().filter_map(|n| names.get(n))
+        self.resources.iter().filter_map(|n| n.id(names))
     }
 
     /// The usage fraction of each configured resource the node has (and, for scalar
-    /// resources, the pod requests), capped at 1.
-    fn fractions<'a>(
-        &'a self,
-        cx: &'a Cluster,
-        state: &'a CycleState,
-        pod: &'a PodInfo,
-        node: &'a NodeInfo,
-    ) -> impl Iterator<Item = f64> + Clone + 'a {
+    /// resources, the pod requests), capped at 1, written into `out` in configuration
+    /// order (a stack array: nothing is allocated per node); returns how many.
+    fn fractions(
+        &self,
+        cx: &Cluster,
+        state: &CycleState,
+        pod: &PodInfo,
+        node: &NodeInfo,
+        out: &mut [f64; MAX_RESOURCES],
+    ) -> usize {
         let restored = state
             .reservation
             .as_ref()
             .and_then(|r| r.restored(pod, node.idx));
-        self.ids(&cx.names).filter_map(move |id| {
+        let mut n = 0;
+        for id in self.ids(&cx.names) {
             let want = pod.requests[id];
             let alloc = node.allocatable[id];
             if alloc == 0 || (want == 0 && is_scalar(id)) {
-                return None;
+                continue;
             }
             let mut used = node.requested[id]
                 .saturating_add(node.reserved[id])
@@ -68,8 +75,14 @@ impl BalancedAllocation {
             if let Some(back) = restored {
                 used = used.saturating_sub(back[id]).max(0);
             }
-            Some((used as f64 / alloc as f64).min(1.0))
-        })
+            // More configured names than slots can only repeat a slot: the extra ones
+            // are dropped rather than indexed out of bounds.
+            if let Some(slot) = out.get_mut(n) {
+                *slot = (used as f64 / alloc as f64).min(1.0);
+                n += 1;
+            }
+        }
+        n
     }
 }
 
@@ -97,21 +110,23 @@ impl Plugin for BalancedAllocation {
     }
 
     fn score(&self, cx: &Cluster, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> i64 {
-        // Two passes over the fractions instead of collecting them: no allocation per node.
-        let fractions = self.fractions(cx, state, pod, node);
-        let (n, sum) = fractions
-            .clone()
-            .fold((0usize, 0.0f64), |(n, s), f| (n + 1, s + f));
-        let std = match n {
-            0 | 1 => 0.0,
-            2 => {
-                let mut it = fractions;
-                let (a, b) = (it.next().unwrap_or(0.0), it.next().unwrap_or(0.0));
-                ((a - b) / 2.0).abs()
-            }
+        // One pass into a stack array, then the statistics over it (same operations in
+        // the same order as kube-scheduler, so the same floats).
+        let mut buf = [0.0f64; MAX_RESOURCES];
+        let n = self.fractions(cx, state, pod, node, &mut buf);
+        let fractions = &buf[..n];
+        let std = match fractions {
+            [] | [_] => 0.0,
+            [a, b] => ((a - b) / 2.0).abs(),
             _ => {
+                let sum = fractions.iter().fold(0.0f64, |s, f| s + f);
                 let mean = sum / n as f64;
-                (fractions.map(|f| (f - mean) * (f - mean)).sum::<f64>() / n as f64).sqrt()
+                (fractions
+                    .iter()
+                    .map(|f| (f - mean) * (f - mean))
+                    .sum::<f64>()
+                    / n as f64)
+                    .sqrt()
             }
         };
         ((1.0 - std) * MAX_NODE_SCORE as f64) as i64
@@ -288,6 +303,7 @@ mod tests {
             ("resources[1].name", "Duplicate value: \"cpu\"")
         );
         let pl = BalancedAllocation::new(Some(&json!({"resources": []}))).unwrap();
-        assert_eq!(pl.resources, ["cpu", "memory"]);
+        let names: Vec<&str> = pl.resources.iter().map(ResourceName::as_str).collect();
+        assert_eq!(names, ["cpu", "memory"]);
     }
 }

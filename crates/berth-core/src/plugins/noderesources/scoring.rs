@@ -5,7 +5,7 @@
 use crate::framework::MAX_NODE_SCORE;
 use crate::model::node::NodeInfo;
 use crate::model::pod::PodInfo;
-use crate::resources::{ResourceId, ResourceNames, Resources};
+use crate::resources::{ResourceId, ResourceName, ResourceNames, Resources};
 
 use super::args::{ScoringStrategy, ScoringStrategyType, UtilizationShapePoint};
 
@@ -24,8 +24,8 @@ pub(crate) fn is_scalar(id: ResourceId) -> bool {
 #[derive(Debug, Clone)]
 pub(crate) struct Scorer {
     kind: ScoringStrategyType,
-    /// (resource name, weight), weights defaulted.
-    resources: Vec<(String, i64)>,
+    /// (resource name, weight), weights defaulted; names resolved once at build time.
+    resources: Vec<(ResourceName, i64)>,
     /// Shape scaled to `0..=MAX_NODE_SCORE` scores.
     shape: Vec<UtilizationShapePoint>,
 }
@@ -50,7 +50,10 @@ impl Scorer {
             resources: s
                 .resources
                 .iter()
-                .map(|r| (r.name.clone(), if r.weight == 0 { 1 } else { r.weight }))
+                .map(|r| {
+                    let w = if r.weight == 0 { 1 } else { r.weight };
+                    (ResourceName::new(r.name.clone()), w)
+                })
                 .collect(),
             shape,
         }
@@ -70,7 +73,7 @@ impl Scorer {
         let mut weights = 0i64;
         let allocatable = &node.allocatable;
         for (name, w) in &self.resources {
-            let Some(id) = names.get(name) else { continue };
+            let Some(id) = name.id(names) else { continue };
             let (want, used) = if id == ResourceId::CPU || id == ResourceId::MEMORY {
                 (pod.non_zero[id], node.non_zero_requested[id])
             } else {

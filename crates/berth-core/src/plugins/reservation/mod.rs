@@ -16,7 +16,7 @@
 
 pub mod args;
 
-use crate::collections::HashMap;
+use crate::collections::{FastMap, HashMap};
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -75,7 +75,8 @@ pub struct State {
     has_affinity: bool,
     named: Option<String>,
     pod_mask: u32,
-    nodes: HashMap<NodeIdx, NodeState>,
+    /// By node, looked up several times per node filtered and scored: an integer hash.
+    nodes: FastMap<NodeIdx, NodeState>,
     claims: HashMap<ObjectKey, u32>,
     diag: Diag,
     assumed: Option<(Arc<str>, Arc<str>)>,
