@@ -99,7 +99,11 @@ impl Plugin for Fit {
                 std::mem::take(status).with_reason(reason)
             };
         };
-        if !pod.is_reserve_pod() && node.pods.len() as i64 + 1 > node.allowed_pods {
+        let slots_back = state
+            .reservation
+            .as_ref()
+            .map_or(0, |r| r.restored_pods(node));
+        if !pod.is_reserve_pod() && node.pods.len() as i64 - slots_back + 1 > node.allowed_pods {
             reject(&mut status, Cow::Borrowed(TOO_MANY_PODS));
         }
         // Per slot, without copying vectors: free = allocatable - requested - reserved

@@ -116,6 +116,21 @@ impl State {
             .is_some_and(|n| n.hidden.iter().any(|h| h == reservation))
     }
 
+    /// Reservation stand-ins on `node` that do not take a pod slot from the pod: those of
+    /// its matched reservations (Koordinator removes them from the owner's NodeInfo; the
+    /// owner takes the slot its reservation held), every one for a reservation-ignored pod.
+    pub fn restored_pods(&self, node: &NodeInfo) -> i64 {
+        if self.reserve_pod {
+            return 0;
+        }
+        if self.ignored {
+            return node.pods.iter().filter(|p| p.is_reserve_pod()).count() as i64;
+        }
+        self.nodes
+            .get(&node.idx)
+            .map_or(0, |n| n.hidden.len() as i64)
+    }
+
     /// How many of `claim`'s users ([`crate::cache::Cluster::pvc_users`]) are reservations
     /// the pod may use: VolumeRestrictions subtracts them (a ReadWriteOncePod claim held by
     /// the pod's own reservation does not conflict).
@@ -284,6 +299,20 @@ impl Reservation {
                 ka.cmp(&kb)
             });
         }
+        // The pod's own preemption hold, still waiting for its victims: its stand-in keeps
+        // the pod slot the pod is to take, so it does not count against the pod there (the
+        // hold gives back nothing else until it is Available and matched above).
+        if let Some(r) = crate::plugins::defaultpreemption::hold::of(cx, &pod.key, &pod.uid)
+            .and_then(|i| store.get(i))
+            .filter(|r| r.phase == ReservationPhase::Waiting)
+        {
+            if let Some(node) = r.node {
+                let ns = st.nodes.entry(node).or_default();
+                if !ns.hidden.contains(&r.name) {
+                    ns.hidden.push(r.name.clone());
+                }
+            }
+        }
         if st.has_affinity && st.nodes.is_empty() {
             return Status::unresolvable(crate::reservation::ERR_REASON_AFFINITY);
         }
@@ -303,6 +332,15 @@ impl Reservation {
         };
         if r.pinned_node.as_deref().is_some_and(|p| *p != *node.name) {
             return Status::unresolvable(crate::reservation::ERR_REASON_NODE_NOT_MATCH);
+        }
+        // A preemption hold takes the pod slot of a victim: it is placed only where one is
+        // free once its victims still on the node are gone (never on top of a pod that came
+        // meanwhile; the preemptor then preempts again or lands elsewhere).
+        if crate::plugins::defaultpreemption::hold::preemptor_of(r).is_some() {
+            let leaving = crate::plugins::defaultpreemption::hold::victims_on(cx, r, node.idx);
+            if node.pods.len() as i64 - leaving as i64 + 1 > node.allowed_pods {
+                return Status::unschedulable("Too many pods");
+            }
         }
         for &i in store.on_node(node.idx) {
             let Some(other) = store.get(i) else { continue };
