@@ -51,6 +51,9 @@ pub struct NodeState {
     restore: Resources,
     ports: SmallVec<[HostPort; 2]>,
     hidden: SmallVec<[Arc<str>; 2]>,
+    /// Stand-ins whose pod slot the pod takes over (allocate-once reservations it matched,
+    /// its own waiting preemption hold): the stand-in leaves when the pod lands.
+    slots: i64,
     nominated: Option<RIdx>,
     score: i64,
 }
@@ -126,9 +129,7 @@ impl State {
         if self.ignored {
             return node.pods.iter().filter(|p| p.is_reserve_pod()).count() as i64;
         }
-        self.nodes
-            .get(&node.idx)
-            .map_or(0, |n| n.hidden.len() as i64)
+        self.nodes.get(&node.idx).map_or(0, |n| n.slots)
     }
 
     /// How many of `claim`'s users ([`crate::cache::Cluster::pvc_users`]) are reservations
@@ -287,6 +288,9 @@ impl Reservation {
             ns.restore = ns.restore.max(&r.usable());
             ns.ports.extend(r.contrib_ports.iter().cloned());
             ns.hidden.push(r.name.clone());
+            if r.allocate_once {
+                ns.slots += 1;
+            }
             for c in &r.claims {
                 *st.claims.entry(c.clone()).or_insert(0) += 1;
             }
@@ -310,6 +314,7 @@ impl Reservation {
                 let ns = st.nodes.entry(node).or_default();
                 if !ns.hidden.contains(&r.name) {
                     ns.hidden.push(r.name.clone());
+                    ns.slots += 1;
                 }
             }
         }
