@@ -937,6 +937,13 @@ impl Scheduler {
     /// initial sync (a half-listed cluster would place pods on room that is taken, and fail
     /// reservations whose node is not listed yet).
     pub fn run_until_idle(&mut self, now: Time) -> usize {
+        self.run_at_most(now, usize::MAX)
+    }
+
+    /// [`Scheduler::run_until_idle`], stopping after `max_cycles` cycles: test drivers
+    /// bound it so that a livelock (cycles that keep requeueing each other at one instant)
+    /// is reported with the sequence that caused it instead of hanging the test.
+    pub fn run_at_most(&mut self, now: Time, max_cycles: usize) -> usize {
         if !self.synced() {
             return 0;
         }
@@ -944,7 +951,7 @@ impl Scheduler {
         crate::reservation::lifecycle::expire_on_missing_nodes(&mut self.cluster, now);
         self.sync_reservations(now);
         self.queue.flush(now);
-        loop {
+        while cycles < max_cycles {
             match self.queue.pop() {
                 Some(key) => {
                     self.schedule_one(now, key);

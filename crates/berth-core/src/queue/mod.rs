@@ -50,6 +50,9 @@ struct Entry {
     replay: Option<(u64, u64)>,
     /// Generation for lazy deletion from the heaps.
     gen: u64,
+    /// The last cycle ended in an error (a plugin's error), not a verdict: its back-off is
+    /// waited out in full (kube-scheduler's `podErrorBackoffQ`).
+    errored: bool,
 }
 
 impl Entry {
@@ -92,6 +95,10 @@ pub struct SchedulingQueue {
     entries: HashMap<ObjectKey, Entry>,
     active: BinaryHeap<Reverse<(ActiveKey, u64, ObjectKey)>>,
     backoff: BinaryHeap<Reverse<(Time, u64, u64, ObjectKey)>>,
+    /// Back-off of items whose last cycle erred. Never popped early: a cycle that errs (a
+    /// Filter/Reserve disagreement) would otherwise be retried at once, erring again at the
+    /// same instant, forever, whenever nothing else is active.
+    error_backoff: BinaryHeap<Reverse<(Time, u64, u64, ObjectKey)>>,
     seq: u64,
     gen: u64,
     stats: QueueStats,
@@ -125,6 +132,7 @@ impl SchedulingQueue {
             plugins: Vec::new(),
             replay: None,
             gen: 0,
+            errored: false,
         };
         self.entries.insert(key.clone(), entry);
         self.push_active(&key);
@@ -152,6 +160,9 @@ impl SchedulingQueue {
             plugins: Vec::new(),
             replay: None,
             gen: 0,
+            // A failed bind is an answer from outside, not a cycle that errs again at the
+            // same instant: it stays eligible for an early pop, as before.
+            errored: false,
         };
         self.entries.insert(key.clone(), entry);
         self.push_backoff(&key);
@@ -211,6 +222,7 @@ impl SchedulingQueue {
         e.replay = None;
         e.last_attempt = now;
         e.since = now;
+        e.errored = !unschedulable;
         if unschedulable {
             e.place = Where::Unschedulable;
         } else {
@@ -299,17 +311,27 @@ impl SchedulingQueue {
     /// Moves what is due at `now`: finished back-offs to active, and items unschedulable for
     /// longer than [`UNSCHEDULABLE_MAX_WAIT`] onwards.
     pub fn flush(&mut self, now: Time) {
-        while let Some(Reverse((until, gen, _, key))) = self.backoff.peek().cloned() {
-            if until > now {
-                break;
-            }
-            self.backoff.pop();
-            if self
-                .entries
-                .get(&key)
-                .is_some_and(|e| e.gen == gen && e.place == Where::Backoff)
-            {
-                self.push_active(&key);
+        for errored in [false, true] {
+            loop {
+                let heap = if errored {
+                    &mut self.error_backoff
+                } else {
+                    &mut self.backoff
+                };
+                let Some(Reverse((until, gen, _, key))) = heap.peek().cloned() else {
+                    break;
+                };
+                if until > now {
+                    break;
+                }
+                heap.pop();
+                if self
+                    .entries
+                    .get(&key)
+                    .is_some_and(|e| e.gen == gen && e.place == Where::Backoff)
+                {
+                    self.push_active(&key);
+                }
             }
         }
         let mut stale: Vec<(u64, ObjectKey)> = self
@@ -328,7 +350,8 @@ impl SchedulingQueue {
     }
 
     /// When the active heap is empty, moves the earliest backing-off item to active anyway
-    /// (`SchedulerPopFromBackoffQ`). Returns whether it did.
+    /// (`SchedulerPopFromBackoffQ`). Returns whether it did. Items whose last failure was an
+    /// error are not eligible, as in kube-scheduler.
     pub fn pop_backoff_early(&mut self) -> bool {
         while let Some(Reverse((_, gen, _, key))) = self.backoff.pop() {
             if self
@@ -354,6 +377,7 @@ impl SchedulingQueue {
         let backoff = self
             .backoff
             .iter()
+            .chain(self.error_backoff.iter())
             .filter(|Reverse((_, gen, _, k))| {
                 self.entries
                     .get(k)
@@ -434,8 +458,12 @@ impl SchedulingQueue {
         };
         e.place = Where::Backoff;
         e.gen = gen;
-        self.backoff
-            .push(Reverse((e.backoff_until(), gen, e.seq, key.clone())));
+        let heap = if e.errored {
+            &mut self.error_backoff
+        } else {
+            &mut self.backoff
+        };
+        heap.push(Reverse((e.backoff_until(), gen, e.seq, key.clone())));
     }
 }
 
@@ -517,6 +545,27 @@ mod tests {
         assert!(q.pop_backoff_early());
         assert_eq!(q.pop(), Some(k("p")));
         assert!(!q.pop_backoff_early());
+    }
+
+    #[test]
+    fn erring_items_wait_out_their_back_off() {
+        // A cycle's error is retried when its back-off ends, never early: retried at once it
+        // would err again at the same instant, forever. A verdict after it is eligible again.
+        let mut q = SchedulingQueue::default();
+        q.add(k("p"), 0, 0, 0);
+        q.pop();
+        q.failed(&k("p"), false, &[], 0);
+        assert!(!q.pop_backoff_early());
+        assert_eq!(q.pop(), None);
+        assert_eq!(q.next_timeout(), Some(SECOND));
+        q.flush(SECOND - 1);
+        assert_eq!(q.pop(), None);
+        q.flush(SECOND);
+        assert_eq!(q.pop(), Some(k("p")));
+        q.failed(&k("p"), true, &["NodeResourcesFit"], SECOND);
+        q.move_all(SECOND);
+        assert!(q.pop_backoff_early());
+        assert_eq!(q.pop(), Some(k("p")));
     }
 
     #[test]
