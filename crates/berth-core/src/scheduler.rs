@@ -1475,6 +1475,15 @@ impl Scheduler {
             self.preempt(now, pod, r);
         }
         let nominate = self.nominate(now, pod, post_filter.as_ref().map(|r| r.nomination));
+        // Its hold asked for: until it holds (Available), the nomination guards the room.
+        let hold = crate::plugins::defaultpreemption::hold::name_for(&pod.key);
+        if self
+            .holds
+            .get(&hold)
+            .is_some_and(|(_, uid, _)| *uid == pod.uid)
+        {
+            self.nominator.await_hold(&pod.key);
+        }
         let (message, unschedulable) = match &diag.error {
             Some(err) => (err.clone(), false),
             None => (diag.render(self.cluster.node_count()), true),
