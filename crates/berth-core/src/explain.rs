@@ -414,7 +414,7 @@ fn evaluate(s: &Scheduler, prof_idx: usize, pod: &Arc<PodInfo>, now: Time, out: 
                 });
             }
         }
-        let with = s.nominator().with_nominated(pod, node);
+        let with = s.nominator().with_nominated(cx, pod, node);
         for &i in &prof.filter {
             if state.skip_filter & (1 << i) != 0 {
                 continue;

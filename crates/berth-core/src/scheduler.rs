@@ -81,6 +81,15 @@ pub struct Counters {
     /// Retries answered without a cycle: nothing changed since the item's last failure,
     /// so a cycle would have failed the same way.
     pub replayed: u64,
+    /// Preemption attempts: failed cycles of a pod whose profile has PostFilter plugins.
+    pub preemption_attempts: u64,
+    /// Pods evicted by preemption.
+    pub preemption_victims: u64,
+    /// Reservation-backed preemptions whose preemptor landed on its reservation.
+    pub preemption_holds_completed: u64,
+    /// Reservation-backed preemptions whose reservation expired unused (TTL, preemptor
+    /// deleted or placed elsewhere first).
+    pub preemption_holds_expired: u64,
 }
 
 /// The scheduler.
@@ -131,6 +140,10 @@ pub struct Scheduler {
     quiet: bool,
     /// Dynamic Reservation Provisioning: pods waiting for their Reservation.
     drp: drp::DrpState,
+    /// Reservations made by reservation-backed preemption and not settled yet: their name,
+    /// and the preemptor with its UID and the node held (for the completed / expired
+    /// counters, and so that preempting again for the same node asks for nothing new).
+    holds: BTreeMap<String, (ObjectKey, Arc<str>, Arc<str>)>,
 }
 
 /// A bind in flight: what kube-scheduler's binding goroutine holds, so that a failure can
@@ -216,6 +229,7 @@ impl Scheduler {
             in_flight: BTreeMap::new(),
             quiet: false,
             drp: drp::DrpState::default(),
+            holds: BTreeMap::new(),
         }
     }
 
@@ -294,6 +308,7 @@ impl Scheduler {
         self.queue.flush(now);
         self.drp_timeouts(now);
         crate::reservation::lifecycle::on_timeout(&mut self.cluster, now, &mut self.effects);
+        self.count_expired_holds();
         self.sync_reservations(now);
         // NUMA reserve cache resync: flushed nodes may fit pods now.
         for node in crate::plugins::numatopology::resync(&mut self.cluster, now) {
@@ -372,6 +387,7 @@ impl Scheduler {
                 );
                 self.apply_pod(now, pod);
                 crate::reservation::lifecycle::pod_changed(&mut self.cluster, &key, now);
+                self.settle_hold(now, &key);
             }
             Object::PersistentVolumeClaim(pvc) => {
                 let key = Object::PersistentVolumeClaim(pvc.clone()).key();
@@ -435,9 +451,11 @@ impl Scheduler {
                     r.metadata.uid.as_deref().unwrap_or(""),
                     status.map(String::as_str),
                 );
+                let name = r.metadata.name.clone().unwrap_or_default();
                 if !self.drp_on_reservation(now, &r) {
                     crate::reservation::lifecycle::apply(&mut self.cluster, r, now);
                 }
+                self.check_hold_owner(now, &name);
             }
         }
     }
@@ -545,8 +563,11 @@ impl Scheduler {
                 }
                 self.drp_pod_deleted(now, &key);
                 self.queue.delete(&key);
-                self.nominator.delete(&key);
+                self.drop_nomination(now, &key, None);
                 self.last_message.remove(&key);
+                if let Some(uid) = self.cluster.pod(&key).map(|e| e.info.uid.clone()) {
+                    self.expire_hold(now, &key, &uid, "the preemptor was deleted", true);
+                }
                 if let Some(e) = self.cluster.remove_pod(&key) {
                     self.cluster.cpusets.release(&e.info.uid);
                     let foreign = self.is_foreign(&e.info);
@@ -785,7 +806,10 @@ impl Scheduler {
         );
         if assigned || info.terminal {
             self.queue.delete(&key);
-            self.nominator.delete(&key);
+            let landed = (!info.terminal)
+                .then(|| self.cluster.pod(&key).and_then(|e| e.node))
+                .flatten();
+            self.drop_nomination(now, &key, landed);
             self.last_message.remove(&key);
             // A pod landing (bound by someone else) or leaving its node changes what fits.
             let held = prev
@@ -834,7 +858,7 @@ impl Scheduler {
             // Being deleted, or another scheduler's: nothing to schedule (a foreign pod still
             // counts on its node once that scheduler binds it).
             self.queue.delete(&key);
-            self.nominator.delete(&key);
+            self.drop_nomination(now, &key, None);
             return;
         }
         let prev_info = prev
@@ -843,6 +867,9 @@ impl Scheduler {
             .map(|p| &*p.info);
         let nominated = self.nominator.node_of(&key).cloned();
         self.nominator.update(prev_info, &info);
+        if nominated.is_some() && self.nominator.node_of(&key) != nominated.as_ref() {
+            self.wake_nominated_room(now, nominated.as_deref());
+        }
         // kube-scheduler's `isPodUpdated`: an update that changes nothing the scheduler reads
         // (the echo of its own condition patch, a status or resourceVersion change) leaves a
         // queued pod where it is, in the unschedulable pool included.
@@ -910,6 +937,13 @@ impl Scheduler {
     /// initial sync (a half-listed cluster would place pods on room that is taken, and fail
     /// reservations whose node is not listed yet).
     pub fn run_until_idle(&mut self, now: Time) -> usize {
+        self.run_at_most(now, usize::MAX)
+    }
+
+    /// [`Scheduler::run_until_idle`], stopping after `max_cycles` cycles: test drivers
+    /// bound it so that a livelock (cycles that keep requeueing each other at one instant)
+    /// is reported with the sequence that caused it instead of hanging the test.
+    pub fn run_at_most(&mut self, now: Time, max_cycles: usize) -> usize {
         if !self.synced() {
             return 0;
         }
@@ -917,7 +951,7 @@ impl Scheduler {
         crate::reservation::lifecycle::expire_on_missing_nodes(&mut self.cluster, now);
         self.sync_reservations(now);
         self.queue.flush(now);
-        loop {
+        while cycles < max_cycles {
             match self.queue.pop() {
                 Some(key) => {
                     self.schedule_one(now, key);
@@ -1362,7 +1396,7 @@ impl Scheduler {
         self.counters.scheduled += 1;
         let attempts = self.queue.attempts(&pod.key);
         self.queue.done(&pod.key);
-        self.nominator.delete(&pod.key);
+        self.drop_nomination(now, &pod.key, Some(node));
         self.last_message.remove(&pod.key);
         let waits_for = if is_pod {
             self.drp_virtual_id(state)
@@ -1437,7 +1471,16 @@ impl Scheduler {
         if let Some(r) = &post_filter {
             self.preempt(now, pod, r);
         }
-        let nominate = self.nominate(pod, post_filter.as_ref().map(|r| r.nomination));
+        let nominate = self.nominate(now, pod, post_filter.as_ref().map(|r| r.nomination));
+        // Its hold asked for: until it holds (Available), the nomination guards the room.
+        let hold = crate::plugins::defaultpreemption::hold::name_for(&pod.key);
+        if self
+            .holds
+            .get(&hold)
+            .is_some_and(|(_, uid, _)| *uid == pod.uid)
+        {
+            self.nominator.await_hold(&pod.key);
+        }
         let (message, unschedulable) = match &diag.error {
             Some(err) => (err.clone(), false),
             None => (diag.render(self.cluster.node_count()), true),
@@ -1547,6 +1590,9 @@ impl Scheduler {
         if prof.post_filter.is_empty() {
             return;
         }
+        if !pod.is_reserve_pod() {
+            self.counters.preemption_attempts += 1;
+        }
         let mut cx = PostFilterContext {
             cluster: &self.cluster,
             profile: prof,
@@ -1590,6 +1636,14 @@ impl Scheduler {
         let Some(node) = self.cluster.node(idx).map(|n| n.name.clone()) else {
             return;
         };
+        // The hold first: in the API server it exists before any victim is gone.
+        let held = match result.hold {
+            Some(ttl) if !preemptor.is_reserve_pod() => {
+                self.hold(preemptor, &node, ttl, &result.victims)
+            }
+            _ => None,
+        };
+        let mut evicted = Vec::new();
         for victim in &result.victims {
             let Some(info) = self.cluster.pod(victim).map(|e| e.info.clone()) else {
                 continue;
@@ -1597,6 +1651,7 @@ impl Scheduler {
             if info.terminating {
                 continue;
             }
+            self.counters.preemption_victims += 1;
             self.effects.push_back(Effect::Delete {
                 key: victim.clone(),
                 uid: info.uid.to_string(),
@@ -1607,7 +1662,28 @@ impl Scheduler {
                 &info.uid,
                 "Normal",
                 "Preempted",
-                format!("Preempted by pod {} on node {}", preemptor.uid, node),
+                format!(
+                    "Preempted by pod {} ({}) on node {}",
+                    preemptor.key, preemptor.uid, node
+                ),
+            );
+            evicted.push(victim.to_string());
+        }
+        if !evicted.is_empty() {
+            let held = held
+                .map(|n| format!("; the room is held by reservation {n}"))
+                .unwrap_or_default();
+            self.record(
+                preemptor.key.clone(),
+                &preemptor.uid,
+                "Normal",
+                "Preempted",
+                format!(
+                    "Preempted {} pod(s) on node {node} for {}: {}{held}",
+                    evicted.len(),
+                    preemptor.key,
+                    evicted.join(", ")
+                ),
             );
         }
         let lower: Vec<Arc<PodInfo>> = self
@@ -1618,6 +1694,25 @@ impl Scheduler {
             .cloned()
             .collect();
         for p in lower {
+            // Its hold there, if any, gives way too (one still on its way to the API server
+            // is deleted after it, in the same order).
+            let name = crate::plugins::defaultpreemption::hold::name_for(&p.key);
+            if self.pending_hold(&name) {
+                self.holds.remove(&name);
+                self.counters.preemption_holds_expired += 1;
+                self.effects.push_back(Effect::Delete {
+                    key: ObjectKey::cluster(Kind::Reservation, &name),
+                    uid: String::new(),
+                    resource_version: None,
+                });
+            }
+            self.expire_hold(
+                now,
+                &p.key,
+                &p.uid,
+                "preempted by a higher-priority pod",
+                true,
+            );
             self.nominator.delete(&p.key);
             if nominated_node_name(&p).is_some() {
                 self.effects.push_back(Effect::NominatePod {
@@ -1631,8 +1726,28 @@ impl Scheduler {
 
     /// Records the nomination PostFilter decided for `pod` and returns the effect that
     /// writes it to `status.nominatedNodeName` when the API object does not say so already.
-    fn nominate(&mut self, pod: &PodInfo, nomination: Option<Nomination>) -> Option<Effect> {
+    fn nominate(
+        &mut self,
+        now: Time,
+        pod: &PodInfo,
+        nomination: Option<Nomination>,
+    ) -> Option<Effect> {
         let before = self.nominator.node_of(&pod.key).cloned();
+        let effect = self.renominate(pod, nomination, before.clone());
+        let after = self.nominator.node_of(&pod.key).cloned();
+        if before.is_some() && before != after {
+            self.wake_nominated_room(now, before.as_deref());
+        }
+        effect
+    }
+
+    /// [`Scheduler::nominate`] without the wake-up.
+    fn renominate(
+        &mut self,
+        pod: &PodInfo,
+        nomination: Option<Nomination>,
+        before: Option<Arc<str>>,
+    ) -> Option<Effect> {
         let after: Option<Arc<str>> = match nomination {
             None | Some(Nomination::Keep) => return None,
             Some(Nomination::Clear) => {
@@ -1654,6 +1769,202 @@ impl Scheduler {
             pod: pod.key.clone(),
             node: after.map(|n| n.to_string()),
         })
+    }
+
+    /// Reservation-backed preemption: asks for the reservation that holds `node` for
+    /// `preemptor` ([`crate::plugins::defaultpreemption::hold`]), replacing an earlier one
+    /// of the same name. Returns its name.
+    fn hold(
+        &mut self,
+        preemptor: &PodInfo,
+        node: &str,
+        ttl: Time,
+        victims: &[ObjectKey],
+    ) -> Option<String> {
+        use crate::plugins::defaultpreemption::hold;
+        let name = hold::name_for(&preemptor.key);
+        let existing = self.cluster.reservations.by_name(&name);
+        // Preempting again for the same node (the victims' deletion is not visible yet, or
+        // they terminate slowly): the hold asked for, or in place, stays.
+        let live = existing.is_none_or(|r| !r.phase.is_terminal() && !r.terminating);
+        let same = self
+            .holds
+            .get(&name)
+            .is_some_and(|(_, uid, n)| *uid == preemptor.uid && &**n == node);
+        if same && live {
+            return Some(name);
+        }
+        let r = hold::reservation(&self.cluster, preemptor, node, ttl, victims)?;
+        if let Some(old) = existing {
+            if !old.gc_requested {
+                self.effects.push_back(Effect::Delete {
+                    key: old.object_key(),
+                    uid: old.uid.to_string(),
+                    resource_version: None,
+                });
+            }
+        }
+        self.effects
+            .push_back(Effect::CreateReservation(Box::new(r)));
+        self.holds.insert(
+            name.clone(),
+            (preemptor.key.clone(), preemptor.uid.clone(), node.into()),
+        );
+        Some(name)
+    }
+
+    /// A hold that comes back (or is found after a restart) when its preemptor is gone or
+    /// already placed has nothing left to hold.
+    fn check_hold_owner(&mut self, now: Time, name: &str) {
+        use crate::plugins::defaultpreemption::hold;
+        if !self.synced() || self.relisting.contains_key(&Kind::Pod) {
+            return;
+        }
+        let Some(r) = self.cluster.reservations.by_name(name) else {
+            return;
+        };
+        if r.phase.is_terminal() || r.terminating {
+            return;
+        }
+        let Some((key, uid)) = hold::preemptor_of(r) else {
+            return;
+        };
+        let idx = self.cluster.reservations.idx(name);
+        let owns = idx.is_some() && self.cluster.reservations.owner_of(&key) == idx;
+        match self.cluster.pod(&key) {
+            Some(e) if *e.info.uid == *uid => match e.state {
+                PodState::Bound => self.settle_hold(now, &key),
+                // Placed (its bind in flight) before the hold came: not on it.
+                PodState::Assumed if !owns => self.expire_hold(
+                    now,
+                    &key,
+                    &uid,
+                    "the preemptor was placed without it",
+                    false,
+                ),
+                _ => {}
+            },
+            _ => self.expire_hold(now, &key, &uid, "the preemptor was deleted", true),
+        }
+    }
+
+    /// Whether the hold `name` was asked for and has not come back through the watch yet
+    /// (a `CreateReservation` in flight: the store does not know it, or knows an earlier one
+    /// that this one replaces).
+    fn pending_hold(&self, name: &str) -> bool {
+        let Some((_, uid, _)) = self.holds.get(name) else {
+            return false;
+        };
+        self.cluster.reservations.by_name(name).is_none_or(|r| {
+            !crate::plugins::defaultpreemption::hold::is_hold_for(r, uid) || r.phase.is_terminal()
+        })
+    }
+
+    /// After a pod changed: if it is a preemptor that was placed, its hold is done with.
+    /// Placed on its reservation, the reservation is `Succeeded` (completed); placed
+    /// anywhere else first, the reservation expires at once (its room is not needed).
+    fn settle_hold(&mut self, now: Time, key: &ObjectKey) {
+        let Some((uid, bound)) = self.cluster.pod(key).map(|e| {
+            (
+                e.info.uid.clone(),
+                e.state == PodState::Bound && !e.info.terminal,
+            )
+        }) else {
+            return;
+        };
+        if !bound {
+            return;
+        }
+        let Some(idx) = crate::plugins::defaultpreemption::hold::of(&self.cluster, key, &uid)
+        else {
+            return;
+        };
+        let Some(r) = self.cluster.reservations.get(idx) else {
+            return;
+        };
+        if r.phase == berth_api::reservation::ReservationPhase::Succeeded {
+            if self.holds.remove(&*r.name).is_some() {
+                self.counters.preemption_holds_completed += 1;
+            }
+            return;
+        }
+        self.expire_hold(now, key, &uid, "the preemptor was placed without it", false);
+    }
+
+    /// Expires the hold of the preemptor `key` (incarnation `uid`) if it is still active or
+    /// pending; with `delete`, the reservation is deleted too (what the garbage collector
+    /// would do for an object owned by the pod).
+    fn expire_hold(&mut self, now: Time, key: &ObjectKey, uid: &str, why: &str, delete: bool) {
+        use crate::plugins::defaultpreemption::hold;
+        let Some(idx) = hold::of(&self.cluster, key, uid) else {
+            return;
+        };
+        let Some(r) = self.cluster.reservations.get(idx) else {
+            return;
+        };
+        let (name, object, ruid, terminal) = (
+            r.name.clone(),
+            r.object_key(),
+            r.uid.clone(),
+            r.phase.is_terminal(),
+        );
+        if !terminal && self.holds.remove(&*name).is_some() {
+            self.counters.preemption_holds_expired += 1;
+        }
+        if delete {
+            // Gone with its pod: forgotten now (its hold released, no status to write), and
+            // deleted in the API server; the watch's deletion then finds nothing to do.
+            crate::reservation::lifecycle::delete(&mut self.cluster, &name);
+            self.effects.push_back(Effect::Delete {
+                key: object,
+                uid: ruid.to_string(),
+                resource_version: None,
+            });
+        } else if !terminal {
+            crate::reservation::lifecycle::fail(&mut self.cluster, idx, why, now);
+        }
+    }
+
+    /// Counts the holds whose reservation failed (TTL) since the last look.
+    fn count_expired_holds(&mut self) {
+        let store = &self.cluster.reservations;
+        let failed: Vec<String> = self
+            .holds
+            .keys()
+            .filter(|n| {
+                store
+                    .by_name(n)
+                    .is_none_or(|r| r.phase == berth_api::reservation::ReservationPhase::Failed)
+            })
+            .cloned()
+            .collect();
+        for n in failed {
+            self.holds.remove(&n);
+            self.counters.preemption_holds_expired += 1;
+        }
+    }
+
+    /// Forgets `key`'s nomination. Unless the pod `landed` on that very node, the room the
+    /// nomination held there is free again, and the pods it turned away are retried.
+    fn drop_nomination(&mut self, now: Time, key: &ObjectKey, landed: Option<NodeIdx>) {
+        let Some(node) = self.nominator.delete(key) else {
+            return;
+        };
+        let idx = self.cluster.node_idx(&node);
+        if idx.is_none() || idx != landed {
+            self.wake_nominated_room(now, Some(&node));
+        }
+    }
+
+    /// A nomination to `node` went away (the pod was deleted, placed elsewhere, or
+    /// nominated elsewhere, or its nomination was cleared): pods of lower or equal priority
+    /// that Filter turned away there because of it may fit now. The queue sees it as a pod
+    /// leaving that node (kube-scheduler moves them the same way).
+    fn wake_nominated_room(&mut self, now: Time, node: Option<&str>) {
+        let Some(idx) = node.and_then(|n| self.cluster.node_idx(n)) else {
+            return;
+        };
+        self.requeue(now, ClusterEvent::assigned_pod_deleted(Some(idx)));
     }
 
     fn record(

@@ -307,18 +307,25 @@ fn check(w: &World, settled: bool) -> Result<(), TestCaseError> {
             let Some(r) = reservations.get(&a.uid) else {
                 continue;
             };
-            let want = r.spec.owners[0]
-                .label_selector
-                .as_ref()
-                .and_then(|s| s.match_labels.as_ref())
-                .and_then(|m| m.get("app"))
-                .cloned();
-            let has = p
-                .metadata
-                .labels
-                .as_ref()
-                .and_then(|l| l.get("app"))
-                .cloned();
+            // Owners by label (the generated reservations) or by UID (those preemption
+            // makes for its preemptor).
+            let owner = &r.spec.owners[0];
+            let (want, has) = match owner.object.as_ref() {
+                Some(o) => (o.uid.clone(), p.metadata.uid.clone()),
+                None => (
+                    owner
+                        .label_selector
+                        .as_ref()
+                        .and_then(|s| s.match_labels.as_ref())
+                        .and_then(|m| m.get("app"))
+                        .cloned(),
+                    p.metadata
+                        .labels
+                        .as_ref()
+                        .and_then(|l| l.get("app"))
+                        .cloned(),
+                ),
+            };
             prop_assert_eq!(
                 has,
                 want,

@@ -431,3 +431,76 @@ fn the_oracle_sees_a_double_allocation() {
     assert!(check(&w).is_err());
     let _ = ObjectKey::pod("default", "intruder");
 }
+
+#[test]
+fn owners_too_big_for_their_reservation_settle() {
+    // Minimized from the property above (it once livelocked: cycles at one instant that
+    // kept requeueing each other). A reservation holding one CPU, its owner using it, a
+    // reusable reservation of the same group, then owners bigger than either.
+    let mut w = World::new(DriverConfig {
+        shuffle: true,
+        ..DriverConfig::default()
+    });
+    let ops = [
+        Op::AddNode {
+            sockets: 2,
+            cores: 4,
+            threads: 1,
+            reserve: 1,
+            reserved_only: false,
+            aligned: true,
+        },
+        Op::AddNode {
+            sockets: 1,
+            cores: 3,
+            threads: 1,
+            reserve: 1,
+            reserved_only: false,
+            aligned: false,
+        },
+        Op::AddNode {
+            sockets: 1,
+            cores: 3,
+            threads: 1,
+            reserve: 1,
+            reserved_only: false,
+            aligned: false,
+        },
+        Op::AddReservation {
+            cpus: 1,
+            group: 0,
+            reusable: false,
+            policy: 0,
+        },
+        Op::AddPod {
+            cpus: 1,
+            spread: false,
+            group: Some(0),
+        },
+        Op::AddReservation {
+            cpus: 1,
+            group: 0,
+            reusable: true,
+            policy: 0,
+        },
+        Op::AddPod {
+            cpus: 5,
+            spread: false,
+            group: None,
+        },
+        Op::AddPod {
+            cpus: 4,
+            spread: false,
+            group: Some(0),
+        },
+        Op::AddPod {
+            cpus: 3,
+            spread: false,
+            group: Some(0),
+        },
+    ];
+    for op in &ops {
+        w.apply(op);
+        check(&w).expect("invariants hold");
+    }
+}

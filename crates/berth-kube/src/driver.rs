@@ -547,6 +547,15 @@ impl Driver {
         );
         self.metrics
             .attempts(p, "error", c.errors - self.last.errors, each);
+        let l = &self.last;
+        self.metrics.preemption(
+            c.preemption_attempts.saturating_sub(l.preemption_attempts),
+            c.preemption_victims.saturating_sub(l.preemption_victims),
+            c.preemption_holds_completed
+                .saturating_sub(l.preemption_holds_completed),
+            c.preemption_holds_expired
+                .saturating_sub(l.preemption_holds_expired),
+        );
         self.last = c;
     }
 

@@ -28,6 +28,11 @@ struct QueueLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResultLabels {
+    result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct KindLabels {
     kind: &'static str,
 }
@@ -117,6 +122,9 @@ pub struct Metrics {
     watch_errors: Family<KindLabels, Counter>,
     unreadable: Family<KindLabels, Counter>,
     drp: Drp,
+    preemption_attempts: Counter,
+    preemption_victims: Counter,
+    preemption_reservations: Family<ResultLabels, Counter>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -236,6 +244,24 @@ impl Metrics {
             "Pods whose bind waits for their Reservation to be created.",
             drp.waiting.clone(),
         );
+        let preemption_attempts = Counter::default();
+        r.register(
+            "scheduler_preemption_attempts",
+            "Total preemption attempts in the cluster till now.",
+            preemption_attempts.clone(),
+        );
+        let preemption_victims = Counter::default();
+        r.register(
+            "berth_preemption_victims",
+            "Pods evicted by preemption.",
+            preemption_victims.clone(),
+        );
+        let preemption_reservations = Family::<ResultLabels, Counter>::default();
+        r.register(
+            "berth_preemption_reservations",
+            "Reservations of reservation-backed preemption that ended, by result (completed: the preemptor landed on it; expired: TTL, preemptor deleted or placed elsewhere first).",
+            preemption_reservations.clone(),
+        );
         Self {
             drp,
             registry: Mutex::new(r),
@@ -251,6 +277,9 @@ impl Metrics {
             watch_events,
             watch_errors,
             unreadable,
+            preemption_attempts,
+            preemption_victims,
+            preemption_reservations,
         }
     }
 
@@ -376,6 +405,20 @@ impl Metrics {
             .set(i64::try_from(waiting).unwrap_or(i64::MAX));
     }
 
+    /// Preemption since the last call: attempts, victims, and reservations of
+    /// reservation-backed preemption completed and expired.
+    pub fn preemption(&self, attempts: u64, victims: u64, completed: u64, expired: u64) {
+        self.preemption_attempts.inc_by(attempts);
+        self.preemption_victims.inc_by(victims);
+        for (result, n) in [("completed", completed), ("expired", expired)] {
+            if n > 0 {
+                self.preemption_reservations
+                    .get_or_create(&ResultLabels { result })
+                    .inc_by(n);
+            }
+        }
+    }
+
     /// An object of `kind` could not be read.
     pub fn unreadable(&self, kind: Kind) {
         self.unreadable
@@ -441,6 +484,22 @@ mod tests {
             "berth_drp_waiting_pods 0",
         ] {
             assert!(text.contains(want), "{want}\n{text}");
+        }
+    }
+
+    #[test]
+    fn preemption_counts_attempts_victims_and_reservations_by_result() {
+        let m = Metrics::new();
+        m.preemption(3, 2, 1, 0);
+        m.preemption(1, 0, 0, 2);
+        let text = m.encode();
+        for line in [
+            "scheduler_preemption_attempts_total 4",
+            "berth_preemption_victims_total 2",
+            "berth_preemption_reservations_total{result=\"completed\"} 1",
+            "berth_preemption_reservations_total{result=\"expired\"} 2",
+        ] {
+            assert!(text.contains(line), "{line}\n{text}");
         }
     }
 }

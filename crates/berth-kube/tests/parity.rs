@@ -58,6 +58,11 @@ fn read_case(path: &Path) -> Result<Case, String> {
     if text.lines().any(|l| l.starts_with("# expect-exit:")) {
         return Err("bad input".into());
     }
+    // The API server's priority admission refuses a pod spec's own `priority` (it comes
+    // from a PriorityClass there); the simulator takes it as written.
+    if text.contains("{priority: ") || text.contains(", priority: ") {
+        return Err("pod spec priority without a PriorityClass".into());
+    }
     let config = text
         .lines()
         .find_map(|l| l.strip_prefix("# config: "))

@@ -9,7 +9,7 @@
 //! The common case (nobody nominated) costs one `is_empty` check per node and allocates
 //! nothing.
 
-use crate::collections::HashMap;
+use crate::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use crate::cache::Cluster;
@@ -39,6 +39,12 @@ pub struct Nominator {
     by_node: HashMap<Arc<str>, Vec<Arc<PodInfo>>>,
     /// Pod -> the node it is nominated to.
     by_pod: HashMap<ObjectKey, Arc<str>>,
+    /// Nominated preemptors whose hold (reservation-backed preemption) was asked for: until
+    /// the hold is Available in the cache, every pod yields to them, whatever its priority.
+    /// Without this, a victim's deletion seen before the hold's creation (pods and
+    /// reservations come through different watches), or the first of several victims gone
+    /// while the hold waits for all, left the freed room to any pod of higher priority.
+    awaiting_hold: HashSet<ObjectKey>,
 }
 
 impl Nominator {
@@ -66,6 +72,7 @@ impl Nominator {
 
     /// Forgets a pod's nomination; returns the node it was nominated to.
     pub fn delete(&mut self, pod: &ObjectKey) -> Option<Arc<str>> {
+        self.awaiting_hold.remove(pod);
         let node = self.by_pod.remove(pod)?;
         if let Some(list) = self.by_node.get_mut(&node) {
             list.retain(|p| &p.key != pod);
@@ -74,6 +81,15 @@ impl Nominator {
             }
         }
         Some(node)
+    }
+
+    /// The nominated `pod` asked for a hold on its node: it is yielded to by every pod until
+    /// the hold is Available (see [`Nominator::with_nominated`]). Forgotten with the
+    /// nomination.
+    pub fn await_hold(&mut self, pod: &ObjectKey) {
+        if self.by_pod.contains_key(pod) {
+            self.awaiting_hold.insert(pod.clone());
+        }
     }
 
     /// A new version of a pending pod arrived (kube's `updateNominatedPodUnlocked`): its
@@ -88,20 +104,40 @@ impl Nominator {
         } else {
             None
         };
+        let awaiting = self.awaiting_hold.contains(&new.key);
         self.delete(&new.key);
         if let Some(node) = keep.or_else(|| new_name.map(Arc::from)) {
             self.add(new.clone(), node);
+            if awaiting {
+                self.awaiting_hold.insert(new.key.clone());
+            }
         }
     }
 
     /// A copy of `node` with the pods nominated to it that `pod` must yield to (priority at
-    /// least `pod`'s, other than `pod` itself) added, or `None` when there are none.
-    pub fn with_nominated(&self, pod: &PodInfo, node: &NodeInfo) -> Option<NodeInfo> {
+    /// least `pod`'s, or a hold asked for and not yet Available in `cx`; other than `pod`
+    /// itself) added, or `None` when there are none.
+    pub fn with_nominated(&self, cx: &Cluster, pod: &PodInfo, node: &NodeInfo) -> Option<NodeInfo> {
         if self.by_node.is_empty() {
             return None;
         }
         let list = self.by_node.get(&*node.name)?;
-        let yields_to = |p: &&Arc<PodInfo>| p.priority >= pod.priority && p.key != pod.key;
+        // Not holding yet: on its way, Pending, or Waiting (a Waiting reservation holds
+        // nothing, so the room each victim frees as it leaves would be anyone's).
+        let hold_pending = |p: &PodInfo| {
+            self.awaiting_hold.contains(&p.key)
+                && crate::plugins::defaultpreemption::hold::of(cx, &p.key, &p.uid)
+                    .and_then(|i| cx.reservations.get(i))
+                    .is_none_or(|r| {
+                        matches!(
+                            r.phase,
+                            berth_api::reservation::ReservationPhase::Pending
+                                | berth_api::reservation::ReservationPhase::Waiting
+                        )
+                    })
+        };
+        let yields_to =
+            |p: &&Arc<PodInfo>| p.key != pod.key && (p.priority >= pod.priority || hold_pending(p));
         if !list.iter().any(|p| yields_to(&p)) {
             return None;
         }
@@ -146,7 +182,7 @@ pub fn run_filter_plugins_with_nominated_pods(
     node: &NodeInfo,
     nominator: &Nominator,
 ) -> Status {
-    if let Some(with) = nominator.with_nominated(pod, node) {
+    if let Some(with) = nominator.with_nominated(cx, pod, node) {
         let st = run_filter_plugins(profile, cx, state, pod, &with);
         if !st.is_success() {
             return st;
@@ -175,20 +211,23 @@ mod tests {
 
     #[test]
     fn a_pod_yields_only_to_nominated_pods_of_higher_or_equal_priority() {
+        let cx = Cluster::default();
         let mut nom = Nominator::default();
         let n = node("n1").alloc("cpu", "2").build_info();
         let hi = info(pod("hi").req("cpu", "1").priority(10));
         nom.add(hi.clone(), "n1".into());
         let low = pod("low").req("cpu", "1").priority(5).build_info();
-        let with = nom.with_nominated(&low, &n).expect("hi is nominated to n1");
+        let with = nom
+            .with_nominated(&cx, &low, &n)
+            .expect("hi is nominated to n1");
         assert_eq!(with.pods.len(), 1);
         assert_eq!(with.requested[crate::resources::ResourceId::CPU], 1000);
         let higher = pod("higher").priority(20).build_info();
-        assert!(nom.with_nominated(&higher, &n).is_none());
+        assert!(nom.with_nominated(&cx, &higher, &n).is_none());
         // The nominated pod itself is not in its own way.
-        assert!(nom.with_nominated(&hi, &n).is_none());
+        assert!(nom.with_nominated(&cx, &hi, &n).is_none());
         let other = node("n2").build_info();
-        assert!(nom.with_nominated(&low, &other).is_none());
+        assert!(nom.with_nominated(&cx, &low, &other).is_none());
     }
 
     #[test]
@@ -207,5 +246,28 @@ mod tests {
         nom.update(Some(&moved), &p);
         assert!(nom.node_of(&p.key).is_none());
         assert!(nom.is_empty());
+    }
+
+    #[test]
+    fn a_preemptor_whose_hold_is_on_its_way_is_yielded_to_by_everyone() {
+        // Until its hold is Available, nothing keeps the room its victims free but this: a
+        // pod of higher priority must not take it meanwhile.
+        let cx = Cluster::default();
+        let mut nom = Nominator::default();
+        let n = node("n1").alloc("cpu", "2").build_info();
+        let preemptor = info(pod("preemptor").req("cpu", "2").priority(10));
+        nom.add(preemptor.clone(), "n1".into());
+        let higher = pod("higher").req("cpu", "1").priority(20).build_info();
+        assert!(nom.with_nominated(&cx, &higher, &n).is_none());
+        nom.await_hold(&preemptor.key);
+        let with = nom
+            .with_nominated(&cx, &higher, &n)
+            .expect("the hold is pending");
+        assert_eq!(with.requested[crate::resources::ResourceId::CPU], 2000);
+        assert!(nom.with_nominated(&cx, &preemptor, &n).is_none());
+        // Forgotten with the nomination.
+        nom.delete(&preemptor.key);
+        nom.add(preemptor.clone(), "n1".into());
+        assert!(nom.with_nominated(&cx, &higher, &n).is_none());
     }
 }

@@ -84,6 +84,9 @@ pub struct PostFilterResult {
     /// The message appended to the FitError (`preemption: ...`, without the final period
     /// the FitError adds).
     pub message: Option<String>,
+    /// With [`Nomination::Node`]: hold the freed capacity for the pod with a reservation it
+    /// owns, living this many milliseconds (reservation-backed preemption).
+    pub hold: Option<crate::time::Time>,
 }
 
 /// What a PostFilter plugin may read: the cycle that failed and a way to re-run the

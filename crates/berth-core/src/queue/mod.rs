@@ -56,6 +56,9 @@ struct Entry {
     replay: Option<(u64, u64)>,
     /// Generation for lazy deletion from the heaps.
     gen: u64,
+    /// The last cycle ended in an error (a plugin's error), not a verdict: its back-off is
+    /// waited out in full (kube-scheduler's `podErrorBackoffQ`).
+    errored: bool,
 }
 
 impl Entry {
@@ -108,6 +111,10 @@ pub struct SchedulingQueue {
     pool: UnschedulablePool,
     active: BinaryHeap<Reverse<(ActiveKey, u64, ObjectKey)>>,
     backoff: BinaryHeap<Reverse<(Time, u64, u64, ObjectKey)>>,
+    /// Back-off of items whose last cycle erred. Never popped early: a cycle that errs (a
+    /// Filter/Reserve disagreement) would otherwise be retried at once, erring again at the
+    /// same instant, forever, whenever nothing else is active.
+    error_backoff: BinaryHeap<Reverse<(Time, u64, u64, ObjectKey)>>,
     seq: u64,
     gen: u64,
     stats: QueueStats,
@@ -142,6 +149,7 @@ impl SchedulingQueue {
             interest: hints::kind::ALL,
             replay: None,
             gen: 0,
+            errored: false,
         };
         self.entries.insert(key.clone(), entry);
         self.push_active(&key);
@@ -170,6 +178,9 @@ impl SchedulingQueue {
             interest: hints::kind::ALL,
             replay: None,
             gen: 0,
+            // A failed bind is an answer from outside, not a cycle that errs again at the
+            // same instant: it stays eligible for an early pop, as before.
+            errored: false,
         };
         self.leave_pool(&key);
         self.entries.insert(key.clone(), entry);
@@ -234,6 +245,7 @@ impl SchedulingQueue {
         e.replay = None;
         e.last_attempt = now;
         e.since = now;
+        e.errored = !unschedulable;
         if unschedulable {
             self.enter_pool(key);
         } else {
@@ -344,17 +356,27 @@ impl SchedulingQueue {
     /// Moves what is due at `now`: finished back-offs to active, and items unschedulable for
     /// longer than [`UNSCHEDULABLE_MAX_WAIT`] onwards.
     pub fn flush(&mut self, now: Time) {
-        while let Some(Reverse((until, gen, _, key))) = self.backoff.peek().cloned() {
-            if until > now {
-                break;
-            }
-            self.backoff.pop();
-            if self
-                .entries
-                .get(&key)
-                .is_some_and(|e| e.gen == gen && e.place == Where::Backoff)
-            {
-                self.push_active(&key);
+        for errored in [false, true] {
+            loop {
+                let heap = if errored {
+                    &mut self.error_backoff
+                } else {
+                    &mut self.backoff
+                };
+                let Some(Reverse((until, gen, _, key))) = heap.peek().cloned() else {
+                    break;
+                };
+                if until > now {
+                    break;
+                }
+                heap.pop();
+                if self
+                    .entries
+                    .get(&key)
+                    .is_some_and(|e| e.gen == gen && e.place == Where::Backoff)
+                {
+                    self.push_active(&key);
+                }
             }
         }
         let stale = self
@@ -367,7 +389,8 @@ impl SchedulingQueue {
     }
 
     /// When the active heap is empty, moves the earliest backing-off item to active anyway
-    /// (`SchedulerPopFromBackoffQ`). Returns whether it did.
+    /// (`SchedulerPopFromBackoffQ`). Returns whether it did. Items whose last failure was an
+    /// error are not eligible, as in kube-scheduler.
     pub fn pop_backoff_early(&mut self) -> bool {
         while let Some(Reverse((_, gen, _, key))) = self.backoff.pop() {
             if self
@@ -393,6 +416,7 @@ impl SchedulingQueue {
         let backoff = self
             .backoff
             .iter()
+            .chain(self.error_backoff.iter())
             .filter(|Reverse((_, gen, _, k))| {
                 self.entries
                     .get(k)
@@ -484,8 +508,12 @@ impl SchedulingQueue {
         };
         e.place = Where::Backoff;
         e.gen = gen;
-        self.backoff
-            .push(Reverse((e.backoff_until(), gen, e.seq, key.clone())));
+        let heap = if e.errored {
+            &mut self.error_backoff
+        } else {
+            &mut self.backoff
+        };
+        heap.push(Reverse((e.backoff_until(), gen, e.seq, key.clone())));
     }
 }
 
@@ -610,6 +638,27 @@ mod tests {
         assert_eq!(q.unschedulable().cloned().collect::<Vec<_>>(), [k("new")]);
         assert_eq!(q.stats().moved_by_max_wait, 1);
         assert_eq!(q.next_timeout(), Some(1000 + UNSCHEDULABLE_MAX_WAIT));
+    }
+
+    #[test]
+    fn erring_items_wait_out_their_back_off() {
+        // A cycle's error is retried when its back-off ends, never early: retried at once it
+        // would err again at the same instant, forever. A verdict after it is eligible again.
+        let mut q = SchedulingQueue::default();
+        q.add(k("p"), 0, 0, 0);
+        q.pop();
+        q.failed(&k("p"), false, &[], 0);
+        assert!(!q.pop_backoff_early());
+        assert_eq!(q.pop(), None);
+        assert_eq!(q.next_timeout(), Some(SECOND));
+        q.flush(SECOND - 1);
+        assert_eq!(q.pop(), None);
+        q.flush(SECOND);
+        assert_eq!(q.pop(), Some(k("p")));
+        q.failed(&k("p"), true, &["NodeResourcesFit"], SECOND);
+        q.move_all(SECOND);
+        assert!(q.pop_backoff_early());
+        assert_eq!(q.pop(), Some(k("p")));
     }
 
     #[test]

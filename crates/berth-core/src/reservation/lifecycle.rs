@@ -940,6 +940,35 @@ pub fn forget_owner(cx: &mut Cluster, key: &ObjectKey) {
     }
 }
 
+/// Preemption's dry run removes `key` from a copy of the cluster: its share of an active
+/// reservation goes back to that reservation (and to no other pod), as its deletion would
+/// give it back. Returns what [`restore_owner`] puts back; `None` when it owned nothing.
+pub fn take_owner(cx: &mut Cluster, key: &ObjectKey) -> Option<(RIdx, Owner)> {
+    let idx = cx.reservations.owner_of(key)?;
+    let r = cx.reservations.get_mut(idx)?;
+    if r.phase.is_terminal() {
+        return None;
+    }
+    let o = r.owner_pods.remove(key)?;
+    r.requested.sub(&o.requests);
+    r.requested.clamp_non_negative();
+    cx.reservations.pod_owner.remove(key);
+    refresh(cx, idx);
+    Some((idx, o))
+}
+
+/// Undoes [`take_owner`] exactly (the dry run puts back the pods it did not evict).
+pub fn restore_owner(cx: &mut Cluster, key: &ObjectKey, taken: (RIdx, Owner)) {
+    let (idx, o) = taken;
+    let Some(r) = cx.reservations.get_mut(idx) else {
+        return;
+    };
+    r.requested.add(&o.requests);
+    r.owner_pods.insert(key.clone(), o);
+    cx.reservations.pod_owner.insert(key.clone(), idx);
+    refresh(cx, idx);
+}
+
 fn succeed(cx: &mut Cluster, idx: RIdx, now: Time) {
     let Some(r) = cx.reservations.get_mut(idx) else {
         return;

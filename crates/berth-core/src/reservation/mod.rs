@@ -51,6 +51,10 @@ pub struct Settings {
     pub enable_cluster_mode: bool,
     /// `dynamicProvisioning` (berth's): Dynamic Reservation Provisioning's time-out.
     pub drp: crate::drp::Settings,
+    /// `enablePreemption`: a pod allocated from an active reservation may be preempted,
+    /// its share going back to that reservation (so only the reservation's owners gain
+    /// from it). Off, such pods are never victims, as in Koordinator without the argument.
+    pub enable_preemption: bool,
 }
 
 impl Default for Settings {
@@ -61,6 +65,7 @@ impl Default for Settings {
             disable_gc: false,
             enable_cluster_mode: false,
             drp: crate::drp::Settings::default(),
+            enable_preemption: false,
         }
     }
 }

@@ -108,6 +108,9 @@ impl Profiles {
 
 /// The most steps [`FakeDriver::settle`] takes before declaring a livelock.
 const MAX_STEPS: usize = 200_000;
+/// Scheduling cycles one pump may run at one instant before the driver calls it a livelock
+/// (far above what any test's pods need: each pod takes a handful of cycles per instant).
+const MAX_CYCLES: usize = 100_000;
 
 /// The fake adapter and API server around a [`Scheduler`].
 #[derive(Debug)]
@@ -381,7 +384,12 @@ impl FakeDriver {
         if self.sched.poll_timeout().is_some_and(|t| t <= self.now) {
             self.sched.handle_timeout(self.now);
         }
-        self.sched.run_until_idle(self.now);
+        let cycles = self.sched.run_at_most(self.now, MAX_CYCLES);
+        assert!(
+            cycles < MAX_CYCLES,
+            "livelock: {MAX_CYCLES} scheduling cycles at {} ms without going idle",
+            self.now
+        );
         while let Some(e) = self.sched.poll_effect() {
             self.perform(e);
         }

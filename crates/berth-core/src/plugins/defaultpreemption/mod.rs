@@ -25,6 +25,7 @@
 //! attempt, and only when some node has lower-priority pods at all.
 
 mod args;
+pub mod hold;
 mod pdb;
 mod select;
 
@@ -40,6 +41,7 @@ use crate::framework::{Code, CycleState, Diagnosis, Plugin, Points, Profile, Sta
 use crate::model::node::NodeIdx;
 use crate::model::pod::PodInfo;
 use crate::plugins::args::decode;
+use crate::reservation::{lifecycle, Owner, RIdx};
 
 pub use args::DefaultPreemptionArgs;
 use select::{more_important_first, Candidate};
@@ -53,6 +55,10 @@ pub const NOT_ELIGIBLE_POLICY: &str = "not eligible due to preemptionPolicy=Neve
 /// The pod waits for victims of its earlier preemption to terminate.
 pub const NOT_ELIGIBLE_TERMINATING: &str =
     "not eligible due to a terminating pod on the nominated node";
+/// The pod's reservation on its nominated node waits for the victims of its earlier
+/// preemption to leave (berth's reservation-backed preemption).
+pub const NOT_ELIGIBLE_HELD: &str =
+    "not eligible due to its reservation waiting for the victims on the nominated node";
 
 /// The DefaultPreemption plugin.
 #[derive(Debug)]
@@ -70,7 +76,7 @@ impl DefaultPreemption {
 
     /// The args in use.
     pub fn args(&self) -> DefaultPreemptionArgs {
-        self.args
+        self.args.clone()
     }
 }
 
@@ -100,8 +106,8 @@ impl Plugin for DefaultPreemption {
 fn message(nomination: Nomination, text: String) -> PostFilterResult {
     PostFilterResult {
         nomination,
-        victims: Vec::new(),
         message: Some(format!("preemption: {text}")),
+        ..Default::default()
     }
 }
 
@@ -148,6 +154,7 @@ impl DefaultPreemption {
             nomination: Nomination::Node(c.node),
             victims: c.victims.iter().map(|p| p.key.clone()).collect(),
             message: None,
+            hold: self.args.reservation_backed.then(|| self.args.ttl_millis()),
         }
     }
 }
@@ -170,6 +177,12 @@ impl DefaultPreemption {
             fit,
             budgets: None,
             sim: None,
+            reservation_preemption: fit
+                .profile
+                .plugins
+                .iter()
+                .find_map(|p| p.reservation_settings())
+                .is_some_and(|s| s.enable_preemption),
         };
         let (mut fine, mut violating) = (Vec::new(), Vec::new());
         let mut statuses = Vec::new();
@@ -216,6 +229,19 @@ fn eligible(cx: &PostFilterContext<'_>, pod: &PodInfo) -> Result<(), &'static st
     });
     if waiting {
         return Err(NOT_ELIGIBLE_TERMINATING);
+    }
+    // Its hold there is placed and waiting for the victims (their deletion is under way,
+    // perhaps not yet visible): preempting again would only evict them again.
+    let held = hold::of(cx.cluster, &pod.key, &pod.uid)
+        .and_then(|i| cx.cluster.reservations.get(i))
+        .is_some_and(|r| {
+            r.phase == berth_api::reservation::ReservationPhase::Waiting
+                && r.node == Some(idx)
+                && !r.terminating
+                && hold::victims_present(cx.cluster, r, idx)
+        });
+    if held {
+        return Err(NOT_ELIGIBLE_HELD);
     }
     Ok(())
 }
@@ -274,6 +300,8 @@ struct DryRun<'a> {
     /// The copy of the cluster pods are removed from, made on first need. Every node is
     /// restored exactly after its dry run, so one copy serves all nodes.
     sim: Option<Cluster>,
+    /// The Reservation plugin's `enablePreemption` in the pod's profile.
+    reservation_preemption: bool,
 }
 
 /// What "the pod fits" is checked with.
@@ -292,36 +320,36 @@ impl DryRun<'_> {
             return Err(Status::error("node vanished during preemption"));
         };
         let priority = self.fit.pod.priority;
+        let cluster = self.cluster;
+        let inside_allowed = self.reservation_preemption;
         let potential: Vec<Arc<PodInfo>> = node
             .pods
             .iter()
             // Reservation stand-ins hold capacity for their owners; evicting one is not
-            // preemption's to decide (Koordinator never picks them either).
+            // preemption's to decide (Koordinator never picks them either). Pods allocated
+            // from an active reservation are victims only with the Reservation plugin's
+            // `enablePreemption`.
             .filter(|p| p.priority < priority && !p.is_reserve_pod())
+            .filter(|p| inside_allowed || !in_reservation(cluster, p))
             .cloned()
             .collect();
         if potential.is_empty() {
             return Err(Status::unresolvable(NO_VICTIMS));
         }
         let name = node.name.clone();
-        let cluster = self.cluster;
         let budgets = self.budgets.get_or_insert_with(|| pdb::budgets(cluster));
         let sim = self.sim.get_or_insert_with(|| cluster.clone());
         let Some(saved) = sim.node(idx).cloned() else {
             return Err(Status::error("node vanished during preemption"));
         };
-        let mut removed: Vec<(Arc<PodInfo>, bool)> = Vec::with_capacity(potential.len());
+        let mut removed: Vec<Removed> = Vec::with_capacity(potential.len());
         for p in potential {
-            let assumed = sim
-                .pod(&p.key)
-                .is_some_and(|e| e.state == PodState::Assumed);
-            sim.remove_pod(&p.key);
-            removed.push((p, assumed));
+            removed.push(Removed::take(sim, p));
         }
         let outcome = reprieve(self.fit, sim, idx, budgets, &mut removed);
         // Put back what is still removed, then restore the node bit for bit (pod order).
-        for (p, assumed) in &removed {
-            put_back(sim, p, idx, *assumed);
+        for r in removed {
+            r.put_back(sim, idx);
         }
         if let Some(n) = sim.node_mut(idx) {
             *n = saved;
@@ -340,6 +368,55 @@ impl DryRun<'_> {
     }
 }
 
+/// Whether `p` allocated from a reservation that still holds capacity (Available or
+/// Waiting): what it uses is the reservation's, and evicting it gives it back to the
+/// reservation's owners only.
+fn in_reservation(cluster: &Cluster, p: &PodInfo) -> bool {
+    let store = &cluster.reservations;
+    store
+        .owner_of(&p.key)
+        .and_then(|i| store.get(i))
+        .is_some_and(|r| r.is_active())
+}
+
+/// A pod the dry run took off the copy of the cluster, with what it needs to be put back
+/// exactly (kube-scheduler's `RemovePod` / `AddPod` on the copy).
+struct Removed {
+    pod: Arc<PodInfo>,
+    /// Assumed (bind in flight) rather than bound.
+    assumed: bool,
+    /// Its share of a reservation, returned to that reservation while it is off.
+    share: Option<(RIdx, Owner)>,
+}
+
+impl Removed {
+    /// Takes `p` off `sim`: off its node, and its reservation share back to the reservation
+    /// (a non-owner preemptor must not see reserved capacity as freed).
+    fn take(sim: &mut Cluster, p: Arc<PodInfo>) -> Self {
+        let assumed = sim
+            .pod(&p.key)
+            .is_some_and(|e| e.state == PodState::Assumed);
+        let share = lifecycle::take_owner(sim, &p.key);
+        sim.remove_pod(&p.key);
+        Self {
+            pod: p,
+            assumed,
+            share,
+        }
+    }
+
+    /// Re-places the pod as it was (bound, or assumed on `idx`), with its share.
+    fn put_back(self, sim: &mut Cluster, idx: NodeIdx) {
+        sim.apply_pod(self.pod.clone());
+        if self.assumed {
+            sim.assume(&self.pod.key, idx);
+        }
+        if let Some(share) = self.share {
+            lifecycle::restore_owner(sim, &self.pod.key, share);
+        }
+    }
+}
+
 /// With every potential victim (`removed`) taken off node `idx` of `sim`: checks the pod
 /// fits, then puts victims back most important first, budget-violating ones first, keeping
 /// each that still lets the pod fit. Returns the victims (most important first) and how
@@ -349,30 +426,29 @@ fn reprieve(
     sim: &mut Cluster,
     idx: NodeIdx,
     budgets: &[pdb::Budget],
-    removed: &mut Vec<(Arc<PodInfo>, bool)>,
+    removed: &mut Vec<Removed>,
 ) -> Result<(Vec<Arc<PodInfo>>, i64), Status> {
     let st = fit.check(sim, idx);
     if !st.is_success() {
         return Err(st);
     }
-    removed.sort_by(|a, b| more_important_first(&a.0, &b.0));
-    let order: Vec<Arc<PodInfo>> = removed.iter().map(|(p, _)| p.clone()).collect();
+    removed.sort_by(|a, b| more_important_first(&a.pod, &b.pod));
+    let order: Vec<Arc<PodInfo>> = removed.iter().map(|r| r.pod.clone()).collect();
     let (violating, fine) = pdb::split_by_violation(&order, budgets);
     let mut victims = Vec::new();
     let mut violations = 0;
     for (list, counts) in [(&violating, true), (&fine, false)] {
         for p in list {
-            let Some(pos) = removed.iter().position(|(r, _)| r.key == p.key) else {
+            let Some(pos) = removed.iter().position(|r| r.pod.key == p.key) else {
                 continue;
             };
-            let (info, assumed) = removed.remove(pos);
-            put_back(sim, &info, idx, assumed);
+            let r = removed.remove(pos);
+            r.put_back(sim, idx);
             let st = fit.check(sim, idx);
             if st.is_success() {
                 continue;
             }
-            sim.remove_pod(&info.key);
-            removed.push((info, assumed));
+            removed.push(Removed::take(sim, p.clone()));
             if st.code() == Code::Error {
                 return Err(st);
             }
@@ -421,14 +497,6 @@ impl Fit<'_> {
             return Status::error("node vanished during preemption");
         };
         run_filter_plugins_with_nominated_pods(profile, sim, &state, self.pod, node, self.nominator)
-    }
-}
-
-/// Re-places a pod removed from the copy as it was (bound, or assumed on `idx`).
-fn put_back(sim: &mut Cluster, p: &Arc<PodInfo>, idx: NodeIdx, assumed: bool) {
-    sim.apply_pod(p.clone());
-    if assumed {
-        sim.assume(&p.key, idx);
     }
 }
 

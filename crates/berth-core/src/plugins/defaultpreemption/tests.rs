@@ -816,31 +816,62 @@ fn apply(s: &mut Scheduler, now: Time, b: &PodBuilder) {
     s.handle(now, Event::Applied(Object::Pod(b.build())));
 }
 
-/// Plays the API server for binds and nominations; deletions are left to the test.
+/// Plays the API server until nothing more happens: binds (with their PreBind
+/// annotations), nominations, and the reservations the core creates (they come back with a
+/// UID; deleting one is immediate). Pod deletions are left to the test (graceful
+/// termination takes time). Returns every effect.
 fn run(s: &mut Scheduler, now: Time) -> Vec<Effect> {
-    s.run_until_idle(now);
-    let effects: Vec<Effect> = std::iter::from_fn(|| s.poll_effect()).collect();
-    for e in &effects {
-        let (key, set): (&ObjectKey, &dyn Fn(&mut Value)) = match e {
-            Effect::Bind { pod, node, .. } => (pod, &move |v: &mut Value| {
-                v["spec"]["nodeName"] = json!(node)
-            }),
-            Effect::NominatePod { pod, node } => (pod, &move |v: &mut Value| {
-                v["status"]["nominatedNodeName"] = json!(node)
-            }),
-            _ => continue,
-        };
-        let Some(info) = s.cluster.pod(key).map(|e| e.info.clone()) else {
-            continue;
-        };
-        let mut v = serde_json::to_value(&*info.pod).unwrap();
-        set(&mut v);
-        s.handle(
-            now,
-            Event::Applied(Object::Pod(Arc::new(serde_json::from_value(v).unwrap()))),
-        );
+    let mut all = Vec::new();
+    for _ in 0..20 {
+        s.run_until_idle(now);
+        let effects: Vec<Effect> = std::iter::from_fn(|| s.poll_effect()).collect();
+        if effects.is_empty() {
+            break;
+        }
+        for e in &effects {
+            let pod_update = |s: &Scheduler, key: &ObjectKey, set: &dyn Fn(&mut Value)| {
+                let info = s.cluster.pod(key).map(|e| e.info.clone())?;
+                let mut v = serde_json::to_value(&*info.pod).unwrap();
+                set(&mut v);
+                Some(Object::Pod(Arc::new(serde_json::from_value(v).unwrap())))
+            };
+            let applied = match e {
+                Effect::Bind {
+                    pod,
+                    node,
+                    annotations,
+                    ..
+                } => pod_update(s, pod, &|v| {
+                    v["spec"]["nodeName"] = json!(node);
+                    for (k, a) in annotations {
+                        v["metadata"]["annotations"][k] = json!(a);
+                    }
+                }),
+                Effect::NominatePod { pod, node } => {
+                    pod_update(s, pod, &|v| v["status"]["nominatedNodeName"] = json!(node))
+                }
+                Effect::CreateReservation(r) => {
+                    let mut v = serde_json::to_value(&**r).unwrap();
+                    let name = v["metadata"]["name"].as_str().unwrap_or("").to_string();
+                    v["metadata"]["uid"] = json!(format!("uid-{name}"));
+                    v["metadata"]["creationTimestamp"] = json!(crate::time::rfc3339(now));
+                    Some(Object::Reservation(Arc::new(
+                        serde_json::from_value(v).unwrap(),
+                    )))
+                }
+                Effect::Delete { key, .. } if key.kind == crate::object::Kind::Reservation => {
+                    s.handle(now, Event::Deleted(key.clone()));
+                    None
+                }
+                _ => None,
+            };
+            if let Some(obj) = applied {
+                s.handle(now, Event::Applied(obj));
+            }
+        }
+        all.extend(effects);
     }
-    effects
+    all
 }
 
 fn bound(s: &Scheduler, name: &str) -> Option<String> {
@@ -887,7 +918,7 @@ fn a_high_priority_pod_preempts_a_low_one_and_binds_once_it_is_gone() {
         Some((
             "low".into(),
             "uid-low".into(),
-            "Preempted by pod uid-high on node n1".into()
+            "Preempted by pod default/high (uid-high) on node n1".into()
         ))
     );
     // The FitError carries no preemption message when preemption succeeded.
@@ -1103,4 +1134,308 @@ fn preemption_prefers_the_node_where_no_budget_is_violated_and_holds_it_for_the_
     assert_eq!(bound(&s, "critical").as_deref(), Some("n1"), "{effects:?}");
     assert_eq!(bound(&s, "polite"), None);
     assert_eq!(bound(&s, "batch-1").as_deref(), Some("n2"));
+}
+
+#[test]
+fn deleting_a_nominated_pod_wakes_the_pods_its_nomination_turned_away() {
+    let mut s = Scheduler::new(vec![Profile::default_profile()], Config::default());
+    s.handle(
+        0,
+        Event::Applied(Object::Node(node("n1").alloc("cpu", "4").build())),
+    );
+    apply(
+        &mut s,
+        0,
+        &pod("low").req("cpu", "2").priority(LOW).node_name("n1"),
+    );
+    apply(&mut s, 0, &pod("high").req("cpu", "4").priority(HIGH));
+    let effects = run(&mut s, 0);
+    assert_eq!(deleted(&effects), ["low"]);
+    // The victim terminates slowly; a mid-priority pod that would fit beside it is turned
+    // away by the nomination.
+    let info = s
+        .cluster
+        .pod(&ObjectKey::pod("default", "low"))
+        .unwrap()
+        .info
+        .clone();
+    let mut v = serde_json::to_value(&*info.pod).unwrap();
+    v["metadata"]["deletionTimestamp"] = json!("2024-01-01T00:00:00Z");
+    s.handle(
+        0,
+        Event::Applied(Object::Pod(Arc::new(serde_json::from_value(v).unwrap()))),
+    );
+    apply(&mut s, 0, &pod("mid").req("cpu", "2").priority(MID));
+    run(&mut s, 0);
+    assert_eq!(bound(&s, "mid"), None);
+    // The preemptor is deleted: its nomination goes, and with it the reason mid waited.
+    s.handle(10, Event::Deleted(ObjectKey::pod("default", "high")));
+    let effects = run(&mut s, 10);
+    assert!(s.nominator().is_empty());
+    assert_eq!(bound(&s, "mid").as_deref(), Some("n1"), "{effects:?}");
+}
+
+mod reservations {
+    //! Preemption and reservations: stand-ins are never victims, a non-owner never gains
+    //! reserved capacity, owners preempt owners only with `enablePreemption`.
+
+    use super::*;
+    use crate::reservation::testkit::{reservation, Sim};
+    use crate::testing::Profiles;
+
+    /// The default profile with the Reservation plugin's `enablePreemption` set.
+    fn sim(enable_preemption: bool) -> Sim {
+        Sim::new(Profiles::new(move || {
+            let cfg = json!({"pluginConfig": [{"name": "Reservation",
+                "args": {"enablePreemption": enable_preemption}}]});
+            let pc: ProfileConfig = serde_json::from_value(cfg).unwrap();
+            vec![Profile::from_config(&pc).unwrap()]
+        }))
+    }
+
+    /// A 4-CPU node with a reusable 4-CPU reservation for `app=web`, and a low-priority
+    /// owner using half of it.
+    fn reserved_node(enable_preemption: bool) -> Sim {
+        let mut s = sim(enable_preemption);
+        s.node(node("n1").alloc("cpu", "4").build());
+        s.reservation(
+            reservation("r")
+                .req("cpu", "4")
+                .owner_label("app", "web")
+                .reusable()
+                .build(),
+        );
+        s.pod(
+            pod("low-owner")
+                .label("app", "web")
+                .req("cpu", "2")
+                .priority(LOW)
+                .build(),
+        );
+        assert_eq!(s.allocated_from("low-owner").as_deref(), Some("r"));
+        s
+    }
+
+    fn preempted(s: &Sim) -> Vec<String> {
+        s.events()
+            .iter()
+            .filter(|r| r.reason == "Preempted" && r.message.starts_with("Preempted by"))
+            .map(|r| r.involved.name.to_string())
+            .collect()
+    }
+
+    #[test]
+    fn a_non_owner_cannot_preempt_its_way_into_reserved_capacity() {
+        for enable in [false, true] {
+            let mut s = reserved_node(enable);
+            // Evicting the owner would only give its 2 CPUs back to the reservation.
+            s.pod(pod("vip").req("cpu", "2").priority(VERY_HIGH).build());
+            assert_eq!(s.bound("vip"), None, "enablePreemption={enable}");
+            assert_eq!(s.bound("low-owner").as_deref(), Some("n1"));
+            assert!(preempted(&s).is_empty(), "enablePreemption={enable}");
+            assert_eq!(s.phase("r"), "Available");
+        }
+    }
+
+    #[test]
+    fn an_owner_preempts_a_lower_priority_owner_inside_the_reservation_only_when_enabled() {
+        // Without enablePreemption: the pod inside the reservation is no victim.
+        let mut s = reserved_node(false);
+        s.pod(
+            pod("high-owner")
+                .label("app", "web")
+                .req("cpu", "4")
+                .priority(HIGH)
+                .build(),
+        );
+        assert_eq!(s.bound("high-owner"), None);
+        assert!(preempted(&s).is_empty());
+        assert!(
+            s.message("high-owner")
+                .is_some_and(|m| m.contains("No preemption victims found")),
+            "{:?}",
+            s.message("high-owner")
+        );
+        // With it: the lower-priority owner goes and the higher one takes its share.
+        let mut s = reserved_node(true);
+        s.pod(
+            pod("high-owner")
+                .label("app", "web")
+                .req("cpu", "4")
+                .priority(HIGH)
+                .build(),
+        );
+        assert_eq!(preempted(&s), ["low-owner"]);
+        assert_eq!(s.bound("low-owner"), None);
+        assert_eq!(s.bound("high-owner").as_deref(), Some("n1"));
+        assert_eq!(s.allocated_from("high-owner").as_deref(), Some("r"));
+    }
+
+    #[test]
+    fn a_reservation_stand_in_is_never_a_victim() {
+        let mut s = sim(true);
+        s.node(node("n1").alloc("cpu", "4").build());
+        s.reservation(
+            reservation("r")
+                .req("cpu", "4")
+                .owner_label("app", "web")
+                .template_spec("priority", json!(0))
+                .build(),
+        );
+        assert_eq!(s.phase("r"), "Available");
+        s.pod(pod("vip").req("cpu", "4").priority(VERY_HIGH).build());
+        assert_eq!(s.bound("vip"), None);
+        assert_eq!(s.phase("r"), "Available");
+        assert!(s.reservations().contains_key("r"));
+        assert!(preempted(&s).is_empty());
+    }
+}
+
+mod holds {
+    //! Reservation-backed preemption through the scheduler, with the API server played by
+    //! the test: reservations the core creates come back with a UID; victims are deleted
+    //! when the test says so (graceful termination takes time).
+
+    use super::*;
+    use berth_api::reservation::ReservationPhase;
+
+    fn hold_phase(s: &Scheduler) -> Option<ReservationPhase> {
+        s.cluster
+            .reservations
+            .by_name("preempt-default-high")
+            .map(|r| r.phase.clone())
+    }
+
+    /// n1 (2 CPUs) runs `low`; `high` preempts it; `boss`, of higher priority but not
+    /// allowed to preempt, waits for room too. Returns the scheduler with `low` still
+    /// terminating.
+    fn preempted(args: Option<Value>) -> Scheduler {
+        let mut prof = Profile::default_profile();
+        if let Some(a) = args {
+            let cfg = json!({"pluginConfig": [{"name": "DefaultPreemption", "args": a}]});
+            let pc: ProfileConfig = serde_json::from_value(cfg).unwrap();
+            prof = Profile::from_config(&pc).unwrap();
+        }
+        let mut s = Scheduler::new(vec![prof], Config::default());
+        s.handle(
+            0,
+            Event::Applied(Object::Node(node("n1").alloc("cpu", "2").build())),
+        );
+        apply(
+            &mut s,
+            0,
+            &pod("low").req("cpu", "2").priority(LOW).node_name("n1"),
+        );
+        apply(
+            &mut s,
+            0,
+            &pod("boss")
+                .req("cpu", "2")
+                .priority(VERY_HIGH)
+                .spec("preemptionPolicy", json!("Never")),
+        );
+        apply(&mut s, 0, &pod("high").req("cpu", "2").priority(HIGH));
+        let effects = run(&mut s, 0);
+        assert_eq!(deleted(&effects), ["low"]);
+        s
+    }
+
+    #[test]
+    fn the_freed_room_is_held_for_the_preemptor_against_any_priority() {
+        let mut s = preempted(None);
+        // Placed while the victim still runs: waiting for it.
+        assert_eq!(hold_phase(&s), Some(ReservationPhase::Waiting));
+        let r = s
+            .cluster
+            .reservations
+            .by_name("preempt-default-high")
+            .unwrap();
+        assert_eq!(r.node_name.as_deref(), Some("n1"));
+        assert_eq!(s.counters.preemption_victims, 1);
+        s.handle(1, Event::Deleted(ObjectKey::pod("default", "low")));
+        assert_eq!(hold_phase(&s), Some(ReservationPhase::Available));
+        let effects = run(&mut s, 1);
+        assert_eq!(bound(&s, "boss"), None, "{effects:?}");
+        assert_eq!(bound(&s, "high").as_deref(), Some("n1"));
+        let allocated = effects.iter().find_map(|e| match e {
+            Effect::Bind {
+                pod, annotations, ..
+            } if &*pod.name == "high" => annotations
+                .get(berth_api::annotations::ANNOTATION_RESERVATION_ALLOCATED)
+                .cloned(),
+            _ => None,
+        });
+        assert!(
+            allocated.is_some_and(|a| a.contains("preempt-default-high")),
+            "{effects:?}"
+        );
+        assert_eq!(hold_phase(&s), Some(ReservationPhase::Succeeded));
+        assert_eq!(s.counters.preemption_holds_completed, 1);
+        assert_eq!(s.counters.preemption_holds_expired, 0);
+    }
+
+    #[test]
+    fn without_the_hold_a_higher_priority_pod_takes_the_freed_room() {
+        let mut s = preempted(Some(json!({"reservationBacked": false})));
+        assert_eq!(hold_phase(&s), None);
+        s.handle(1, Event::Deleted(ObjectKey::pod("default", "low")));
+        run(&mut s, 1);
+        assert_eq!(bound(&s, "boss").as_deref(), Some("n1"));
+        assert_eq!(bound(&s, "high"), None);
+    }
+
+    #[test]
+    fn the_hold_expires_when_the_preemptor_is_deleted_first() {
+        let mut s = preempted(None);
+        let deletes = |effects: &[Effect]| {
+            effects
+                .iter()
+                .filter(|e| matches!(e, Effect::Delete { key, .. } if &*key.name == "preempt-default-high"))
+                .count()
+        };
+        let mut s2 = preempted(None);
+        s2.handle(1, Event::Deleted(ObjectKey::pod("default", "high")));
+        let effects: Vec<Effect> = std::iter::from_fn(|| s2.poll_effect()).collect();
+        assert_eq!(deletes(&effects), 1, "{effects:?}");
+        s.handle(1, Event::Deleted(ObjectKey::pod("default", "high")));
+        assert_eq!(hold_phase(&s), None, "gone with its preemptor");
+        let effects = run(&mut s, 1);
+        assert!(
+            !effects
+                .iter()
+                .any(|e| matches!(e, Effect::ReservationStatus { .. })),
+            "no status for a reservation being deleted: {effects:?}"
+        );
+        assert_eq!(s.counters.preemption_holds_expired, 1);
+        s.handle(2, Event::Deleted(ObjectKey::pod("default", "low")));
+        run(&mut s, 2);
+        assert_eq!(bound(&s, "boss").as_deref(), Some("n1"));
+    }
+
+    #[test]
+    fn the_hold_expires_after_its_ttl_when_the_preemptor_never_comes() {
+        let mut s = preempted(Some(json!({"reservationTTL": "1m"})));
+        s.handle(1, Event::Deleted(ObjectKey::pod("default", "low")));
+        // The preemptor is gone from the queue's view: it now names a node selector no node
+        // has (an update), so it cannot take its reservation.
+        apply(
+            &mut s,
+            1,
+            &pod("high")
+                .req("cpu", "2")
+                .priority(HIGH)
+                .spec("nodeSelector", json!({"zone": "nowhere"})),
+        );
+        run(&mut s, 1);
+        assert_eq!(bound(&s, "high"), None);
+        assert_eq!(bound(&s, "boss"), None, "held until the TTL");
+        assert_eq!(hold_phase(&s), Some(ReservationPhase::Available));
+        let due = s.poll_timeout().expect("the expiry is due");
+        assert!(due <= 60_000, "{due}");
+        s.handle_timeout(60_000);
+        run(&mut s, 60_000);
+        assert_eq!(hold_phase(&s), Some(ReservationPhase::Failed));
+        assert_eq!(s.counters.preemption_holds_expired, 1);
+        assert_eq!(bound(&s, "boss").as_deref(), Some("n1"));
+    }
 }

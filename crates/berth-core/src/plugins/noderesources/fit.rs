@@ -100,8 +100,13 @@ impl Plugin for Fit {
             };
         };
         // A Reservation's reserve pod takes a pod slot like any pod (Koordinator schedules it
-        // through the same Filter), so it is refused on a full node too.
-        if node.pods.len() as i64 + 1 > node.allowed_pods {
+        // through the same Filter), so it is refused on a full node too; an owner gets back
+        // the slots its reservations' stand-ins hold for it.
+        let slots_back = state
+            .reservation
+            .as_ref()
+            .map_or(0, |r| r.restored_pods(node));
+        if node.pods.len() as i64 - slots_back + 1 > node.allowed_pods {
             reject(&mut status, Cow::Borrowed(TOO_MANY_PODS));
         }
         // Per slot, without copying vectors: free = allocatable - requested - reserved

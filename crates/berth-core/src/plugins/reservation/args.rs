@@ -43,7 +43,9 @@ pub struct DynamicProvisioningArgs {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ReservationArgs {
-    /// Reservation preemption (not implemented by berth; accepted).
+    /// Preemption inside reservations: an owner of higher priority may evict a
+    /// lower-priority owner of the same reservation (Koordinator's semantics). Off, pods
+    /// allocated from an active reservation are never preemption victims.
     #[serde(default)]
     pub enable_preemption: bool,
     /// Percentage, 0..=100.
@@ -157,6 +159,7 @@ impl ReservationArgs {
                         .unwrap_or_default(),
                 }
             },
+            enable_preemption: self.enable_preemption,
         }
     }
 }
@@ -177,6 +180,9 @@ mod tests {
         assert_eq!(a.settings().gc_duration, 60_000);
         assert_eq!(a.settings().gc_interval, 60_000, "the default interval");
         assert!(a.settings().enable_cluster_mode);
+        assert!(!a.settings().enable_preemption, "off unless asked for");
+        let a = ReservationArgs::new(Some(&json!({"enablePreemption": true}))).unwrap();
+        assert!(a.settings().enable_preemption);
         let e =
             ReservationArgs::new(Some(&json!({"minCandidateNodesPercentage": 101}))).unwrap_err();
         assert_eq!(e.field, "minCandidateNodesPercentage");

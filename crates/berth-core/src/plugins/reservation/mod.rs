@@ -51,6 +51,9 @@ pub struct NodeState {
     restore: Resources,
     ports: SmallVec<[HostPort; 2]>,
     hidden: SmallVec<[Arc<str>; 2]>,
+    /// Stand-ins whose pod slot the pod takes over (allocate-once reservations it matched,
+    /// its own waiting preemption hold): the stand-in leaves when the pod lands.
+    slots: i64,
     nominated: Option<RIdx>,
     score: i64,
 }
@@ -115,6 +118,19 @@ impl State {
         self.nodes
             .get(&node)
             .is_some_and(|n| n.hidden.iter().any(|h| h == reservation))
+    }
+
+    /// Reservation stand-ins on `node` that do not take a pod slot from the pod: those of
+    /// its matched reservations (Koordinator removes them from the owner's NodeInfo; the
+    /// owner takes the slot its reservation held), every one for a reservation-ignored pod.
+    pub fn restored_pods(&self, node: &NodeInfo) -> i64 {
+        if self.reserve_pod {
+            return 0;
+        }
+        if self.ignored {
+            return node.pods.iter().filter(|p| p.is_reserve_pod()).count() as i64;
+        }
+        self.nodes.get(&node.idx).map_or(0, |n| n.slots)
     }
 
     /// How many of `claim`'s users ([`crate::cache::Cluster::pvc_users`]) are reservations
@@ -273,6 +289,9 @@ impl Reservation {
             ns.restore = ns.restore.max(&r.usable());
             ns.ports.extend(r.contrib_ports.iter().cloned());
             ns.hidden.push(r.name.clone());
+            if r.allocate_once {
+                ns.slots += 1;
+            }
             for c in &r.claims {
                 *st.claims.entry(c.clone()).or_insert(0) += 1;
             }
@@ -284,6 +303,21 @@ impl Reservation {
                 let kb = rb.map(|r| (r.created, r.name.clone()));
                 ka.cmp(&kb)
             });
+        }
+        // The pod's own preemption hold, still waiting for its victims: its stand-in keeps
+        // the pod slot the pod is to take, so it does not count against the pod there (the
+        // hold gives back nothing else until it is Available and matched above).
+        if let Some(r) = crate::plugins::defaultpreemption::hold::of(cx, &pod.key, &pod.uid)
+            .and_then(|i| store.get(i))
+            .filter(|r| r.phase == ReservationPhase::Waiting)
+        {
+            if let Some(node) = r.node {
+                let ns = st.nodes.entry(node).or_default();
+                if !ns.hidden.contains(&r.name) {
+                    ns.hidden.push(r.name.clone());
+                    ns.slots += 1;
+                }
+            }
         }
         if st.has_affinity && st.nodes.is_empty() {
             return Status::unresolvable(crate::reservation::ERR_REASON_AFFINITY);
@@ -304,6 +338,15 @@ impl Reservation {
         };
         if r.pinned_node.as_deref().is_some_and(|p| *p != *node.name) {
             return Status::unresolvable(crate::reservation::ERR_REASON_NODE_NOT_MATCH);
+        }
+        // A preemption hold takes the pod slot of a victim: it is placed only where one is
+        // free once its victims still on the node are gone (never on top of a pod that came
+        // meanwhile; the preemptor then preempts again or lands elsewhere).
+        if crate::plugins::defaultpreemption::hold::preemptor_of(r).is_some() {
+            let leaving = crate::plugins::defaultpreemption::hold::victims_on(cx, r, node.idx);
+            if node.pods.len() as i64 - leaving as i64 + 1 > node.allowed_pods {
+                return Status::unschedulable("Too many pods");
+            }
         }
         for &i in store.on_node(node.idx) {
             let Some(other) = store.get(i) else { continue };
