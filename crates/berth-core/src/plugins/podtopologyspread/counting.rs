@@ -4,8 +4,9 @@
 //! The remembered counts cover every node that carries the required labels. That is the
 //! recount's answer exactly when every such node passes each constraint's node inclusion
 //! policies (the pod has no node selector nor required node affinity, or the policy ignores
-//! it; taints ignored) and no reservation stand-in is hidden from the pod (the pod owns no
-//! reservation and is not one). Otherwise callers recount.
+//! it; taints ignored) and no reservation stand-in is hidden from the pod (it is neither a
+//! reservation nor reservation-ignored, and none of the reservations it matched hides a
+//! stand-in). Otherwise callers recount.
 
 use std::sync::Arc;
 
@@ -22,7 +23,7 @@ pub(super) fn applies(
     constraints: &[Constraint],
     required: &RequiredNodeAffinity,
 ) -> bool {
-    state.reservation.is_none()
+    state.reservation.as_ref().is_none_or(|r| r.hides_nothing())
         && constraints
             .iter()
             .all(|c| !c.honor_node_taints && (!c.honor_node_affinity || required.is_empty()))

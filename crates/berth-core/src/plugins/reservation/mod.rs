@@ -102,6 +102,13 @@ impl State {
         self.nodes.get(&node).map_or(&[], |n| &n.ports)
     }
 
+    /// Whether [`Self::hides`] is false for every pod on every node: the pod is neither a
+    /// reservation nor reservation-ignored, and matched no reservation whose stand-in it must
+    /// not see. Plugins that count pods then count every pod, without looking at each.
+    pub fn hides_nothing(&self) -> bool {
+        !self.reserve_pod && !self.ignored && self.nodes.values().all(|n| n.hidden.is_empty())
+    }
+
     /// Whether `existing`, a pod on `node`, is a reservation's stand-in that the pod being
     /// scheduled must not see: its own matched reservations (Koordinator removes them from
     /// the cycle's NodeInfo), every reservation for a reservation-ignored pod, and every
