@@ -705,8 +705,20 @@ impl Scheduler {
             return;
         }
         self.counters.errors += 1;
-        self.queue
-            .add_backoff(pod.clone(), info.priority, info.created, attempts, now);
+        // A 409 (the pod already bound, or another incarnation) is answered again until the
+        // watch catches up, so retrying at once cannot help: that pod waits out its back-off
+        // in full. Popped early with nothing else to do, it was bound and refused again at
+        // the same instant forever, the watch event that would end it never delivered (the
+        // core_events fuzz timeouts). A transient failure stays eligible for an early pop.
+        let wait_out = class == BindFailure::Conflict;
+        self.queue.add_backoff(
+            pod.clone(),
+            info.priority,
+            info.created,
+            attempts,
+            now,
+            wait_out,
+        );
         self.last_message.insert(pod.clone(), message.clone());
         self.effects.push_back(Effect::PodCondition {
             pod: pod.clone(),

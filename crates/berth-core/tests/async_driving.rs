@@ -113,6 +113,40 @@ fn a_failed_bind_backs_off_its_own_pod_and_not_the_one_heading_the_queue() {
     assert!(placed.iter().all(|b| b.0 != "a"), "a backs off: {placed:?}");
 }
 
+/// The `core_events` fuzz timeouts (`fuzz/corpus/core_events/failed-bind-409-*`): the pod
+/// was already bound, the watch had not shown it yet, and each bind was refused with 409.
+/// With nothing else to schedule, the failed pod was popped from back-off at once and bound
+/// again at the same instant, forever, the watch event that would end it never delivered.
+#[test]
+fn a_pod_whose_bind_conflicts_waits_out_its_back_off_even_with_nothing_else_to_do() {
+    let mut s = scheduler();
+    apply(
+        &mut s,
+        T0,
+        Object::Node(node("n1").alloc("cpu", "1").build()),
+    );
+    apply(&mut s, T0, Object::Pod(pod("a").req("cpu", "1").build()));
+    s.run_until_idle(T0);
+    assert_eq!(binds(&drain(&mut s)).len(), 1);
+    s.handle(T0, failed("a", "n1", BindFailure::Conflict));
+    drain(&mut s);
+    s.run_until_idle(T0);
+    let effects = drain(&mut s);
+    assert!(
+        binds(&effects).is_empty(),
+        "not bound again at the same instant: {effects:?}"
+    );
+    let due = s.poll_timeout().expect("its back-off ends at some time");
+    assert!(due > T0, "the back-off ends later: {due}");
+    // The watch catches up meanwhile: the pod is bound, and nothing is tried again.
+    let a = bound_version(&s, "a", "n1");
+    apply(&mut s, T0, a);
+    assert_eq!(state(&s, "a"), Some(PodState::Bound));
+    s.handle_timeout(due);
+    s.run_until_idle(due);
+    assert!(binds(&drain(&mut s)).is_empty());
+}
+
 #[test]
 fn a_failed_bind_releases_the_numa_hold_and_a_deleted_pod_leaves_none() {
     let mut s = scheduler();

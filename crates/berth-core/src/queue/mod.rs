@@ -156,7 +156,9 @@ impl SchedulingQueue {
     }
 
     /// Puts an item whose bind failed back, in back-off after `attempts` attempts (as long
-    /// as a failed cycle would wait), and no other: the active heap is left as it is.
+    /// as a failed cycle would wait), and no other: the active heap is left as it is. With
+    /// `wait_out`, the back-off is waited out in full (never popped early, like a cycle
+    /// that errs); otherwise the item stays eligible for an early pop.
     pub fn add_backoff(
         &mut self,
         key: ObjectKey,
@@ -164,6 +166,7 @@ impl SchedulingQueue {
         created: Time,
         attempts: u32,
         now: Time,
+        wait_out: bool,
     ) {
         self.seq += 1;
         let entry = Entry {
@@ -178,9 +181,7 @@ impl SchedulingQueue {
             interest: hints::kind::ALL,
             replay: None,
             gen: 0,
-            // A failed bind is an answer from outside, not a cycle that errs again at the
-            // same instant: it stays eligible for an early pop, as before.
-            errored: false,
+            errored: wait_out,
         };
         self.leave_pool(&key);
         self.entries.insert(key.clone(), entry);
