@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use berth_core::object::Object;
+use berth_kube::retry::{retry, Backoff};
 use berth_sim::explain::{render, state_from_objects, ExplainFormat};
 use berth_sim::RunOutput;
 use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod};
@@ -15,17 +16,23 @@ use kube::Client;
 
 /// Lists every kind the scheduler reads and returns them as core objects. Custom kinds
 /// whose CRD is not served are skipped (as `berth run` does); an object berth cannot read
-/// is reported on standard error and left out.
+/// is reported on standard error and left out. Transient answers (5xx, 429 such as "storage
+/// is (re)initializing" from an API server that just started serving a CRD, broken
+/// connections) are retried with back-off, as client-go retries them.
 pub async fn list_objects(
     client: &Client,
     warnings: &mut Vec<String>,
 ) -> anyhow::Result<Vec<Object>> {
     let lp = ListParams::default();
+    let backoff = Backoff {
+        attempts: 10,
+        ..Backoff::default()
+    };
     let mut out = Vec::new();
     macro_rules! list {
         ($ty:ty, $variant:ident) => {
             let api: Api<$ty> = Api::all(client.clone());
-            for o in api.list(&lp).await?.items {
+            for o in retry(backoff, || api.list(&lp)).await?.items {
                 out.push(Object::$variant(Arc::new(o)));
             }
         };
@@ -42,7 +49,7 @@ pub async fn list_objects(
     let served = berth_kube::kinds::Served::discover(client).await;
     if let Some(ar) = &served.nrt {
         let api: Api<DynamicObject> = Api::all_with(client.clone(), ar);
-        for o in api.list(&lp).await?.items {
+        for o in retry(backoff, || api.list(&lp)).await?.items {
             match berth_kube::kinds::nrt(o) {
                 Ok(obj) => out.push(obj),
                 Err(e) => warnings.push(format!("warning: {e}")),
@@ -51,7 +58,7 @@ pub async fn list_objects(
     }
     if let Some(ar) = &served.reservations {
         let api: Api<DynamicObject> = Api::all_with(client.clone(), ar);
-        for o in api.list(&lp).await?.items {
+        for o in retry(backoff, || api.list(&lp)).await?.items {
             match berth_kube::kinds::reservation(o) {
                 Ok(obj) => out.push(obj),
                 Err(e) => warnings.push(format!("warning: {e}")),
