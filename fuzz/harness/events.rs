@@ -10,8 +10,9 @@
 //! - nothing is left in flight once settled;
 //! - per node, the cached requests are the sum of its pods', and requests plus what
 //!   reservations hold fit the (trimmed) allocatable (leaving out pods labelled
-//!   reservation-ignored, which may use what reservations hold); the pod count fits; no
-//!   host port is used twice;
+//!   reservation-ignored, which may use what reservations hold); the pod count fits (real
+//!   pods, and the slots idle reservations hold, again leaving out reservation-ignored
+//!   pods); no host port is used twice;
 //! - no reservation gives its owners more than it holds;
 //! - no CPU is held (`resource-status`) by two running pods of a node;
 //! - every pod the API server shows bound (and not finished) is on that node in the cache;
@@ -346,10 +347,48 @@ pub fn check(sim: &Sim, op: usize) {
             n.reserved,
             n.allocatable
         );
+        // Pod slots, counted as Fit counts them: every real pod takes one (the kubelet's
+        // own bound); a reservation's stand-in holds one until an owner lands on it (the
+        // owner takes that slot); reservation-ignored pods may use the slots reservations
+        // hold, as they may use their resources.
+        let reservations = &s.cluster.reservations;
+        let real = n.pods.iter().filter(|p| !p.is_reserve_pod()).count() as i64;
         assert!(
-            n.pods.len() as i64 <= n.allowed_pods,
-            "op {op}: {} has too many pods",
-            n.name
+            real <= n.allowed_pods,
+            "op {op}: {} runs {real} pods, more than its {}",
+            n.name,
+            n.allowed_pods
+        );
+        let ignored = n
+            .pods
+            .iter()
+            .filter(|p| !p.is_reserve_pod())
+            .filter(|p| {
+                berth_api::annotations::is_true(
+                    Some(&p.labels),
+                    berth_api::annotations::LABEL_RESERVATION_IGNORED,
+                )
+            })
+            .count() as i64;
+        let idle_stand_ins = n
+            .pods
+            .iter()
+            .filter(|r| r.is_reserve_pod())
+            .filter(|r| {
+                !n.pods.iter().any(|p| {
+                    reservations
+                        .owner_of(&p.key)
+                        .and_then(|i| reservations.get(i))
+                        .is_some_and(|res| *res.name == *r.key.name)
+                })
+            })
+            .count() as i64;
+        assert!(
+            real - ignored + idle_stand_ins <= n.allowed_pods,
+            "op {op}: {} has too many pods: {real} running ({ignored} reservation-ignored) \
+             and {idle_stand_ins} reservations holding a slot, for {}",
+            n.name,
+            n.allowed_pods
         );
         let ports: Vec<_> = n.pods.iter().flat_map(|p| p.host_ports.iter()).collect();
         for (i, a) in ports.iter().enumerate() {
