@@ -7,7 +7,7 @@
 
 use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -115,9 +115,16 @@ pub struct Handle {
     stop: Option<oneshot::Sender<()>>,
     task: tokio::task::JoinHandle<Result<(), Error>>,
     seen: Option<Seen>,
+    rounds: Arc<AtomicU64>,
 }
 
 impl Handle {
+    /// How many rounds the loop has run. A loop with nothing to do sleeps until an input, a
+    /// due timer or the once-a-second gauge refresh; tests check that it does.
+    pub fn rounds(&self) -> u64 {
+        self.rounds.load(Ordering::Relaxed)
+    }
+
     /// With [`RunOptions::track_objects`]: `Some(Some(uid))` when the core's last input for
     /// `key` applied the object with that UID, `Some(None)` when it deleted it, `None` when
     /// it has heard nothing of it (or tracking is off).
@@ -259,7 +266,9 @@ pub async fn start(client: Client, options: RunOptions) -> Result<Handle, Error>
         options.max_binds_in_flight,
     );
     let seen: Option<Seen> = options.track_objects.then(Default::default);
+    let rounds = Arc::new(AtomicU64::new(0));
     let driver = Driver {
+        rounds: rounds.clone(),
         role: role_rx,
         mirror: Some(Mirror::new(kinds)),
         healthy,
@@ -296,6 +305,7 @@ pub async fn start(client: Client, options: RunOptions) -> Result<Handle, Error>
         stop: Some(stop_tx),
         task,
         seen,
+        rounds,
     })
 }
 
@@ -307,6 +317,8 @@ const GAUGE_PERIOD: Duration = Duration::from_secs(1);
 const DRAIN: Duration = Duration::from_secs(30);
 
 struct Driver {
+    /// Rounds run so far ([`Handle::rounds`]).
+    rounds: Arc<AtomicU64>,
     /// What the elector says.
     role: watch::Receiver<Role>,
     /// While standby: the warm caches, handed to the core on becoming the leader. `None`
@@ -340,11 +352,28 @@ fn now() -> berth_core::time::Time {
 
 impl Driver {
     async fn run(mut self, mut stop: oneshot::Receiver<()>) -> Result<(), Error> {
+        // A closed channel is ready at once, for ever: its branch is turned off, or the loop
+        // would spin (without leader election nobody keeps the role's sender).
+        let mut role_open = true;
+        let mut hold_open = true;
+        // One timer for the core's next timeout, moved only when that changes, and one
+        // ticker for the gauges: no timer is built and dropped per round.
+        let timer = tokio::time::sleep(Duration::ZERO);
+        tokio::pin!(timer);
+        let mut armed: Option<berth_core::time::Time> = None;
+        let mut gauges = tokio::time::interval(GAUGE_PERIOD);
+        gauges.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            let timer = self.scheduler.poll_timeout().map(|t| {
-                let wait = u64::try_from(t.saturating_sub(now())).unwrap_or(0);
-                tokio::time::Instant::now() + Duration::from_millis(wait)
-            });
+            let due = self.scheduler.poll_timeout();
+            if due != armed {
+                armed = due;
+                if let Some(t) = due {
+                    let wait = u64::try_from(t.saturating_sub(now())).unwrap_or(0);
+                    timer
+                        .as_mut()
+                        .reset(tokio::time::Instant::now() + Duration::from_millis(wait));
+                }
+            }
             tokio::select! {
                 biased;
                 _ = &mut stop => break,
@@ -359,17 +388,20 @@ impl Driver {
                     }
                 }
                 // Wakes an idle loop so the gauges stay fresh.
-                _ = tokio::time::sleep(GAUGE_PERIOD) => {}
-                _ = sleep_until(timer), if timer.is_some() && self.mirror.is_none() => {
+                _ = gauges.tick() => {}
+                _ = &mut timer, if armed.is_some() && self.mirror.is_none() => {
+                    // Fired: the next round arms it again for whatever is due next.
+                    armed = None;
                     self.scheduler.handle_timeout(now());
                 }
-                changed = self.hold.changed() => {
+                changed = self.hold.changed(), if hold_open => {
                     if changed.is_err() {
                         // The handle is gone; nobody can release a hold any more.
+                        hold_open = false;
                         let _ = self.hold.borrow_and_update();
                     }
                 }
-                changed = self.role.changed() => {
+                changed = self.role.changed(), if role_open => {
                     let role = *self.role.borrow_and_update();
                     match (changed, role) {
                         (Ok(()), Role::Leader) => self.lead(),
@@ -379,11 +411,14 @@ impl Driver {
                             self.publish();
                             return Err(Error::LeadershipLost);
                         }
-                        // The elector ended (stopping): nothing changes.
-                        _ => {}
+                        (Ok(()), _) => {}
+                        // No leader election, or the elector ended (stopping): the role
+                        // stays what it is.
+                        (Err(_), _) => role_open = false,
                     }
                 }
             }
+            self.rounds.fetch_add(1, Ordering::Relaxed);
             self.schedule();
             self.publish();
         }
