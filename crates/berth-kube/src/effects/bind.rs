@@ -80,19 +80,26 @@ pub(super) async fn bind(
     };
     match classify(&e) {
         Class::NotFound => fail(BindFailure::NotFound, e.to_string()),
-        Class::Conflict => {
-            // A retried binding whose first attempt went through answers 409: the pod is
-            // already on our node, which is success.
-            if let Ok(current) = retry(Backoff::default(), || api.get(&pod.name)).await {
-                let same_uid = current.metadata.uid.as_deref() == Some(uid.as_str());
-                let on = current.spec.as_ref().and_then(|s| s.node_name.as_deref());
-                if same_uid && on == Some(node.as_str()) {
-                    return Outcome::Done;
-                }
-            }
-            fail(BindFailure::Conflict, e.to_string())
-        }
+        // A retried binding whose first attempt went through answers 409: the pod is already
+        // on our node, which is success.
+        Class::Conflict if landed(&api, &pod, &uid, &node).await => Outcome::Done,
+        Class::Conflict => fail(BindFailure::Conflict, e.to_string()),
         Class::Rejected => fail(BindFailure::Conflict, e.to_string()),
+        // A time-out says nothing of whether the write happened: one whose answer was lost
+        // did. Reported as failed, the core would give the pod's room on the node to
+        // another pod while the watch is about to show this one there (kube-scheduler's
+        // overcommit after a lost answer): read the pod back first.
+        Class::Transient if landed(&api, &pod, &uid, &node).await => Outcome::Done,
         Class::Transient => fail(BindFailure::Transient, e.to_string()),
     }
+}
+
+/// Whether the API server shows the pod (this incarnation) bound to `node`.
+async fn landed(api: &Api<Pod>, pod: &ObjectKey, uid: &str, node: &str) -> bool {
+    let Ok(current) = retry(Backoff::default(), || api.get(&pod.name)).await else {
+        return false;
+    };
+    let same_uid = current.metadata.uid.as_deref() == Some(uid);
+    let on = current.spec.as_ref().and_then(|s| s.node_name.as_deref());
+    same_uid && on == Some(node)
 }
