@@ -429,7 +429,9 @@ fn the_preemptor_evicts_the_fewest_lowest_victims_and_lands_on_its_reservation()
         );
 
         // The Reservation existed before anything happened to the victim: no moment when
-        // the room was free and not held.
+        // the room was free and not held. (With the hold's creation and the victim's
+        // eviction run side by side, the victim was touched first in every run: a pod
+        // status patch commits faster than a custom resource's creation.)
         let seen = seen.lock().expect("seen").clone();
         let created = seen
             .iter()
@@ -469,6 +471,12 @@ fn the_preemptor_evicts_the_fewest_lowest_victims_and_lands_on_its_reservation()
             "{metrics}"
         );
         assert_eq!(value("berth_preemption_victims_total"), 1.0, "{metrics}");
+        // The victim's condition was written once, and not refused.
+        assert_eq!(
+            value("berth_api_requests_total{operation=\"disruption_target\",code=\"200\"}"),
+            1.0,
+            "{metrics}"
+        );
         assert_eq!(
             value("berth_preemption_reservations_total{result=\"expired\"}"),
             0.0,
