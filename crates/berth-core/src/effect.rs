@@ -59,6 +59,9 @@ pub enum Effect {
         /// Its resourceVersion when the decision depends on the exact version (a
         /// reservation expired on what it held); `None` deletes any version.
         resource_version: Option<String>,
+        /// Set when the object is a preemption victim: what the driver needs to evict it
+        /// as kube-scheduler does.
+        preemption: Option<Preemption>,
     },
     /// Set (or, with `None`, clear) the pod's `status.nominatedNodeName`: preemption chose
     /// `node` for it and evicts its victims there (or preemption cannot help it any more).
@@ -89,6 +92,32 @@ pub enum Effect {
     },
     /// Record a `v1` Event.
     Record(Record),
+}
+
+/// A preemption victim's eviction (kube-scheduler's `prepareCandidate`): the victim gets the
+/// `DisruptionTarget` condition, then is deleted; with reservation-backed preemption, only
+/// once the Reservation holding the room exists.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Preemption {
+    /// The preemptor.
+    pub preemptor: ObjectKey,
+    /// The preemptor's scheduler name, which the condition's message starts with.
+    pub scheduler: String,
+    /// The Reservation holding the freed room for the preemptor, when preemption is
+    /// reservation-backed. Its [`Effect::CreateReservation`], if one is emitted, comes
+    /// before the victims' deletions; the driver must not delete a victim before that
+    /// creation was answered, or another pod could take the room in between.
+    pub hold: Option<String>,
+}
+
+impl Preemption {
+    /// The `DisruptionTarget` condition's message, as kube-scheduler writes it.
+    pub fn message(&self) -> String {
+        format!(
+            "{}: preempting to accommodate a higher priority pod",
+            self.scheduler
+        )
+    }
 }
 
 /// A `v1` Event the scheduler reports.

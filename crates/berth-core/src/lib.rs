@@ -28,7 +28,7 @@ pub mod scheduler;
 pub mod testing;
 pub mod time;
 
-pub use effect::{Effect, Record};
+pub use effect::{Effect, Preemption, Record};
 pub use event::{BindFailure, Event};
 pub use framework::{Code, Profile, Status};
 pub use object::{Kind, Object, ObjectKey};

@@ -1668,6 +1668,11 @@ impl Scheduler {
                 key: victim.clone(),
                 uid: info.uid.to_string(),
                 resource_version: None,
+                preemption: Some(crate::effect::Preemption {
+                    preemptor: preemptor.key.clone(),
+                    scheduler: preemptor.scheduler_name.to_string(),
+                    hold: held.clone(),
+                }),
             });
             self.record(
                 victim.clone(),
@@ -1716,6 +1721,7 @@ impl Scheduler {
                     key: ObjectKey::cluster(Kind::Reservation, &name),
                     uid: String::new(),
                     resource_version: None,
+                    preemption: None,
                 });
             }
             self.expire_hold(
@@ -1813,6 +1819,7 @@ impl Scheduler {
                     key: old.object_key(),
                     uid: old.uid.to_string(),
                     resource_version: None,
+                    preemption: None,
                 });
             }
         }
@@ -1931,6 +1938,7 @@ impl Scheduler {
                 key: object,
                 uid: ruid.to_string(),
                 resource_version: None,
+                preemption: None,
             });
         } else if !terminal {
             crate::reservation::lifecycle::fail(&mut self.cluster, idx, why, now);

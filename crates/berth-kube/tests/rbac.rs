@@ -254,6 +254,8 @@ fn berth_runs_with_only_the_rights_deploy_grants() {
         let (code, metrics) = http_get(addr, "/metrics").await;
         assert_eq!(code, 200);
         assert!(!metrics.contains("code=\"403\""), "berth was refused something:\n{metrics}");
+        // The victim's DisruptionTarget condition (pods/status) was written.
+        assert!(metrics.contains("operation=\"disruption_target\",code=\"200\""), "{metrics}");
         assert!(!metrics.contains("berth_watch_errors_total{"), "a watch failed:\n{metrics}");
         assert!(metrics.contains("scheduler_schedule_attempts_total{result=\"scheduled\",profile=\"berth\"}"), "{metrics}");
         handle.stop().await.expect("stop");

@@ -1287,6 +1287,7 @@ pub fn on_timeout(cx: &mut Cluster, now: Time, effects: &mut VecDeque<Effect>) {
                     key,
                     uid,
                     resource_version,
+                    preemption: None,
                 });
             }
         } else if r.expires_at.is_some_and(|e| e <= now) {

@@ -629,6 +629,7 @@ impl FakeDriver {
                 key,
                 uid,
                 resource_version,
+                ..
             } => {
                 let ok = self.store.get(&key).is_some_and(|o| {
                     (uid.is_empty() || o.meta().uid.as_deref() == Some(uid.as_str()))

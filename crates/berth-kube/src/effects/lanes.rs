@@ -1,7 +1,16 @@
 //! Which effects may start now: one lane per object (its effects run in the order the core
-//! emitted them), a bound on binds in flight, and a newer status write replacing an older one
-//! still waiting in the same lane. Pure bookkeeping, so the rules are tested without an API
-//! server; [`super::Executor`] starts what this says.
+//! emitted them), a bound on binds in flight, a newer status write replacing an older one
+//! still waiting in the same lane, and a preemption victim's deletion held until the
+//! Reservation holding its room was created. Pure bookkeeping, so the rules are tested
+//! without an API server; [`super::Executor`] starts what this says.
+//!
+//! The last rule orders two lanes: reservation-backed preemption emits the hold's
+//! `CreateReservation` and then the victims' deletions, on different objects. Run side by
+//! side, a victim could be gone before the Reservation exists, and another pod (another
+//! scheduler's, or one berth places from a watch event that came first) could take the room
+//! in between. So a victim's deletion that names a hold waits until everything the hold's lane
+//! held when the deletion was cleared has finished (the creation answered, whatever the
+//! answer: a refused hold leaves kube-scheduler's plain preemption, which deletes anyway).
 
 use std::collections::VecDeque;
 
@@ -24,6 +33,22 @@ pub struct Lanes {
     /// Binds cleared by their lane but waiting for a slot.
     binds_waiting: VecDeque<Ready>,
     max_binds: usize,
+    /// Effects cleared by their own lane but waiting for another's (a victim's deletion for
+    /// its hold's creation), by the lane they wait for.
+    gated: HashMap<ObjectKey, Vec<Gated>>,
+    /// The effects in `gated`.
+    gated_count: usize,
+}
+
+/// An effect waiting for another lane.
+#[derive(Debug)]
+struct Gated {
+    /// Effects of the awaited lane still to finish (running or queued when this one was
+    /// cleared).
+    ahead: usize,
+    /// The effect's own lane (busy meanwhile, so its later effects stay behind it).
+    key: ObjectKey,
+    effect: Effect,
 }
 
 /// The object an effect is about, for ordering; events are unordered.
@@ -45,6 +70,21 @@ pub fn key_of(effect: &Effect) -> Option<ObjectKey> {
     }
 }
 
+/// The lane an effect must wait for, besides its own: a preemption victim's deletion waits
+/// for its hold's.
+pub fn after_of(effect: &Effect) -> Option<ObjectKey> {
+    match effect {
+        Effect::Delete {
+            preemption: Some(p),
+            ..
+        } => p
+            .hold
+            .as_deref()
+            .map(|h| ObjectKey::cluster(Kind::Reservation, h)),
+        _ => None,
+    }
+}
+
 impl Lanes {
     /// Lanes allowing `max_binds` binds in flight (at least one).
     pub fn new(max_binds: usize) -> Self {
@@ -54,6 +94,8 @@ impl Lanes {
             binds_running: 0,
             binds_waiting: VecDeque::new(),
             max_binds: max_binds.max(1),
+            gated: HashMap::default(),
+            gated_count: 0,
         }
     }
 
@@ -97,11 +139,57 @@ impl Lanes {
                     self.busy.remove(key);
                 }
             }
+            self.release(key, &mut ready);
         }
         ready
     }
 
+    /// One effect of `key`'s lane finished: what waited for it, and for nothing more, may
+    /// start (all of it once the lane is idle).
+    fn release(&mut self, key: &ObjectKey, ready: &mut Vec<Ready>) {
+        let Some(waiting) = self.gated.get_mut(key) else {
+            return;
+        };
+        let idle = !self.busy.contains_key(key);
+        let mut still = Vec::with_capacity(waiting.len());
+        let mut free = Vec::new();
+        for mut g in waiting.drain(..) {
+            g.ahead = g.ahead.saturating_sub(1);
+            if g.ahead == 0 || idle {
+                free.push(g);
+            } else {
+                still.push(g);
+            }
+        }
+        if still.is_empty() {
+            self.gated.remove(key);
+        } else {
+            *waiting = still;
+        }
+        for g in free {
+            self.gated_count -= 1;
+            ready.extend(self.start(g.key, g.effect));
+        }
+    }
+
+    /// `effect` is at the head of `key`'s lane: it starts, unless it waits for another
+    /// lane or for a bind slot.
     fn clear(&mut self, key: ObjectKey, effect: Effect) -> Option<Ready> {
+        if let Some(after) = after_of(&effect).filter(|a| *a != key) {
+            if let Some(queue) = self.busy.get(&after) {
+                let ahead = 1 + queue.len();
+                self.gated
+                    .entry(after)
+                    .or_default()
+                    .push(Gated { ahead, key, effect });
+                self.gated_count += 1;
+                return None;
+            }
+        }
+        self.start(key, effect)
+    }
+
+    fn start(&mut self, key: ObjectKey, effect: Effect) -> Option<Ready> {
         if matches!(effect, Effect::Bind { .. }) {
             if self.binds_running >= self.max_binds {
                 self.binds_waiting.push_back((Some(key), effect));
@@ -112,9 +200,9 @@ impl Lanes {
         Some((Some(key), effect))
     }
 
-    /// Effects queued behind others or waiting for a bind slot.
+    /// Effects queued behind others or waiting for a bind slot or another lane.
     pub fn queued(&self) -> usize {
-        self.binds_waiting.len() + self.queued_behind
+        self.binds_waiting.len() + self.queued_behind + self.gated_count
     }
 
     /// Binds running or waiting for a slot.
@@ -218,8 +306,11 @@ mod tests {
     #[test]
     fn the_queued_count_matches_the_lanes() {
         let mut l = Lanes::new(2);
-        let walk =
-            |l: &Lanes| l.binds_waiting.len() + l.busy.values().map(VecDeque::len).sum::<usize>();
+        let walk = |l: &Lanes| {
+            l.binds_waiting.len()
+                + l.busy.values().map(VecDeque::len).sum::<usize>()
+                + l.gated.values().map(Vec::len).sum::<usize>()
+        };
         let pods = ["a", "b", "c"];
         for round in 0..4 {
             for pod in pods {
@@ -227,15 +318,124 @@ mod tests {
                 l.submit(bind(pod));
                 l.submit(status(pod, ReservationPhase::Pending));
                 l.submit(status(pod, ReservationPhase::Available));
+                l.submit(evict(pod, Some(pod)));
                 assert_eq!(l.queued(), walk(&l), "round {round} pod {pod}");
             }
             for pod in pods.iter().rev() {
                 let key = ObjectKey::pod("default", pod);
                 l.done(Some(&key), round % 2 == 0);
                 assert_eq!(l.queued(), walk(&l), "round {round} done {pod}");
+                l.done(Some(&ObjectKey::cluster(Kind::Reservation, pod)), false);
+                assert_eq!(l.queued(), walk(&l), "round {round} done hold {pod}");
             }
         }
         assert!(l.queued() > 0);
+    }
+
+    fn create_hold(name: &str) -> Effect {
+        let r: berth_api::reservation::Reservation = serde_json::from_value(serde_json::json!({
+            "apiVersion": "scheduling.koordinator.sh/v1alpha1", "kind": "Reservation",
+            "metadata": {"name": name},
+            "spec": {"template": {"spec": {"containers": []}}, "owners": []}
+        }))
+        .expect("reservation");
+        Effect::CreateReservation(Box::new(r))
+    }
+
+    fn delete_reservation(name: &str) -> Effect {
+        Effect::Delete {
+            key: ObjectKey::cluster(Kind::Reservation, name),
+            uid: String::new(),
+            resource_version: None,
+            preemption: None,
+        }
+    }
+
+    fn evict(pod: &str, hold: Option<&str>) -> Effect {
+        Effect::Delete {
+            key: ObjectKey::pod("default", pod),
+            uid: format!("uid-{pod}"),
+            resource_version: None,
+            preemption: Some(berth_core::Preemption {
+                preemptor: ObjectKey::pod("default", "high"),
+                scheduler: "berth".into(),
+                hold: hold.map(str::to_string),
+            }),
+        }
+    }
+
+    fn names(ready: &[Ready]) -> Vec<String> {
+        ready
+            .iter()
+            .map(|(k, e)| {
+                let what = match e {
+                    Effect::Delete { .. } => "delete",
+                    Effect::CreateReservation(_) => "create",
+                    Effect::PodCondition { .. } => "condition",
+                    _ => "other",
+                };
+                format!("{what} {}", k.as_ref().map_or("", |k| &*k.name))
+            })
+            .collect()
+    }
+
+    /// The core emits the hold's creation, then the victims' deletions: no victim is
+    /// deleted before the creation was answered, and a victim's later effects stay behind
+    /// its deletion.
+    #[test]
+    fn a_victims_deletion_waits_for_its_holds_creation() {
+        let mut l = Lanes::new(8);
+        let hold = ObjectKey::cluster(Kind::Reservation, "preempt-default-high");
+        assert!(l.submit(create_hold("preempt-default-high")).is_some());
+        assert!(l.submit(evict("a", Some("preempt-default-high"))).is_none());
+        assert!(l.submit(evict("b", Some("preempt-default-high"))).is_none());
+        assert!(l.submit(condition("a", "later")).is_none());
+        // Unrelated objects are not held up.
+        assert!(l.submit(condition("c", "x")).is_some());
+        assert_eq!(l.queued(), 3);
+        let next = l.done(Some(&hold), false);
+        assert_eq!(names(&next), ["delete a", "delete b"]);
+        assert_eq!(l.queued(), 1);
+        let next = l.done(Some(&ObjectKey::pod("default", "a")), false);
+        assert_eq!(names(&next), ["condition a"]);
+        assert!(l
+            .done(Some(&ObjectKey::pod("default", "b")), false)
+            .is_empty());
+        assert_eq!(l.queued(), 0);
+    }
+
+    /// The hold's lane had an earlier reservation's deletion running and the creation
+    /// queued behind it: the victim waits for both.
+    #[test]
+    fn a_victims_deletion_waits_for_everything_ahead_in_the_holds_lane() {
+        let mut l = Lanes::new(8);
+        let hold = ObjectKey::cluster(Kind::Reservation, "h");
+        assert!(l.submit(delete_reservation("h")).is_some());
+        assert!(l.submit(create_hold("h")).is_none());
+        assert!(l.submit(evict("a", Some("h"))).is_none());
+        let next = l.done(Some(&hold), false);
+        assert_eq!(names(&next), ["create h"]);
+        // A status write for the hold submitted after the deletion is not waited for.
+        assert!(l.submit(status("h", ReservationPhase::Waiting)).is_none());
+        let next = l.done(Some(&hold), false);
+        let mut got = names(&next);
+        got.sort();
+        assert_eq!(got, ["delete a", "other h"]);
+    }
+
+    #[test]
+    fn a_victims_deletion_starts_at_once_when_its_hold_was_created_already() {
+        let mut l = Lanes::new(8);
+        assert!(l.submit(evict("a", Some("h"))).is_some());
+        assert!(l.submit(evict("b", None)).is_some());
+        // Behind its own lane, the deletion checks the hold when its turn comes.
+        assert!(l.submit(condition("c", "x")).is_some());
+        assert!(l.submit(evict("c", Some("h"))).is_none());
+        assert!(l.submit(create_hold("h")).is_some());
+        let next = l.done(Some(&ObjectKey::pod("default", "c")), false);
+        assert!(next.is_empty(), "waits for the creation now in flight");
+        let next = l.done(Some(&ObjectKey::cluster(Kind::Reservation, "h")), false);
+        assert_eq!(names(&next), ["delete c"]);
     }
 
     #[test]

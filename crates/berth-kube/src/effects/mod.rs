@@ -6,7 +6,8 @@
 //! effects on different objects run concurrently. Binds in flight are bounded: past the bound
 //! they wait for a slot, and the driver stops starting cycles until the backlog clears. A
 //! reservation status write still waiting behind another for the same reservation is
-//! replaced by the newer one: only the latest status matters.
+//! replaced by the newer one: only the latest status matters. A preemption victim's deletion
+//! waits for the creation of the Reservation that holds its room.
 
 mod bind;
 mod delete;
@@ -200,8 +201,9 @@ async fn perform(ctx: &Ctx, effect: Effect) -> Outcome {
             key,
             uid,
             resource_version,
+            preemption,
         } => {
-            delete::delete(ctx, &key, &uid, resource_version).await;
+            delete::delete(ctx, &key, &uid, resource_version, preemption.as_ref()).await;
             Outcome::Done
         }
         Effect::Record(r) => {

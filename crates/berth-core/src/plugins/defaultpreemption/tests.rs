@@ -1374,6 +1374,46 @@ mod holds {
         assert_eq!(s.counters.preemption_holds_expired, 0);
     }
 
+    /// The hold's creation comes before the victim's deletion, which names the hold (the
+    /// driver orders the two) and what the victim's DisruptionTarget condition says.
+    #[test]
+    fn the_victims_deletion_follows_and_names_the_hold() {
+        let mut s = Scheduler::new(vec![Profile::default_profile()], Config::default());
+        s.handle(
+            0,
+            Event::Applied(Object::Node(node("n1").alloc("cpu", "2").build())),
+        );
+        apply(
+            &mut s,
+            0,
+            &pod("low").req("cpu", "2").priority(LOW).node_name("n1"),
+        );
+        apply(&mut s, 0, &pod("high").req("cpu", "2").priority(HIGH));
+        let effects = run(&mut s, 0);
+        let create = effects
+            .iter()
+            .position(|e| matches!(e, Effect::CreateReservation(_)))
+            .expect("the hold is created");
+        let (delete, preemption) = effects
+            .iter()
+            .enumerate()
+            .find_map(|(i, e)| match e {
+                Effect::Delete {
+                    key, preemption, ..
+                } if &*key.name == "low" => Some((i, preemption.clone())),
+                _ => None,
+            })
+            .expect("the victim is deleted");
+        assert!(create < delete, "{effects:?}");
+        let p = preemption.expect("a preemption victim's deletion says so");
+        assert_eq!(p.preemptor, ObjectKey::pod("default", "high"));
+        assert_eq!(p.hold.as_deref(), Some("preempt-default-high"));
+        assert_eq!(
+            p.message(),
+            "default-scheduler: preempting to accommodate a higher priority pod"
+        );
+    }
+
     #[test]
     fn without_the_hold_a_higher_priority_pod_takes_the_freed_room() {
         let mut s = preempted(Some(json!({"reservationBacked": false})));
