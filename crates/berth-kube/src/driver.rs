@@ -707,10 +707,3 @@ impl Driver {
         }
     }
 }
-
-async fn sleep_until(t: Option<tokio::time::Instant>) {
-    match t {
-        Some(t) => tokio::time::sleep_until(t).await,
-        None => std::future::pending().await,
-    }
-}
