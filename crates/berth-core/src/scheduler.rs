@@ -447,11 +447,24 @@ impl Scheduler {
                     .annotations
                     .as_ref()
                     .and_then(|a| a.get(berth_api::annotations::ANNOTATION_RESOURCE_STATUS));
-                self.cluster.cpusets.reservation_applied(
-                    r.metadata.uid.as_deref().unwrap_or(""),
-                    status.map(String::as_str),
-                );
+                let uid = r.metadata.uid.as_deref().unwrap_or("");
                 let name = r.metadata.name.clone().unwrap_or_default();
+                let read = self
+                    .cluster
+                    .cpusets
+                    .reservation_applied(uid, status.map(String::as_str));
+                let was = self.cluster.reservations.by_name(&name).map(|old| {
+                    let before =
+                        old.obj.metadata.annotations.as_ref().and_then(|a| {
+                            a.get(berth_api::annotations::ANNOTATION_RESOURCE_STATUS)
+                        });
+                    before == status
+                });
+                if let (Err(why), false) = (read, was.unwrap_or(false)) {
+                    let key = ObjectKey::cluster(crate::object::Kind::Reservation, &name);
+                    let uid = uid.to_string();
+                    self.invalid_resource_status(key, &uid, &why);
+                }
                 if !self.drp_on_reservation(now, &r) {
                     crate::reservation::lifecycle::apply(&mut self.cluster, r, now);
                 }
@@ -807,7 +820,16 @@ impl Scheduler {
         self.settle_bind(now, &info);
         let assigned = info.node_name.is_some();
         let prev = self.cluster.apply_pod(info.clone());
-        self.cluster.cpusets.pod_applied(&info);
+        if let Err(why) = self.cluster.cpusets.pod_applied(&info) {
+            // Reported once per text, not on every update of the pod.
+            let status = |p: &PodInfo| {
+                p.annotation(berth_api::annotations::ANNOTATION_RESOURCE_STATUS)
+                    .map(str::to_string)
+            };
+            if prev.as_ref().map(|p| status(&p.info)) != Some(status(&info)) {
+                self.invalid_resource_status(key.clone(), &info.uid.clone(), &why);
+            }
+        }
         let foreign = self.is_foreign(&info);
         crate::plugins::numatopology::pod_applied(
             &mut self.cluster,
@@ -1985,6 +2007,21 @@ impl Scheduler {
             return;
         };
         self.requeue(now, ClusterEvent::assigned_pod_deleted(Some(idx)));
+    }
+
+    /// A `resource-status` berth cannot read: the CPUs it meant to name are not known, so
+    /// they are not counted as held; said once, as a Warning on the object.
+    fn invalid_resource_status(&mut self, involved: ObjectKey, uid: &str, why: &str) {
+        self.record(
+            involved,
+            uid,
+            "Warning",
+            "InvalidAnnotation",
+            format!(
+                "annotation {}: {why}; the CPUs it names are not counted as held",
+                berth_api::annotations::ANNOTATION_RESOURCE_STATUS
+            ),
+        );
     }
 
     fn record(

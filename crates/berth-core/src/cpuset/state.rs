@@ -180,29 +180,38 @@ impl CpusetCluster {
     }
 
     /// A pod was recorded: a `resource-status` with a cpuset is what it holds (a bound pod
-    /// found at start-up, or the bind this scheduler made coming back). A malformed one is
-    /// ignored here (the pod holds nothing berth can read).
-    pub fn pod_applied(&mut self, info: &PodInfo) {
+    /// found at start-up, or the bind this scheduler made coming back). A malformed one
+    /// holds nothing berth can read: the error says why, for the caller to report.
+    pub fn pod_applied(&mut self, info: &PodInfo) -> Result<(), String> {
         if info.terminal {
-            return;
+            return Ok(());
         }
-        if let Some(cpus) = status_cpus(info.annotation(ANNOTATION_RESOURCE_STATUS)) {
+        if let Some(cpus) = status_cpus(info.annotation(ANNOTATION_RESOURCE_STATUS))? {
             self.held.insert(info.uid.clone(), cpus);
         }
+        Ok(())
     }
 
-    /// A Reservation was recorded: its `resource-status` is what it holds.
-    pub fn reservation_applied(&mut self, uid: &str, status: Option<&str>) {
-        if let Some(cpus) = status_cpus(status) {
+    /// A Reservation was recorded: its `resource-status` is what it holds (a malformed one:
+    /// as for a pod).
+    pub fn reservation_applied(&mut self, uid: &str, status: Option<&str>) -> Result<(), String> {
+        if let Some(cpus) = status_cpus(status)? {
             self.held.insert(uid.into(), cpus);
         }
+        Ok(())
     }
 }
 
-fn status_cpus(text: Option<&str>) -> Option<CpuSet> {
-    let status = ResourceStatus::parse(text?).ok()?;
-    let cpus = status.cpu_ids().ok()?;
-    (!cpus.is_empty()).then_some(cpus)
+/// The CPUs a `resource-status` names (`None`: no annotation, or no cpuset in it).
+fn status_cpus(text: Option<&str>) -> Result<Option<CpuSet>, String> {
+    let Some(text) = text else {
+        return Ok(None);
+    };
+    let status = ResourceStatus::parse(text).map_err(|e| e.to_string())?;
+    let cpus = status
+        .cpu_ids()
+        .map_err(|e| format!("cpuset {:?}: {e}", status.cpuset))?;
+    Ok((!cpus.is_empty()).then_some(cpus))
 }
 
 /// The CPUs taken on `node`: by every pod on it, reservation stand-ins included.
