@@ -6,7 +6,8 @@
 //!
 //! `-o table` or `-o yaml` first prints that format instead.
 
-use berth_sim::{run, Format, Options};
+use berth_sim::observe::{run_to, Extras};
+use berth_sim::{Format, Options};
 
 fn main() {
     let mut files: Vec<String> = std::env::args().skip(1).collect();
@@ -26,8 +27,13 @@ fn main() {
         output,
         ..Options::default()
     };
-    let out = run(&options, &mut std::io::stdin().lock());
-    print!("{}", out.stdout);
+    // Streamed to standard output, as `berth simulate` does.
+    let out = run_to(
+        &options,
+        &Extras::default(),
+        &mut std::io::stdin().lock(),
+        &mut std::io::stdout().lock(),
+    );
     eprint!("{}", out.stderr);
     std::process::exit(out.code);
 }

@@ -115,6 +115,7 @@ fn peak_per_pod(format: Format) -> (usize, Sink) {
 fn a_run_holds_at_most_10_kib_per_pod_in_every_output_format() {
     for format in [Format::Json, Format::Yaml, Format::Table] {
         let (per_pod, stdout) = peak_per_pod(format);
+        eprintln!("{format:?}: peak {per_pod} bytes per pod");
         // The output was all written: every pod's name is there, and no run stopped short.
         match format {
             Format::Table => assert!(

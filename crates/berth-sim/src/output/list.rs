@@ -9,13 +9,10 @@
 //! is written, so its keys come out sorted as they did. Only one object's tree is alive at a
 //! time.
 
-use std::borrow::Cow;
-
 use serde::ser::{Error as _, SerializeMap, SerializeSeq};
 use serde::{Serialize, Serializer};
 use serde_json::Value;
 
-use berth_api::k8s_openapi::api::core::v1::Event as CoreEvent;
 use berth_core::{Kind, Object};
 
 use crate::store::Store;
@@ -41,34 +38,11 @@ struct Items<'a>(&'a Store);
 impl Serialize for Items<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let mut seq = serializer.serialize_seq(Some(self.0.len()))?;
-        for entry in sorted(self.0) {
-            seq.serialize_element(&entry)?;
+        for value in sorted(self.0) {
+            let value = value.map_err(|e| S::Error::custom(e.to_string()))?;
+            seq.serialize_element(&value)?;
         }
         seq.end()
-    }
-}
-
-/// One item of the list.
-enum Entry<'a> {
-    Object(&'a Object),
-    Event(Cow<'a, CoreEvent>),
-}
-
-impl Entry<'_> {
-    /// The item as the `Value` the whole-tree rendering held for it.
-    fn value(&self) -> Result<Value, serde_json::Error> {
-        match self {
-            Entry::Object(obj) => object_value(obj),
-            Entry::Event(e) => serde_json::to_value(&**e),
-        }
-    }
-}
-
-impl Serialize for Entry<'_> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        self.value()
-            .map_err(|e| S::Error::custom(e.to_string()))?
-            .serialize(serializer)
     }
 }
 
@@ -89,19 +63,20 @@ fn object_value(obj: &Object) -> Result<Value, serde_json::Error> {
     }
 }
 
-/// Every object and event of `store`, sorted by kind name, namespace and name, without
-/// collecting them: the store keeps each kind's objects (and the events) sorted by
-/// namespace and name already, so the kinds are visited in the order of their names, with
-/// `Event` in its place among them.
-fn sorted(store: &Store) -> impl Iterator<Item = Entry<'_>> + '_ {
+/// Every object and event of `store` as the `Value` the whole-tree rendering held for it,
+/// sorted by kind name, namespace and name, each built only when the iterator reaches it:
+/// the store keeps each kind's objects (and the events) sorted by namespace and name
+/// already, so the kinds are visited in the order of their names, with `Event` in its place
+/// among them.
+fn sorted(store: &Store) -> impl Iterator<Item = Result<Value, serde_json::Error>> + '_ {
     let mut kinds: Vec<Option<Kind>> = Kind::ALL.into_iter().map(Some).collect();
     kinds.push(None);
     kinds.sort_by_key(|k| k.map_or("Event", Kind::as_str));
     kinds.into_iter().flat_map(move |kind| {
-        let entries: Box<dyn Iterator<Item = Entry<'_>> + '_> = match kind {
-            Some(kind) => Box::new(store.of_kind(kind).map(Entry::Object)),
-            None => Box::new(store.events().map(Entry::Event)),
+        let values: Box<dyn Iterator<Item = Result<Value, serde_json::Error>> + '_> = match kind {
+            Some(kind) => Box::new(store.of_kind(kind).map(object_value)),
+            None => Box::new(store.events().map(|e| serde_json::to_value(&*e))),
         };
-        entries
+        values
     })
 }
