@@ -171,43 +171,70 @@ pub fn parse_config(file: &str, text: &str) -> Result<Vec<Profile>, Error> {
 }
 
 /// Decodes `(file name, text)` pairs, in order.
+///
+/// Each document is decoded as soon as the YAML stream yields it, so a file's documents are
+/// never all held as trees at once (at a million pods, they would be gigabytes). The errors
+/// are those of reading every document of a file first: invalid YAML anywhere in a file is
+/// reported before a bad object in it, so once an object is refused the rest of the file is
+/// still read, only for its YAML.
 pub fn parse(files: &[(String, String)]) -> Result<Input, InputError> {
     let mut cx = Decoder::default();
     let mut input = Input::default();
     let mut seen = Created::default();
     for (file, text) in files {
         let file: Arc<str> = file.as_str().into();
-        for (doc, value) in split_documents(&file, text)? {
+        let mut refused: Option<InputError> = None;
+        for_each_document(&file, text, |doc, value| {
+            if refused.is_some() {
+                return;
+            }
             let source = Source {
                 file: file.clone(),
                 doc,
             };
-            cx.source = Some(source.clone());
-            let decoded = cx
-                .top_level(value)
-                .map_err(|e| e.at(&source.file, source.doc))?;
-            for d in decoded {
-                match d {
-                    Decoded::Item(path, item) => {
-                        seen.insert(&source, &path, &item)?;
-                        input.items.push((source.clone(), item));
-                    }
-                    Decoded::Scenario(s) => {
-                        if input.scenario.is_some() {
-                            return Err(FieldError::new(
-                                "kind",
-                                "a run takes at most one Scenario; this is the second",
-                            )
-                            .at(&source.file, source.doc));
-                        }
-                        input.scenario = Some((source.clone(), *s));
-                    }
-                }
+            if let Err(e) = decode_document(&mut cx, &mut input, &mut seen, source, value) {
+                refused = Some(e);
             }
+        })?;
+        if let Some(e) = refused {
+            return Err(e);
         }
     }
     cx.check_priority_classes()?;
     Ok(input)
+}
+
+/// Decodes one document into `input`.
+fn decode_document(
+    cx: &mut Decoder,
+    input: &mut Input,
+    seen: &mut Created,
+    source: Source,
+    value: Value,
+) -> Result<(), InputError> {
+    cx.source = Some(source.clone());
+    let decoded = cx
+        .top_level(value)
+        .map_err(|e| e.at(&source.file, source.doc))?;
+    for d in decoded {
+        match d {
+            Decoded::Item(path, item) => {
+                seen.insert(&source, &path, &item)?;
+                input.items.push((source.clone(), item));
+            }
+            Decoded::Scenario(s) => {
+                if input.scenario.is_some() {
+                    return Err(FieldError::new(
+                        "kind",
+                        "a run takes at most one Scenario; this is the second",
+                    )
+                    .at(&source.file, source.doc));
+                }
+                input.scenario = Some((source.clone(), *s));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The objects created at time 0, by kind, namespace and name, with where each was written.
@@ -260,14 +287,18 @@ pub fn parse_str(file: &str, text: &str) -> Result<Input, InputError> {
     parse(&[(file.to_string(), text.to_string())])
 }
 
-/// Splits a YAML stream into documents, converted to JSON values. Empty documents are
-/// skipped but keep their index, so indexes match what the user counts between `---`.
+/// Splits a YAML stream into documents, converted to JSON values, and hands each to `each`
+/// in order. Empty documents are skipped but keep their index, so indexes match what the
+/// user counts between `---`.
 ///
 /// The text is first held to [`limits`] (size, nesting, alias expansion), which the YAML
 /// decoder is slow on.
-fn split_documents(file: &str, text: &str) -> Result<Vec<(usize, Value)>, InputError> {
+fn for_each_document(
+    file: &str,
+    text: &str,
+    mut each: impl FnMut(usize, Value),
+) -> Result<(), InputError> {
     limits::check_yaml(text).map_err(|e| limit_error(file, &e))?;
-    let mut out = Vec::new();
     for (doc, de) in serde_yaml_ng::Deserializer::from_str(text).enumerate() {
         let yaml_error = |e: serde_yaml_ng::Error| InputError {
             file: file.to_string(),
@@ -286,9 +317,10 @@ fn split_documents(file: &str, text: &str) -> Result<Vec<(usize, Value)>, InputE
             field: String::new(),
             message: format!("cannot be read as JSON: {e}"),
         })?;
-        out.push((doc, value));
+        drop(yaml);
+        each(doc, value);
     }
-    Ok(out)
+    Ok(())
 }
 
 enum Decoded {

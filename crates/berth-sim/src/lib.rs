@@ -21,6 +21,7 @@ pub mod observe;
 pub mod output;
 pub mod progress;
 pub mod provisioner;
+pub mod recorded;
 pub mod report;
 pub mod scenario;
 mod selectors;

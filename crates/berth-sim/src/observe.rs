@@ -2,7 +2,7 @@
 //! per-step log (`-v`), the HTML report (`--report`) and a progress bar. Same input, output
 //! and exit status as [`crate::run`]; the log and the bar go to standard error.
 
-use std::io::Read;
+use std::io::{Read, Write};
 
 use berth_core::Config;
 
@@ -26,6 +26,38 @@ pub struct Extras {
 /// Runs `berth simulate` with `extras`. A report that cannot be written is an error (exit
 /// status 1, after the result is printed).
 pub fn run(options: &Options, extras: &Extras, stdin: &mut dyn Read) -> RunOutput {
+    let mut stdout = Vec::new();
+    let Finished { stderr, code } = run_to(options, extras, stdin, &mut stdout);
+    if code == 2 {
+        // Bad input, or output that could not be rendered: nothing on standard output.
+        stdout.clear();
+    }
+    RunOutput {
+        stdout: String::from_utf8(stdout)
+            .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()),
+        stderr,
+        code,
+    }
+}
+
+/// What [`run_to`] leaves to print after standard output: standard error and the exit status.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finished {
+    /// Standard error: warnings, failed expectations, errors.
+    pub stderr: String,
+    /// As [`RunOutput::code`]; 1 also when standard output could not be written.
+    pub code: i32,
+}
+
+/// [`run`], writing the output to `stdout` as it is produced instead of collecting it
+/// (`berth simulate` itself: the output of a large cluster is never held whole). A reader
+/// that goes away early (`| head`) is not an error.
+pub fn run_to(
+    options: &Options,
+    extras: &Extras,
+    stdin: &mut dyn Read,
+    stdout: &mut dyn Write,
+) -> Finished {
     let profiles = match &options.config {
         Some(path) => match load_config(path) {
             Ok(p) => p,
@@ -45,7 +77,7 @@ pub fn run(options: &Options, extras: &Extras, stdin: &mut dyn Read) -> RunOutpu
         timeline: extras.verbose || extras.report.is_some(),
         progress: extras.progress,
     };
-    let sim = Simulation::run_with(profiles, config, &input, hooks);
+    let sim = Simulation::run_input(profiles, config, input, hooks);
     let mut stderr = String::new();
     if extras.verbose {
         if let Some(tl) = sim.timeline() {
@@ -73,26 +105,22 @@ pub fn run(options: &Options, extras: &Extras, stdin: &mut dyn Read) -> RunOutpu
             code = 1;
         }
     }
-    match output::render(&sim, options.output) {
-        Ok(stdout) => RunOutput {
-            stdout,
-            stderr,
-            code,
-        },
+    match output::write(&sim, options.output, stdout) {
+        Ok(()) => Finished { stderr, code },
+        Err(e) if e.is_broken_pipe() => Finished { stderr, code },
+        Err(e @ output::OutputError::Write(_)) => {
+            stderr.push_str(&format!("error: {e}\n"));
+            Finished { stderr, code: 1 }
+        }
         Err(e) => {
             stderr.push_str(&format!("error: {e}\n"));
-            RunOutput {
-                stdout: String::new(),
-                stderr,
-                code: 2,
-            }
+            Finished { stderr, code: 2 }
         }
     }
 }
 
-fn bad(e: &crate::Error) -> RunOutput {
-    RunOutput {
-        stdout: String::new(),
+fn bad(e: &crate::Error) -> Finished {
+    Finished {
         stderr: format!("error: {e}\n"),
         code: e.exit_code(),
     }

@@ -57,7 +57,12 @@ pub fn simulate(options: &Options, stdin: &mut dyn Read) -> Result<Simulation, E
         seed: options.seed,
         ..Config::default()
     };
-    Ok(Simulation::run(profiles, config, &input))
+    Ok(Simulation::run_input(
+        profiles,
+        config,
+        input,
+        crate::sim::Hooks::default(),
+    ))
 }
 
 /// Runs `berth simulate` and returns what it prints and its exit status.

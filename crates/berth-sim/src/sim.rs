@@ -15,9 +15,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use berth_api::annotations::keys::ANNOTATION_RESERVATION_ALLOCATED;
-use berth_api::k8s_openapi::api::core::v1::{
-    Event as CoreEvent, EventSource, ObjectReference, Pod, PodCondition, PodStatus,
-};
+use berth_api::k8s_openapi::api::core::v1::{Pod, PodCondition, PodStatus};
 use berth_api::k8s_openapi::api::scheduling::v1::PriorityClass;
 use berth_api::k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time as MetaTime};
 use berth_api::k8s_openapi::jiff::Timestamp;
@@ -30,6 +28,7 @@ use berth_core::{
 use crate::agent::{Admission, NodeAgent};
 use crate::input::{Input, Item, Source, SYSTEM_PRIORITY_CLASSES};
 use crate::provisioner::{Provisioner, ProvisionerConfig};
+use crate::recorded::RecordedEvent;
 use crate::scenario::{Expect, NodeAgentConfig, Step, DEFAULT_START_TIME};
 use crate::store::Store;
 
@@ -146,33 +145,46 @@ impl Simulation {
 
     /// [`Simulation::run`], recording what `hooks` asks for.
     pub fn run_with(profiles: Vec<Profile>, config: Config, input: &Input, hooks: Hooks) -> Self {
-        let scenario = input.scenario.as_ref().map(|(_, s)| s);
+        // Cheap: objects are shared (`Arc`); they are copied when written, as before.
+        Self::run_input(profiles, config, input.clone(), hooks)
+    }
+
+    /// [`Simulation::run_with`], taking the input: each object moves into the store as it is
+    /// created (no copy of it stays behind in the input, and none is made to write it), and
+    /// each step is dropped once it has run. What `berth simulate` uses: a million pods are a
+    /// million objects once, not twice.
+    pub fn run_input(profiles: Vec<Profile>, config: Config, input: Input, hooks: Hooks) -> Self {
+        let Input { items, scenario } = input;
+        let (scenario_source, scenario) = match scenario {
+            Some((src, s)) => (Some(src), Some(s)),
+            None => (None, None),
+        };
         let start = scenario
+            .as_ref()
             .and_then(|s| s.start_time)
             .unwrap_or_else(default_start);
-        let agent = scenario.map(|s| s.node_agent).unwrap_or_default();
+        let agent = scenario.as_ref().map(|s| s.node_agent).unwrap_or_default();
         let mut sim = Self::new(profiles, config, start, agent);
-        if let Some(s) = scenario {
+        if let Some(s) = &scenario {
             sim.provisioner = Provisioner::new(s.provisioner);
         }
-        sim.scenario_source = input.scenario.as_ref().map(|(src, _)| src.clone());
+        sim.scenario_source = scenario_source;
         if hooks.timeline {
             sim.timeline = Some(Box::default());
         }
-        let steps = scenario.map_or(0, |s| s.steps.len());
+        let steps = scenario.as_ref().map_or(0, |s| s.steps.len());
         if hooks.progress {
             sim.progress = Some(crate::progress::Progress::new(
                 "simulate",
                 Some(steps as u64),
             ));
         }
-        let items: Vec<&Item> = input.items.iter().map(|(_, i)| i).collect();
-        sim.create_all(&items, true);
+        sim.create_all(items.into_iter().map(|(_, i)| i).collect(), true);
         sim.settle();
         sim.observe();
         if let Some(s) = scenario {
-            for (i, step) in s.steps.iter().enumerate() {
-                sim.step(i, step);
+            for (i, step) in s.steps.into_iter().enumerate() {
+                sim.run_step(i, step);
                 sim.report_progress(i as u64 + 1);
             }
         }
@@ -240,15 +252,19 @@ impl Simulation {
     /// settling after the changes. `index` is 0-based; messages number steps from 1, as a
     /// reader of the file counts them.
     pub fn step(&mut self, index: usize, step: &Step) {
+        self.run_step(index, step.clone());
+    }
+
+    /// [`Simulation::step`], taking the step: its objects move into the store.
+    fn run_step(&mut self, index: usize, mut step: Step) {
         let name = match &self.scenario_source {
             Some(src) => format!("{} of {}", step.describe(index), src.file),
             None => step.describe(index),
         };
         if let Some(tl) = self.timeline.as_mut() {
-            tl.step_started(self.now, &name, step);
+            tl.step_started(self.now, &name, &step);
         }
-        let items: Vec<&Item> = step.apply.iter().collect();
-        self.create_all(&items, false);
+        self.create_all(std::mem::take(&mut step.apply), false);
         for key in &step.delete {
             if self.store.get(key).is_none() {
                 self.warn(format!(
@@ -278,7 +294,7 @@ impl Simulation {
 
     /// Creates or replaces `items` in order, PriorityClasses first, so a pod may name a class
     /// written after it in the same batch (priority admission runs at pod creation).
-    fn create_all(&mut self, items: &[&Item], initial: bool) {
+    fn create_all(&mut self, items: Vec<Item>, initial: bool) {
         if initial {
             self.initial_nodes = items
                 .iter()
@@ -288,12 +304,10 @@ impl Simulation {
                 })
                 .collect();
         }
-        let is_class = |i: &&&Item| matches!(i, Item::Object(Object::PriorityClass(_)));
-        for item in items.iter().filter(is_class) {
-            self.apply_item(item, initial);
-        }
-        for item in items.iter().filter(|i| !is_class(i)) {
-            self.apply_item(item, initial);
+        let is_class = |i: &Item| matches!(i, Item::Object(Object::PriorityClass(_)));
+        let (classes, others): (Vec<Item>, Vec<Item>) = items.into_iter().partition(is_class);
+        for item in classes.into_iter().chain(others) {
+            self.create_item(item, initial);
         }
         self.initial_nodes.clear();
     }
@@ -302,15 +316,20 @@ impl Simulation {
     /// included when given; kept from the stored object when not). `initial` objects are
     /// the cluster as found: a pod with `spec.nodeName` and no phase is already running.
     pub fn apply_item(&mut self, item: &Item, initial: bool) {
+        self.create_item(item.clone(), initial);
+    }
+
+    /// [`Simulation::apply_item`], taking the item: an object no one else holds is written
+    /// without a copy.
+    fn create_item(&mut self, item: Item, initial: bool) {
         match item {
-            Item::Event(e) => {
-                let mut e = (**e).clone();
+            Item::Event(mut e) => {
                 let ns = e.metadata.namespace.clone().unwrap_or_default();
                 let name = e.metadata.name.clone().unwrap_or_default();
                 self.fill_meta(&mut e.metadata, "Event", &ns, &name, None);
-                self.store.insert_event(e);
+                self.store.insert_event(*e);
             }
-            Item::Object(obj) => self.apply_object(obj.clone(), initial),
+            Item::Object(obj) => self.apply_object(obj, initial),
         }
     }
 
@@ -945,7 +964,6 @@ impl Simulation {
         } else {
             Some(r.uid.clone())
         };
-        let kind = r.involved.kind;
         let key = EventKey {
             involved: r.involved.clone(),
             uid: uid.clone().unwrap_or_default(),
@@ -954,46 +972,24 @@ impl Simulation {
             message: r.message.clone(),
         };
         if let Some(name) = self.recorder.seen(&key) {
-            if let Some(e) = self.store.event_mut(&namespace, &name) {
-                e.count = Some(e.count.unwrap_or(1).saturating_add(1));
-                e.last_timestamp = Some(meta_time(self.now));
+            if self.store.repeat_event(&namespace, &name, self.now) {
                 return;
             }
         }
         self.recorder.counter += 1;
         let name = format!("{}.{:016x}", r.involved.name, self.recorder.counter);
-        let event = CoreEvent {
-            metadata: ObjectMeta {
-                name: Some(name.clone()),
-                namespace: Some(namespace.clone()),
-                uid: Some(derive_uid("Event", &namespace, &name)),
-                creation_timestamp: Some(meta_time(self.now)),
-                ..Default::default()
-            },
-            involved_object: ObjectReference {
-                api_version: Some(api_version_of(kind).to_string()),
-                kind: Some(kind.as_str().to_string()),
-                namespace: (!r.involved.namespace.is_empty())
-                    .then(|| r.involved.namespace.to_string()),
-                name: Some(r.involved.name.to_string()),
-                uid,
-                ..Default::default()
-            },
-            reason: Some(r.reason),
-            message: Some(r.message),
-            type_: Some(r.type_.to_string()),
-            first_timestamp: Some(meta_time(self.now)),
-            last_timestamp: Some(meta_time(self.now)),
-            count: Some(1),
-            source: Some(EventSource {
-                component: Some(EVENT_COMPONENT.to_string()),
-                host: None,
-            }),
-            reporting_component: Some(EVENT_COMPONENT.to_string()),
-            ..Default::default()
+        let event = RecordedEvent {
+            involved: r.involved,
+            uid,
+            type_: r.type_,
+            reason: r.reason,
+            message: r.message,
+            first: self.now,
+            last: self.now,
+            count: 1,
         };
-        self.recorder.remember(key, name);
-        self.store.insert_event(event);
+        self.recorder.remember(key, name.clone());
+        self.store.record_event(namespace, name, event);
     }
 
     /// Checks `expect` against the store; returns one line per failed check.

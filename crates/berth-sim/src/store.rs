@@ -1,20 +1,47 @@
 //! [`Store`]: the simulated API server's storage. Every object of the simulated cluster, as
 //! the real API server would hold it; the output is a dump of it.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use berth_api::k8s_openapi::api::core::v1::{Event as CoreEvent, Node, Pod};
 use berth_api::nrt::NodeResourceTopology;
 use berth_api::reservation::Reservation;
+use berth_core::time::Time;
 use berth_core::{Kind, Object, ObjectKey};
+
+use crate::recorded::RecordedEvent;
+
+/// An event as stored: the simulator's own compactly, one from the input as written.
+#[derive(Debug, Clone)]
+enum StoredEvent {
+    Recorded(RecordedEvent),
+    Given(Box<CoreEvent>),
+}
+
+impl StoredEvent {
+    fn reason(&self) -> Option<&str> {
+        match self {
+            StoredEvent::Recorded(e) => Some(&e.reason),
+            StoredEvent::Given(e) => e.reason.as_deref(),
+        }
+    }
+
+    fn get(&self, namespace: &str, name: &str) -> Cow<'_, CoreEvent> {
+        match self {
+            StoredEvent::Recorded(e) => Cow::Owned(e.to_core(namespace, name)),
+            StoredEvent::Given(e) => Cow::Borrowed(e),
+        }
+    }
+}
 
 /// Objects by kind/namespace/name, plus `v1` Events by namespace/name, plus an index of
 /// pods by node (for the node agent and the summary).
 #[derive(Debug, Clone, Default)]
 pub struct Store {
     objects: BTreeMap<ObjectKey, Object>,
-    events: BTreeMap<(String, String), CoreEvent>,
+    events: BTreeMap<(String, String), StoredEvent>,
     pods_by_node: BTreeMap<String, BTreeSet<ObjectKey>>,
 }
 
@@ -127,15 +154,43 @@ impl Store {
             .filter_map(|k| self.pod(k))
     }
 
-    /// `v1` Events, by namespace and name.
-    pub fn events(&self) -> impl Iterator<Item = &CoreEvent> + '_ {
-        self.events.values()
+    /// `v1` Events, by namespace and name. Events the simulator recorded are built as they
+    /// are read (see [`RecordedEvent`]).
+    pub fn events(&self) -> impl Iterator<Item = Cow<'_, CoreEvent>> + '_ {
+        self.events.iter().map(|((ns, name), e)| e.get(ns, name))
     }
 
-    /// An event by namespace and name.
-    pub fn event_mut(&mut self, namespace: &str, name: &str) -> Option<&mut CoreEvent> {
+    /// [`Store::events`] with `reason`, without building the others.
+    pub fn events_with_reason<'a>(
+        &'a self,
+        reason: &'a str,
+    ) -> impl Iterator<Item = Cow<'a, CoreEvent>> + 'a {
         self.events
+            .iter()
+            .filter(move |(_, e)| e.reason() == Some(reason))
+            .map(|((ns, name), e)| e.get(ns, name))
+    }
+
+    /// Counts one more occurrence of the event `namespace`/`name` at `now` (`count` and
+    /// `lastTimestamp`); false when there is no such event.
+    pub fn repeat_event(&mut self, namespace: &str, name: &str, now: Time) -> bool {
+        let Some(e) = self
+            .events
             .get_mut(&(namespace.to_string(), name.to_string()))
+        else {
+            return false;
+        };
+        match e {
+            StoredEvent::Recorded(e) => {
+                e.count = e.count.saturating_add(1);
+                e.last = now;
+            }
+            StoredEvent::Given(e) => {
+                e.count = Some(e.count.unwrap_or(1).saturating_add(1));
+                e.last_timestamp = Some(crate::sim::meta_time(now));
+            }
+        }
+        true
     }
 
     /// Stores an event (create or replace).
@@ -144,7 +199,14 @@ impl Store {
             event.metadata.namespace.clone().unwrap_or_default(),
             event.metadata.name.clone().unwrap_or_default(),
         );
-        self.events.insert(key, event);
+        self.events.insert(key, StoredEvent::Given(Box::new(event)));
+    }
+
+    /// Stores an event the simulator recorded, named `name` in `namespace` (create or
+    /// replace).
+    pub fn record_event(&mut self, namespace: String, name: String, event: RecordedEvent) {
+        self.events
+            .insert((namespace, name), StoredEvent::Recorded(event));
     }
 
     /// How many objects and events are stored.

@@ -93,7 +93,7 @@ fn a_malformed_cpu_topology_is_a_warning_on_the_node() {
         .filter(|e| e.reason.as_deref() == Some("InvalidCPUTopology"))
         .collect();
     assert_eq!(warnings.len(), 1, "{warnings:?}");
-    let e = warnings[0];
+    let e = &warnings[0];
     assert_eq!(e.type_.as_deref(), Some("Warning"));
     assert_eq!(e.involved_object.kind.as_deref(), Some("Node"));
     assert_eq!(e.involved_object.name.as_deref(), Some("bad"));

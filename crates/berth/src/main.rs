@@ -193,9 +193,14 @@ fn simulate(args: SimulateArgs) -> anyhow::Result<i32> {
         report: args.report,
         progress: true,
     };
-    let out = berth_sim::observe::run(&options, &extras, &mut std::io::stdin().lock());
-    write_ignoring_broken_pipe(&mut std::io::stdout().lock(), &out.stdout)
-        .context("writing standard output")?;
+    // The output is streamed to standard output as it is rendered (a million pods' worth is
+    // never held whole); standard error follows it, as before.
+    let out = berth_sim::observe::run_to(
+        &options,
+        &extras,
+        &mut std::io::stdin().lock(),
+        &mut std::io::stdout().lock(),
+    );
     write_ignoring_broken_pipe(&mut std::io::stderr().lock(), &out.stderr)
         .context("writing standard error")?;
     Ok(out.code)
