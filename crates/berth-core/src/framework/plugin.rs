@@ -136,6 +136,38 @@ pub trait Plugin: std::fmt::Debug + Send + Sync {
         Status::skip()
     }
 
+    /// PreFilter extension (kube-scheduler's `PreFilterExtensions.AddPod`): `add` now runs
+    /// on `node` (given as it is after the addition), and the state PreFilter computed for
+    /// `pod` must say so. Preemption's dry run calls it when it puts a potential victim back
+    /// on a copy of the node, instead of re-running PreFilter on a copy of the cluster. Only
+    /// plugins whose PreFilter state depends on other pods override it; a plugin whose
+    /// Filter reads such pods through `node` alone needs nothing.
+    fn add_pod(
+        &self,
+        _cx: &Cluster,
+        _state: &mut CycleState,
+        _pod: &PodInfo,
+        _add: &PodInfo,
+        _node: &NodeInfo,
+    ) {
+    }
+
+    /// PreFilter extension (kube-scheduler's `PreFilterExtensions.RemovePod`): `remove` no
+    /// longer runs on `node` (given as it is after the removal). See [`Plugin::add_pod`].
+    /// Called whether or not the plugin's PreFilter returned Skip (a plugin without state
+    /// does nothing). What else a removal changes outside the node (a reservation share
+    /// given back) is not the plugins' to express: preemption simulates such pods on a copy
+    /// of the cluster.
+    fn remove_pod(
+        &self,
+        _cx: &Cluster,
+        _state: &mut CycleState,
+        _pod: &PodInfo,
+        _remove: &PodInfo,
+        _node: &NodeInfo,
+    ) {
+    }
+
     /// Whether the pod fits `node`.
     fn filter(
         &self,
