@@ -452,4 +452,6 @@ impl Fit<'_> {
 }
 
 #[cfg(test)]
+mod overlay_tests;
+#[cfg(test)]
 mod tests;
