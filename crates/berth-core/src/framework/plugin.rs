@@ -113,7 +113,11 @@ pub struct PostFilterContext<'a> {
 /// A scheduling plugin.
 ///
 /// Filter and Score read only the cluster and the cycle state they are given, never
-/// anything else, so preemption can run them against edited copies. Reserve/Unreserve are
+/// anything else, so preemption can run them against edited copies. Filter reads the node
+/// under test through its `node` argument, never through the cluster: preemption's dry run
+/// passes a copy of the node with victims removed while the cluster still holds them, and
+/// PreFilter state that counts other pods follows through [`Plugin::add_pod`] /
+/// [`Plugin::remove_pod`]. Reserve/Unreserve are
 /// the only methods that mutate the cluster; Unreserve must be idempotent.
 pub trait Plugin: std::fmt::Debug + Send + Sync {
     /// The name used in configuration (`NodeResourcesFit`).

@@ -384,3 +384,122 @@ fn the_generator_reaches_the_interesting_cases() {
         );
     }
 }
+
+/// A cluster with reservations, built through the scheduler so that owners are allocated
+/// from them: nodes (CPUs), reservations (node pin, CPUs, reusable), pods (owner, CPU
+/// milli, priority), the preemptor (owner, CPU milli) and `enablePreemption`.
+#[derive(Debug, Clone)]
+struct ReservedWorld {
+    nodes: Vec<u32>,
+    reservations: Vec<(usize, u32, bool)>,
+    pods: Vec<(bool, u32, i32)>,
+    preemptor: (bool, u32),
+    enable_preemption: bool,
+}
+
+fn reserved_world() -> impl Strategy<Value = ReservedWorld> {
+    prop::collection::vec(2u32..7, 1..4).prop_flat_map(|nodes| {
+        let n = nodes.len();
+        (
+            Just(nodes),
+            prop::collection::vec((0..n, 1u32..4, any::<bool>()), 0..3),
+            prop::collection::vec(
+                (
+                    prop::bool::weighted(0.6),
+                    300u32..2500,
+                    prop::sample::select(vec![0, 100, 500]),
+                ),
+                0..9,
+            ),
+            (any::<bool>(), 500u32..5000),
+            any::<bool>(),
+        )
+            .prop_map(
+                |(nodes, reservations, pods, preemptor, enable_preemption)| ReservedWorld {
+                    nodes,
+                    reservations,
+                    pods,
+                    preemptor,
+                    enable_preemption,
+                },
+            )
+    })
+}
+
+fn reservation_profile(enable: bool) -> Profile {
+    let cfg = json!({"pluginConfig": [{"name": "Reservation",
+        "args": {"enablePreemption": enable}}]});
+    let pc: crate::framework::config::ProfileConfig = serde_json::from_value(cfg).unwrap();
+    Profile::from_config(&pc).unwrap()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+
+    /// With reservations: nodes whose victims hold reservation shares go to the cluster
+    /// copy, the others through the overlay (owners and non-owners preempting, with and
+    /// without `enablePreemption`); the outcome is the cluster copy's everywhere.
+    #[test]
+    fn with_reservations_the_overlay_selects_what_the_cluster_copy_selects(
+        w in reserved_world()
+    ) {
+        use crate::reservation::testkit::{reservation, Sim};
+        let enable = w.enable_preemption;
+        let mut s = Sim::new(crate::testing::Profiles::new(move || {
+            vec![reservation_profile(enable)]
+        }));
+        for (i, cpu) in w.nodes.iter().enumerate() {
+            s.node(node(&format!("n{i}")).alloc("cpu", &cpu.to_string()).alloc("memory", "16Gi").build());
+        }
+        for (i, &(n, cpu, reusable)) in w.reservations.iter().enumerate() {
+            let mut r = reservation(&format!("r{i}"))
+                .req("cpu", &cpu.to_string())
+                .owner_label("app", "web")
+                .template_spec("nodeName", json!(format!("n{n}")));
+            if reusable {
+                r = r.reusable();
+            }
+            s.reservation(r.build());
+        }
+        for (i, &(owner, cpu_m, priority)) in w.pods.iter().enumerate() {
+            let mut b = pod(&format!("p{i}")).req("cpu", &format!("{cpu_m}m")).priority(priority);
+            if owner {
+                b = b.label("app", "web");
+            }
+            s.pod(b.build());
+        }
+        let cx = &s.s().cluster;
+        let profile = reservation_profile(enable);
+        let nominator = Nominator::default();
+        let (owner, cpu_m) = w.preemptor;
+        let mut b = pod("preemptor").req("cpu", &format!("{cpu_m}m")).priority(1000);
+        if owner {
+            b = b.label("app", "web");
+        }
+        let mut names = cx.names.clone();
+        let pod = b.build_info_with(&mut names);
+        let fit = Fit { profile: &profile, nominator: &nominator, pod: &pod };
+        let dry = |how| DryRun {
+            cluster: cx,
+            fit,
+            how,
+            budgets: None,
+            base: None,
+            sim: None,
+            reservation_preemption: enable,
+        };
+        let (mut overlay, mut copy) = (dry(Simulation::Overlay), dry(Simulation::ClusterCopy));
+        let nodes: Vec<NodeIdx> = cx.node_order().to_vec();
+        for &idx in &nodes {
+            let want = outcome(copy.select_victims_on_node(idx));
+            let got = outcome(overlay.select_victims_on_node(idx));
+            prop_assert_eq!(got, want, "node {:?}", idx);
+        }
+        let pl = plugin();
+        let run = |how| {
+            let (c, s) = pl.dry_run_with(cx, fit, &nodes, 0, how);
+            (c.into_iter().map(|c| outcome(Ok(c))).collect::<Vec<_>>(), s)
+        };
+        prop_assert_eq!(run(Simulation::Overlay), run(Simulation::ClusterCopy));
+    }
+}
