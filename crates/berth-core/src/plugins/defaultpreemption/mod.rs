@@ -18,14 +18,14 @@
 //! The plugin decides; the scheduler acts on the [`PostFilterResult`]: it deletes the
 //! victims, records `Preempted` events and nominates the pod to the node.
 //!
-//! "Fits" is checked as kube-scheduler checks it ([`overlay`]): PreFilter runs once per
+//! "Fits" is checked as kube-scheduler checks it (module `overlay`): PreFilter runs once per
 //! attempt on the cluster; each node tried gets a clone of that state and a copy of its
 //! `NodeInfo`, victims come off both through the plugins' `RemovePod`/`AddPod` PreFilter
 //! extensions, and Filter (with nominated pods) reads the copy. A node where a potential
 //! victim holds a share of a reservation is simulated on a copy of the cluster instead
-//! ([`cluster_copy`]), since giving the share back changes the reservation and its node's
-//! reserved capacity for every plugin; so is every node when PreFilter does not pass on the
-//! cluster. The copy is made once per attempt, and only when such a node comes up.
+//! (module `cluster_copy`), since giving the share back changes the reservation and its
+//! node's reserved capacity for every plugin; so is every node when PreFilter does not pass
+//! on the cluster. The copy is made once per attempt, and only when such a node comes up.
 
 mod args;
 mod cluster_copy;
