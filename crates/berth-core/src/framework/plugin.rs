@@ -113,7 +113,11 @@ pub struct PostFilterContext<'a> {
 /// A scheduling plugin.
 ///
 /// Filter and Score read only the cluster and the cycle state they are given, never
-/// anything else, so preemption can run them against edited copies. Reserve/Unreserve are
+/// anything else, so preemption can run them against edited copies. Filter reads the node
+/// under test through its `node` argument, never through the cluster: preemption's dry run
+/// passes a copy of the node with victims removed while the cluster still holds them, and
+/// PreFilter state that counts other pods follows through [`Plugin::add_pod`] /
+/// [`Plugin::remove_pod`]. Reserve/Unreserve are
 /// the only methods that mutate the cluster; Unreserve must be idempotent.
 pub trait Plugin: std::fmt::Debug + Send + Sync {
     /// The name used in configuration (`NodeResourcesFit`).
@@ -134,6 +138,38 @@ pub trait Plugin: std::fmt::Debug + Send + Sync {
     /// Computes per-pod state once. Return `Status::skip()` to skip this plugin's Filter.
     fn pre_filter(&self, _cx: &Cluster, _state: &mut CycleState, _pod: &PodInfo) -> Status {
         Status::skip()
+    }
+
+    /// PreFilter extension (kube-scheduler's `PreFilterExtensions.AddPod`): `add` now runs
+    /// on `node` (given as it is after the addition), and the state PreFilter computed for
+    /// `pod` must say so. Preemption's dry run calls it when it puts a potential victim back
+    /// on a copy of the node, instead of re-running PreFilter on a copy of the cluster. Only
+    /// plugins whose PreFilter state depends on other pods override it; a plugin whose
+    /// Filter reads such pods through `node` alone needs nothing.
+    fn add_pod(
+        &self,
+        _cx: &Cluster,
+        _state: &mut CycleState,
+        _pod: &PodInfo,
+        _add: &PodInfo,
+        _node: &NodeInfo,
+    ) {
+    }
+
+    /// PreFilter extension (kube-scheduler's `PreFilterExtensions.RemovePod`): `remove` no
+    /// longer runs on `node` (given as it is after the removal). See [`Plugin::add_pod`].
+    /// Called whether or not the plugin's PreFilter returned Skip (a plugin without state
+    /// does nothing). What else a removal changes outside the node (a reservation share
+    /// given back) is not the plugins' to express: preemption simulates such pods on a copy
+    /// of the cluster.
+    fn remove_pod(
+        &self,
+        _cx: &Cluster,
+        _state: &mut CycleState,
+        _pod: &PodInfo,
+        _remove: &PodInfo,
+        _node: &NodeInfo,
+    ) {
     }
 
     /// Whether the pod fits `node`.

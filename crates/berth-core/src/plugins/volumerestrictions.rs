@@ -182,6 +182,32 @@ impl Plugin for VolumeRestrictions {
         Status::success()
     }
 
+    fn add_pod(
+        &self,
+        _cx: &Cluster,
+        state: &mut CycleState,
+        _pod: &PodInfo,
+        add: &PodInfo,
+        _node: &NodeInfo,
+    ) {
+        if let Some(s) = state.volume_restrictions.as_deref_mut() {
+            s.update_with_pod(add, 1);
+        }
+    }
+
+    fn remove_pod(
+        &self,
+        _cx: &Cluster,
+        state: &mut CycleState,
+        _pod: &PodInfo,
+        remove: &PodInfo,
+        _node: &NodeInfo,
+    ) {
+        if let Some(s) = state.volume_restrictions.as_deref_mut() {
+            s.update_with_pod(remove, -1);
+        }
+    }
+
     fn filter(&self, _cx: &Cluster, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
         let Some(s) = state.volume_restrictions.as_ref() else {
             return Status::error("VolumeRestrictions: PreFilter did not run");

@@ -957,6 +957,16 @@ pub fn take_owner(cx: &mut Cluster, key: &ObjectKey) -> Option<(RIdx, Owner)> {
     Some((idx, o))
 }
 
+/// Whether [`take_owner`] would take anything back for `key`: the pod holds a share of a
+/// reservation that is not terminal. Preemption's dry run simulates such a pod's removal on
+/// a copy of the cluster, where the share really goes back.
+pub fn holds_share(cx: &Cluster, key: &ObjectKey) -> bool {
+    cx.reservations
+        .owner_of(key)
+        .and_then(|i| cx.reservations.get(i))
+        .is_some_and(|r| !r.phase.is_terminal() && r.owner_pods.contains_key(key))
+}
+
 /// Undoes [`take_owner`] exactly (the dry run puts back the pods it did not evict).
 pub fn restore_owner(cx: &mut Cluster, key: &ObjectKey, taken: (RIdx, Owner)) {
     let (idx, o) = taken;

@@ -18,33 +18,36 @@
 //! The plugin decides; the scheduler acts on the [`PostFilterResult`]: it deletes the
 //! victims, records `Preempted` events and nominates the pod to the node.
 //!
-//! "Fits" re-runs the profile's PreFilter and Filter plugins against a copy of the cluster
-//! with the pods removed, so plugins whose PreFilter reads other pods (InterPodAffinity,
-//! PodTopologySpread, volume restrictions) see the removal without kube-scheduler's
-//! incremental `AddPod`/`RemovePod` extensions. The copy is made once per preemption
-//! attempt, and only when some node has lower-priority pods at all.
+//! "Fits" is checked as kube-scheduler checks it (module `overlay`): PreFilter runs once per
+//! attempt on the cluster; each node tried gets a clone of that state and a copy of its
+//! `NodeInfo`, victims come off both through the plugins' `RemovePod`/`AddPod` PreFilter
+//! extensions, and Filter (with nominated pods) reads the copy. A node where a potential
+//! victim holds a share of a reservation is simulated on a copy of the cluster instead
+//! (module `cluster_copy`), since giving the share back changes the reservation and its
+//! node's reserved capacity for every plugin; so is every node when PreFilter does not pass
+//! on the cluster. The copy is made once per attempt, and only when such a node comes up.
 
 mod args;
+mod cluster_copy;
 pub mod hold;
+mod overlay;
 mod pdb;
 mod select;
 
 use std::sync::Arc;
 
-use crate::cache::{Cluster, PodState};
+use crate::cache::Cluster;
 use crate::framework::config::ConfigError;
-use crate::framework::nominator::{
-    nominated_node_name, run_filter_plugins_with_nominated_pods, Nominator,
-};
+use crate::framework::nominator::{nominated_node_name, Nominator};
 use crate::framework::plugin::{Nomination, PostFilterContext, PostFilterResult};
 use crate::framework::{Code, CycleState, Diagnosis, Plugin, Points, Profile, Status};
 use crate::model::node::NodeIdx;
 use crate::model::pod::PodInfo;
 use crate::plugins::args::decode;
-use crate::reservation::{lifecycle, Owner, RIdx};
+use crate::reservation::lifecycle;
 
 pub use args::DefaultPreemptionArgs;
-use select::{more_important_first, Candidate};
+use select::Candidate;
 
 /// Status of a potential node without lower-priority pods.
 pub const NO_VICTIMS: &str = "No preemption victims found for incoming pod";
@@ -171,11 +174,25 @@ impl DefaultPreemption {
         potential: &[NodeIdx],
         offset: usize,
     ) -> (Vec<Candidate>, Vec<Status>) {
+        self.dry_run_with(cluster, fit, potential, offset, Simulation::Overlay)
+    }
+
+    /// [`Self::dry_run`] with every node simulated as `how` says.
+    fn dry_run_with(
+        &self,
+        cluster: &Cluster,
+        fit: Fit<'_>,
+        potential: &[NodeIdx],
+        offset: usize,
+        how: Simulation,
+    ) -> (Vec<Candidate>, Vec<Status>) {
         let want = self.args.num_candidates(potential.len());
         let mut dry = DryRun {
             cluster,
             fit,
+            how,
             budgets: None,
+            base: None,
             sim: None,
             reservation_preemption: fit
                 .profile
@@ -290,15 +307,30 @@ fn fit_error(num_all: usize, statuses: &[Status]) -> String {
     text.strip_suffix('.').unwrap_or(&text).to_string()
 }
 
+/// How the dry run simulates a node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Simulation {
+    /// Through the PreFilter extensions where they are exact ([`overlay`]), else on a copy of
+    /// the cluster.
+    Overlay,
+    /// Always on a copy of the cluster ([`cluster_copy`]): the oracle the overlay is tested
+    /// against.
+    #[cfg_attr(not(test), allow(dead_code))]
+    ClusterCopy,
+}
+
 /// One preemption attempt's dry run over candidate nodes.
 struct DryRun<'a> {
     cluster: &'a Cluster,
     fit: Fit<'a>,
+    how: Simulation,
     /// The cluster's budgets, read on first need (nodes without lower-priority pods need
     /// none).
     budgets: Option<Vec<pdb::Budget>>,
-    /// The copy of the cluster pods are removed from, made on first need. Every node is
-    /// restored exactly after its dry run, so one copy serves all nodes.
+    /// PreFilter's state on the cluster, computed on first need: `Err` when PreFilter does
+    /// not pass there (every node is then simulated on the copy, which reports it).
+    base: Option<Result<CycleState, Status>>,
+    /// The copy of the cluster for [`cluster_copy`], made on first need.
     sim: Option<Cluster>,
     /// The Reservation plugin's `enablePreemption` in the pod's profile.
     reservation_preemption: bool,
@@ -316,11 +348,11 @@ impl DryRun<'_> {
     /// kube-scheduler's `SelectVictimsOnNode`: the fewest pods to evict from `idx` so the
     /// pod fits, or why there are none.
     fn select_victims_on_node(&mut self, idx: NodeIdx) -> Result<Candidate, Status> {
-        let Some(node) = self.cluster.node(idx) else {
+        let cluster = self.cluster;
+        let Some(node) = cluster.node(idx) else {
             return Err(Status::error("node vanished during preemption"));
         };
         let priority = self.fit.pod.priority;
-        let cluster = self.cluster;
         let inside_allowed = self.reservation_preemption;
         let potential: Vec<Arc<PodInfo>> = node
             .pods
@@ -336,28 +368,32 @@ impl DryRun<'_> {
         if potential.is_empty() {
             return Err(Status::unresolvable(NO_VICTIMS));
         }
-        let name = node.name.clone();
+        let fit = self.fit;
         let budgets = self.budgets.get_or_insert_with(|| pdb::budgets(cluster));
-        let sim = self.sim.get_or_insert_with(|| cluster.clone());
-        let Some(saved) = sim.node(idx).cloned() else {
-            return Err(Status::error("node vanished during preemption"));
+        let overlay = self.how == Simulation::Overlay
+            && !potential
+                .iter()
+                .any(|p| lifecycle::holds_share(cluster, &p.key));
+        let base = match overlay {
+            true => self
+                .base
+                .get_or_insert_with(|| fit.pre_filter(cluster))
+                .as_ref()
+                .ok(),
+            false => None,
         };
-        let mut removed: Vec<Removed> = Vec::with_capacity(potential.len());
-        for p in potential {
-            removed.push(Removed::take(sim, p));
-        }
-        let outcome = reprieve(self.fit, sim, idx, budgets, &mut removed);
-        // Put back what is still removed, then restore the node bit for bit (pod order).
-        for r in removed {
-            r.put_back(sim, idx);
-        }
-        if let Some(n) = sim.node_mut(idx) {
-            *n = saved;
-        }
+        let outcome = match base {
+            Some(base) => overlay::select_victims(fit, cluster, base, node, budgets, potential),
+            None => {
+                let sim = self.sim.get_or_insert_with(|| cluster.clone());
+                cluster_copy::select_victims(fit, sim, idx, budgets, potential)
+            }
+        };
         let (victims, pdb_violations) = outcome?;
         if victims.is_empty() {
             return Err(Status::error(format!(
-                "expected at least one victim pod on node {name:?}"
+                "expected at least one victim pod on node {:?}",
+                node.name
             )));
         }
         Ok(Candidate {
@@ -379,126 +415,43 @@ fn in_reservation(cluster: &Cluster, p: &PodInfo) -> bool {
         .is_some_and(|r| r.is_active())
 }
 
-/// A pod the dry run took off the copy of the cluster, with what it needs to be put back
-/// exactly (kube-scheduler's `RemovePod` / `AddPod` on the copy).
-struct Removed {
-    pod: Arc<PodInfo>,
-    /// Assumed (bind in flight) rather than bound.
-    assumed: bool,
-    /// Its share of a reservation, returned to that reservation while it is off.
-    share: Option<(RIdx, Owner)>,
-}
-
-impl Removed {
-    /// Takes `p` off `sim`: off its node, and its reservation share back to the reservation
-    /// (a non-owner preemptor must not see reserved capacity as freed).
-    fn take(sim: &mut Cluster, p: Arc<PodInfo>) -> Self {
-        let assumed = sim
-            .pod(&p.key)
-            .is_some_and(|e| e.state == PodState::Assumed);
-        let share = lifecycle::take_owner(sim, &p.key);
-        sim.remove_pod(&p.key);
-        Self {
-            pod: p,
-            assumed,
-            share,
-        }
-    }
-
-    /// Re-places the pod as it was (bound, or assumed on `idx`), with its share.
-    fn put_back(self, sim: &mut Cluster, idx: NodeIdx) {
-        sim.apply_pod(self.pod.clone());
-        if self.assumed {
-            sim.assume(&self.pod.key, idx);
-        }
-        if let Some(share) = self.share {
-            lifecycle::restore_owner(sim, &self.pod.key, share);
-        }
-    }
-}
-
-/// With every potential victim (`removed`) taken off node `idx` of `sim`: checks the pod
-/// fits, then puts victims back most important first, budget-violating ones first, keeping
-/// each that still lets the pod fit. Returns the victims (most important first) and how
-/// many violate a budget; `removed` is left holding the pods still off the node.
-fn reprieve(
-    fit: Fit<'_>,
-    sim: &mut Cluster,
-    idx: NodeIdx,
-    budgets: &[pdb::Budget],
-    removed: &mut Vec<Removed>,
-) -> Result<(Vec<Arc<PodInfo>>, i64), Status> {
-    let st = fit.check(sim, idx);
-    if !st.is_success() {
-        return Err(st);
-    }
-    removed.sort_by(|a, b| more_important_first(&a.pod, &b.pod));
-    let order: Vec<Arc<PodInfo>> = removed.iter().map(|r| r.pod.clone()).collect();
-    let (violating, fine) = pdb::split_by_violation(&order, budgets);
-    let mut victims = Vec::new();
-    let mut violations = 0;
-    for (list, counts) in [(&violating, true), (&fine, false)] {
-        for p in list {
-            let Some(pos) = removed.iter().position(|r| r.pod.key == p.key) else {
-                continue;
-            };
-            let r = removed.remove(pos);
-            r.put_back(sim, idx);
-            let st = fit.check(sim, idx);
-            if st.is_success() {
-                continue;
-            }
-            removed.push(Removed::take(sim, p.clone()));
-            if st.code() == Code::Error {
-                return Err(st);
-            }
-            victims.push(p.clone());
-            if counts {
-                violations += 1;
-            }
-        }
-    }
-    if !violating.is_empty() && !fine.is_empty() {
-        victims.sort_by(|a, b| more_important_first(a, b));
-    }
-    Ok((victims, violations))
-}
-
 impl Fit<'_> {
-    /// Whether the pod fits node `idx` of `sim`: the profile's PreFilter (on `sim`, from
-    /// scratch, after the `before_pre_filter` hooks, as a cycle runs them) and Filter with
-    /// nominated pods.
-    fn check(&self, sim: &Cluster, idx: NodeIdx) -> Status {
+    /// The profile's PreFilter on `cx`, after the `before_pre_filter` hooks, as a cycle runs
+    /// them: the cycle state, or the first failure (naming its plugin).
+    fn pre_filter(&self, cx: &Cluster) -> Result<CycleState, Status> {
         let profile = self.profile;
         let mut state = CycleState::default();
         for &i in &profile.pre_filter {
-            profile.plugins[i].before_pre_filter(sim, &mut state, self.pod);
+            profile.plugins[i].before_pre_filter(cx, &mut state, self.pod);
         }
         for &i in &profile.pre_filter {
             let p = &profile.plugins[i];
-            let st = p.pre_filter(sim, &mut state, self.pod);
+            let st = p.pre_filter(cx, &mut state, self.pod);
             if st.is_skip() {
                 state.skip_filter |= 1 << i;
                 continue;
             }
             if !st.is_success() {
-                return st.with_plugin(p.name());
+                return Err(st.with_plugin(p.name()));
             }
         }
-        if let Some(subset) = &state.node_subset {
-            if !subset.contains(&idx) {
-                return Status::unresolvable(format!(
-                    "node(s) didn't satisfy plugin(s) [{}]",
-                    state.subset_plugins.join(" ")
-                ));
-            }
+        Ok(state)
+    }
+
+    /// The rejection of a node outside the subset PreFilter narrowed the search to.
+    fn outside_subset(&self, state: &CycleState, idx: NodeIdx) -> Option<Status> {
+        let subset = state.node_subset.as_ref()?;
+        if subset.contains(&idx) {
+            return None;
         }
-        let Some(node) = sim.node(idx) else {
-            return Status::error("node vanished during preemption");
-        };
-        run_filter_plugins_with_nominated_pods(profile, sim, &state, self.pod, node, self.nominator)
+        Some(Status::unresolvable(format!(
+            "node(s) didn't satisfy plugin(s) [{}]",
+            state.subset_plugins.join(" ")
+        )))
     }
 }
 
+#[cfg(test)]
+mod overlay_tests;
 #[cfg(test)]
 mod tests;

@@ -97,6 +97,47 @@ pub(super) fn pre_filter(
     Ok(Some(s))
 }
 
+/// PreFilter extensions (`AddPod`/`RemovePod`, kube-scheduler's `updateWithPod`): counts
+/// `existing`, added to (`delta` 1) or removed from (-1) `node`, into the pod's state as
+/// PreFilter counts every pod, so preemption's dry run need not re-run PreFilter over the
+/// whole cluster. Nothing to do when PreFilter skipped (no state) or `existing` is a
+/// reservation stand-in the pod does not see.
+pub(super) fn update_with_pod(
+    cx: &Cluster,
+    state: &mut CycleState,
+    pod: &PodInfo,
+    existing: &PodInfo,
+    node: &NodeInfo,
+    delta: i64,
+) {
+    if crate::plugins::reservation::hidden(state, existing, node.idx) {
+        return;
+    }
+    let Some(s) = state.inter_pod_affinity.as_deref_mut() else {
+        return;
+    };
+    let affinity = required_affinity(pod);
+    let anti = required_anti_affinity(pod);
+    for t in required_anti_affinity(existing) {
+        if term_matches(t, existing, pod, &cx.namespaces) {
+            s.existing_anti.update(&node.labels, &t.topology_key, delta);
+        }
+    }
+    if affinity.is_empty() && anti.is_empty() {
+        return;
+    }
+    if matches_all(affinity, pod, existing, &cx.namespaces) {
+        for t in affinity {
+            s.affinity.update(&node.labels, &t.topology_key, delta);
+        }
+    }
+    for t in anti {
+        if term_matches(t, pod, existing, &cx.namespaces) {
+            s.anti.update(&node.labels, &t.topology_key, delta);
+        }
+    }
+}
+
 /// Filter: affinity first (unresolvable: preemption cannot add pods), then the pod's own
 /// anti-affinity, then existing pods' anti-affinity (both may be resolved by preemption).
 pub(super) fn filter(s: &State, pod: &PodInfo, node: &NodeInfo) -> Status {

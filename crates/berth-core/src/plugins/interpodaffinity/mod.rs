@@ -6,7 +6,7 @@
 //! a namespace the core was never told about (the simulator feeds none) carries only its
 //! `kubernetes.io/metadata.name` label (see the `terms` module). Reserve pods are not
 //! checked against pods held by reservations (nothing to do yet). PreFilter's
-//! AddPod/RemovePod extensions (used by preemption) are not implemented.
+//! AddPod/RemovePod extensions update the counts for preemption's dry run.
 
 mod args;
 mod filtering;
@@ -69,6 +69,28 @@ impl Plugin for InterPodAffinity {
             Ok(None) => Status::skip(),
             Err(st) => st,
         }
+    }
+
+    fn add_pod(
+        &self,
+        cx: &Cluster,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        add: &PodInfo,
+        node: &NodeInfo,
+    ) {
+        filtering::update_with_pod(cx, state, pod, add, node, 1);
+    }
+
+    fn remove_pod(
+        &self,
+        cx: &Cluster,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        remove: &PodInfo,
+        node: &NodeInfo,
+    ) {
+        filtering::update_with_pod(cx, state, pod, remove, node, -1);
     }
 
     fn filter(&self, _cx: &Cluster, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {

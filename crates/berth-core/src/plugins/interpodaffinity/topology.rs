@@ -31,6 +31,39 @@ impl TopologyCounts {
         }
     }
 
+    /// Adds `delta` to the pair as [`TopologyCounts::add`] does, but forgets a pair whose
+    /// count comes to zero (and a key left without pairs): PreFilter's counts hold only
+    /// positive pairs, and a pod removed then added back by preemption's dry run must leave
+    /// them exactly as PreFilter would have computed them (Filter reads `is_empty`).
+    pub(crate) fn update(&mut self, node_labels: &Labels, key: &str, delta: i64) {
+        let Some(value) = node_labels.get(key) else {
+            return;
+        };
+        let Some(values) = self.0.get_mut(key) else {
+            if delta != 0 {
+                self.add(node_labels, key, delta);
+            }
+            return;
+        };
+        let count = match values.get_mut(value.as_str()) {
+            Some(c) => {
+                *c += delta;
+                *c
+            }
+            None if delta != 0 => {
+                values.insert(value.clone(), delta);
+                delta
+            }
+            None => return,
+        };
+        if count == 0 {
+            values.remove(value.as_str());
+            if values.is_empty() {
+                self.0.remove(key);
+            }
+        }
+    }
+
     /// The count of a pair (0 when absent).
     pub(crate) fn get(&self, key: &str, value: &str) -> i64 {
         self.0

@@ -39,6 +39,9 @@ pub struct State {
     counts: Vec<Arc<HashMap<String, i64>>>,
     /// The smallest count over the eligible domains, per constraint.
     min_match: Vec<i64>,
+    /// The pod's required node affinity, for the inclusion policies of the PreFilter
+    /// extensions ([`update_with_pod`]).
+    required: RequiredNodeAffinity,
 }
 
 impl State {
@@ -80,7 +83,80 @@ pub(super) fn pre_filter(
         constraints,
         counts,
         min_match,
+        required,
     }))
+}
+
+/// PreFilter extensions (`AddPod`/`RemovePod`, kube-scheduler's `updateWithPod`): counts
+/// `existing`, added to (`delta` 1) or removed from (-1) `node`, into the pod's per-domain
+/// counts as PreFilter counts every pod ([`count_visible`]), and keeps each constraint's
+/// minimum, so preemption's dry run need not recount the whole cluster. A domain count
+/// shared with the cluster's remembered counts is copied on its first change.
+pub(super) fn update_with_pod(
+    state: &mut crate::framework::CycleState,
+    pod: &PodInfo,
+    existing: &PodInfo,
+    node: &NodeInfo,
+    delta: i64,
+) {
+    // Taken out for the while, so that visibility can read the rest of the state.
+    let Some(mut s) = state.pod_topology_spread.take() else {
+        return;
+    };
+    if has_all_keys(&node.labels, &s.constraints) {
+        let ns = &*pod.key.namespace;
+        for i in 0..s.constraints.len() {
+            let c = &s.constraints[i];
+            if !c.includes_node(pod, node, &s.required) {
+                continue;
+            }
+            let Some(value) = node.labels.get(&c.topology_key) else {
+                continue;
+            };
+            if !counts_visible(state, node, existing, c.selector.as_ref(), ns) {
+                continue;
+            }
+            let counts = Arc::make_mut(&mut s.counts[i]);
+            let (before, after) = match counts.get_mut(value.as_str()) {
+                Some(n) => {
+                    *n += delta;
+                    (*n - delta, *n)
+                }
+                None => {
+                    counts.insert(value.clone(), delta);
+                    (0, delta)
+                }
+            };
+            let min = &mut s.min_match[i];
+            if after < *min {
+                *min = after;
+            } else if before == *min && after > before {
+                *min = counts
+                    .values()
+                    .copied()
+                    .min()
+                    .unwrap_or(i64::from(i32::MAX));
+            }
+        }
+    }
+    state.pod_topology_spread = Some(s);
+}
+
+/// Whether [`count_visible`] counts `existing` on `node`: one pod's share of it.
+fn counts_visible(
+    state: &crate::framework::CycleState,
+    node: &NodeInfo,
+    existing: &PodInfo,
+    selector: Option<&crate::model::selector::Selector>,
+    ns: &str,
+) -> bool {
+    let Some(sel) = selector.filter(|s| !s.is_empty()) else {
+        return false;
+    };
+    if existing.terminating || *existing.key.namespace != *ns || !sel.matches(&existing.labels) {
+        return false;
+    }
+    !(existing.is_reserve_pod() && crate::plugins::reservation::hidden(state, existing, node.idx))
 }
 
 /// The counts by a walk over every pod of every node (`calPreFilterState`), for pods the

@@ -6,8 +6,8 @@
 //! Pods count when they are in the incoming pod's namespace, match the constraint's
 //! selector, are not terminating, and sit on a node that has every topology key and passes
 //! the constraint's inclusion policies. Default constraints are described on
-//! [`PodTopologySpreadArgs`]. PreFilter's AddPod/RemovePod extensions (used by preemption)
-//! are not implemented.
+//! [`PodTopologySpreadArgs`]. PreFilter's AddPod/RemovePod extensions update the per-domain
+//! counts for preemption's dry run.
 
 mod args;
 mod common;
@@ -70,6 +70,28 @@ impl Plugin for PodTopologySpread {
             Ok(None) => Status::skip(),
             Err(st) => st,
         }
+    }
+
+    fn add_pod(
+        &self,
+        _cx: &Cluster,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        add: &PodInfo,
+        node: &NodeInfo,
+    ) {
+        filtering::update_with_pod(state, pod, add, node, 1);
+    }
+
+    fn remove_pod(
+        &self,
+        _cx: &Cluster,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        remove: &PodInfo,
+        node: &NodeInfo,
+    ) {
+        filtering::update_with_pod(state, pod, remove, node, -1);
     }
 
     fn filter(&self, _cx: &Cluster, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Status {
