@@ -144,9 +144,16 @@ struct Source {
     restricted: bool,
 }
 
-/// The reservations of `pod` on `node` that hold CPUs: the one Reserve assumed, or (Filter)
-/// every matched one.
-fn sources(cx: &Cluster, state: &CycleState, node: NodeIdx, reserving: bool) -> Vec<Source> {
+/// The reservation of `pod` on `node` that holds CPUs: the one Reserve assumed, or (Filter)
+/// the one the Reservation plugin would nominate there. Filter once tried every matched
+/// reservation and passed a node on one that Reserve then did not take.
+fn sources(
+    cx: &Cluster,
+    state: &CycleState,
+    pod: &PodInfo,
+    node: &NodeInfo,
+    reserving: bool,
+) -> Vec<Source> {
     let Some(st) = state.reservation.as_deref() else {
         return Vec::new();
     };
@@ -162,11 +169,11 @@ fn sources(cx: &Cluster, state: &CycleState, node: NodeIdx, reserving: bool) -> 
             .into_iter()
             .collect();
     }
-    st.matched(node)
-        .iter()
-        .filter_map(|i| cx.reservations.get(*i))
+    st.nominee(cx, pod, node)
+        .and_then(|i| cx.reservations.get(i))
         .filter(|r| cx.cpusets.held(&r.uid).is_some())
         .map(of)
+        .into_iter()
         .collect()
 }
 
@@ -241,6 +248,7 @@ impl NodeNumaResource {
         cx: &Cluster,
         state: &CycleState,
         st: &State,
+        pod: &PodInfo,
         node: &NodeInfo,
         reserving: bool,
     ) -> Result<CpuSet, Status> {
@@ -261,7 +269,7 @@ impl NodeNumaResource {
         let usable = nc.usable();
         let taken = taken(cx, node);
         let free: CpuSet = usable.difference(&taken).copied().collect();
-        let sources = sources(cx, state, node.idx, reserving);
+        let sources = sources(cx, state, pod, node, reserving);
         if sources.is_empty() {
             return choose(nc, &free, &CpuSet::new(), false, st.cpus, policy, whole)
                 .map_err(Status::unschedulable);
@@ -326,11 +334,11 @@ impl Plugin for NodeNumaResource {
         Status::success()
     }
 
-    fn filter(&self, cx: &Cluster, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Status {
+    fn filter(&self, cx: &Cluster, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
         let Some(st) = state.cpuset.as_deref() else {
             return Status::success();
         };
-        match self.allocate(cx, state, st, node, false) {
+        match self.allocate(cx, state, st, pod, node, false) {
             Ok(_) => Status::success(),
             Err(s) => s,
         }
@@ -376,7 +384,7 @@ impl Plugin for NodeNumaResource {
         let Some(info) = cx.node(node) else {
             return Status::success();
         };
-        let cpus = match self.allocate(cx, state, st, info, true) {
+        let cpus = match self.allocate(cx, state, st, pod, info, true) {
             Ok(c) => c,
             Err(s) => return s,
         };

@@ -102,6 +102,15 @@ impl State {
         self.nodes.get(&node).map_or(&[], |n| &n.ports)
     }
 
+    /// The reservation the pod would take on `node` as it stands (what Reserve takes when
+    /// PreScore nominated nothing there). Filter plugins that allocate inside a reservation
+    /// check this one, not every matched one, so that a node Filter passes is one Reserve
+    /// can use (Koordinator's FilterNominateReservation).
+    pub fn nominee(&self, cx: &Cluster, pod: &PodInfo, node: &NodeInfo) -> Option<RIdx> {
+        let ns = self.nodes.get(&node.idx)?;
+        nominate(cx, self, pod, ns, node, false).map(|(i, _)| i)
+    }
+
     /// Whether [`Self::hides`] is false for every pod on every node: the pod is neither a
     /// reservation nor reservation-ignored, and matched no reservation whose stand-in it must
     /// not see. Plugins that count pods then count every pod, without looking at each.
@@ -443,53 +452,52 @@ impl Reservation {
         }
         status
     }
+}
 
-    /// Picks the reservation the pod takes on `node`. `assumed`: the pod is already
-    /// counted on the node (Reserve runs after the scheduler assumed it).
-    fn nominate(
-        &self,
-        cx: &Cluster,
-        st: &State,
-        pod: &PodInfo,
-        ns: &NodeState,
-        node: &NodeInfo,
-        assumed: bool,
-    ) -> Option<(RIdx, i64)> {
-        let store = &cx.reservations;
-        let mut free = allocate::node_free(node);
-        if assumed {
-            free.add(&pod.requests);
-        }
-        let usable = ns.matched.iter().filter_map(|&idx| {
-            let r = store.get(idx)?;
-            // An allocate-once reservation with an owner is used up (until the controller
-            // marks it Succeeded it is still in `matched`).
-            let used_up = r.allocate_once && !r.owner_pods.is_empty();
-            let usable = !used_up
-                && allocate::considered(st.pod_mask, r, st.has_affinity)
-                && allocate::fit(&pod.requests, &free, r).fits();
-            usable.then_some((idx, r))
-        });
-        // Seed 002: of several reusable reservations the pod could use here, only the
-        // earliest created is used (so a pod never ends up spread over several of them);
-        // `matched` is sorted by creation, so the first reusable one is it.
-        let mut earliest_reusable: Option<RIdx> = None;
-        let mut best: Option<(allocate::NominationKey, RIdx, i64)> = None;
-        for (idx, r) in usable {
-            if !r.allocate_once && r.order.is_none() {
-                match earliest_reusable {
-                    Some(_) => continue,
-                    None => earliest_reusable = Some(idx),
-                }
-            }
-            let score = allocate::score(&pod.requests, r);
-            let key = allocate::nomination_key(r, score);
-            if best.as_ref().is_none_or(|(k, _, _)| key < *k) {
-                best = Some((key, idx, score));
-            }
-        }
-        best.map(|(_, idx, score)| (idx, score))
+/// Picks the reservation the pod takes on `node`. `assumed`: the pod is already
+/// counted on the node (Reserve runs after the scheduler assumed it).
+fn nominate(
+    cx: &Cluster,
+    st: &State,
+    pod: &PodInfo,
+    ns: &NodeState,
+    node: &NodeInfo,
+    assumed: bool,
+) -> Option<(RIdx, i64)> {
+    let store = &cx.reservations;
+    let mut free = allocate::node_free(node);
+    if assumed {
+        free.add(&pod.requests);
     }
+    let usable = ns.matched.iter().filter_map(|&idx| {
+        let r = store.get(idx)?;
+        // An allocate-once reservation with an owner is used up (until the controller
+        // marks it Succeeded it is still in `matched`).
+        let used_up = r.allocate_once && !r.owner_pods.is_empty();
+        let usable = !used_up
+            && allocate::considered(st.pod_mask, r, st.has_affinity)
+            && allocate::fit(&pod.requests, &free, r).fits();
+        usable.then_some((idx, r))
+    });
+    // Seed 002: of several reusable reservations the pod could use here, only the
+    // earliest created is used (so a pod never ends up spread over several of them);
+    // `matched` is sorted by creation, so the first reusable one is it.
+    let mut earliest_reusable: Option<RIdx> = None;
+    let mut best: Option<(allocate::NominationKey, RIdx, i64)> = None;
+    for (idx, r) in usable {
+        if !r.allocate_once && r.order.is_none() {
+            match earliest_reusable {
+                Some(_) => continue,
+                None => earliest_reusable = Some(idx),
+            }
+        }
+        let score = allocate::score(&pod.requests, r);
+        let key = allocate::nomination_key(r, score);
+        if best.as_ref().is_none_or(|(k, _, _)| key < *k) {
+            best = Some((key, idx, score));
+        }
+    }
+    best.map(|(_, idx, score)| (idx, score))
 }
 
 impl Plugin for Reservation {
@@ -631,7 +639,7 @@ impl Plugin for Reservation {
         for &n in nodes {
             let Some(info) = cx.node(n) else { continue };
             let Some(ns) = st.nodes.get(&n) else { continue };
-            let nominated = self.nominate(cx, st, pod, ns, info, false);
+            let nominated = nominate(cx, st, pod, ns, info, false);
             let order = nominated
                 .and_then(|(i, _)| cx.reservations.get(i))
                 .and_then(|r| r.order);
@@ -691,7 +699,7 @@ impl Plugin for Reservation {
                 Some(i) => Some(i),
                 None => cx
                     .node(node)
-                    .and_then(|info| self.nominate(cx, st, pod, ns, info, true))
+                    .and_then(|info| nominate(cx, st, pod, ns, info, true))
                     .map(|(i, _)| i),
             },
         };
