@@ -647,6 +647,21 @@ impl Scheduler {
             }
         }
         self.unsynced.remove(&kind);
+        // A preemptor placed or deleted while the core could not judge its hold (before the
+        // first sync, or during a re-list) settles its hold now, as a core rebuilt from the
+        // same objects would. Whichever kind's LIST ends last completes the sync.
+        if self.synced() {
+            let holds: Vec<String> = self
+                .cluster
+                .reservations
+                .iter()
+                .filter(|r| crate::plugins::defaultpreemption::hold::preemptor_of(r).is_some())
+                .map(|r| r.name.to_string())
+                .collect();
+            for name in holds {
+                self.check_hold_owner(now, &name);
+            }
+        }
     }
 
     /// The keys of every object of `kind` the core holds, sorted.
