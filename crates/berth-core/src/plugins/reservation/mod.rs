@@ -454,6 +454,31 @@ impl Reservation {
     }
 }
 
+/// NodeResourcesFit gave the pod back the pod slot of every allocate-once reservation it
+/// matched on the node (and of its own waiting preemption hold), but the pod takes only the
+/// slot of the reservation it is nominated to: landing outside an allocate-once one, it needs
+/// a slot of its own, or the reservation's owner would find the node full.
+fn pod_slot(cx: &Cluster, st: &State, pod: &PodInfo, node: &NodeInfo, ns: &NodeState) -> Status {
+    let store = &cx.reservations;
+    let once = ns
+        .matched
+        .iter()
+        .filter(|&&i| store.get(i).is_some_and(|r| r.allocate_once))
+        .count() as i64;
+    if once == 0 {
+        return Status::success();
+    }
+    let hold = ns.slots - once;
+    let takes_one = nominate(cx, st, pod, ns, node, false)
+        .and_then(|(i, _)| store.get(i))
+        .is_some_and(|r| r.allocate_once);
+    let given = hold + i64::from(takes_one);
+    if node.pods.len() as i64 - given + 1 > node.allowed_pods {
+        return Status::unschedulable("Too many pods");
+    }
+    Status::success()
+}
+
 /// Picks the reservation the pod takes on `node`. `assumed`: the pod is already
 /// counted on the node (Reserve runs after the scheduler assumed it).
 fn nominate(
@@ -571,7 +596,13 @@ impl Plugin for Reservation {
                 Status::unresolvable(crate::reservation::ERR_REASON_AFFINITY)
             }
             None => Status::success(),
-            Some(ns) => self.fits_with(cx, st, pod, node, ns),
+            Some(ns) => {
+                let fits = self.fits_with(cx, st, pod, node, ns);
+                if !fits.is_success() {
+                    return fits;
+                }
+                pod_slot(cx, st, pod, node, ns)
+            }
         }
     }
 
