@@ -157,11 +157,6 @@ impl State {
     }
 
     /// The reservation the pod was allocated from in Reserve (name, UID).
-    /// The reservations the pod may use on `node` (PreFilter's match, before nomination).
-    pub fn matched(&self, node: NodeIdx) -> &[RIdx] {
-        self.nodes.get(&node).map_or(&[], |n| &n.matched)
-    }
-
     pub fn assumed(&self) -> Option<(&str, &str)> {
         self.assumed.as_ref().map(|(n, u)| (&**n, &**u))
     }
