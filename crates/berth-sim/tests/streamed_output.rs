@@ -3,29 +3,12 @@
 //! one `serde_json::Value`) printed with `serde_json::to_string_pretty` plus a newline, or
 //! `serde_yaml_ng::to_string`. Checked on every scenario of the repository that runs.
 
-use std::path::{Path, PathBuf};
-
 use berth_core::Config;
 use berth_sim::{input, output, Format, Simulation};
 
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
+mod common;
 
-fn yaml_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    let mut paths: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
-    paths.sort();
-    for p in paths {
-        if p.is_dir() {
-            yaml_files(&p, out);
-        } else if p.extension().is_some_and(|e| e == "yaml" || e == "yml") {
-            out.push(p);
-        }
-    }
-}
+use common::{repo_root, yaml_files};
 
 #[test]
 fn streamed_json_and_yaml_are_the_whole_tree_renderings_byte_for_byte() {
