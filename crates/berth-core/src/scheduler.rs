@@ -39,7 +39,7 @@ use crate::framework::nominator::{
     nominated_node_name, run_filter_plugins_with_nominated_pods, Nominator,
 };
 use crate::framework::plugin::{Nomination, PostFilterContext, PostFilterResult};
-use crate::framework::{Code, CycleState, Diagnosis, Profile, Status};
+use crate::framework::{Code, CycleState, Diagnosis, FilterPlan, Profile, Status};
 use crate::model::node::NodeIdx;
 use crate::model::pod::{PodInfo, PodKind};
 use crate::object::{Kind, Object, ObjectKey};
@@ -1225,7 +1225,7 @@ impl Scheduler {
             if let Some(node) = cx.node(idx).filter(|_| allowed) {
                 self.counters.nodes_filtered += 1;
                 let st = run_filter_plugins_with_nominated_pods(
-                    prof,
+                    &FilterPlan::new(prof, &state),
                     cx,
                     &state,
                     pod,
@@ -1256,6 +1256,7 @@ impl Scheduler {
             self.next_start % n
         };
         let mut processed = 0;
+        let plan = FilterPlan::new(prof, &state);
         // Preferred nodes (those holding the pod's reservations) first, then the rotating
         // sample (which skips them); only the sample advances the rotation.
         let preferred = std::mem::take(&mut state.preferred_nodes);
@@ -1279,7 +1280,7 @@ impl Scheduler {
             let Some(node) = cx.node(idx) else { continue };
             self.counters.nodes_filtered += 1;
             let st = run_filter_plugins_with_nominated_pods(
-                prof,
+                &plan,
                 cx,
                 &state,
                 pod,
@@ -1299,6 +1300,7 @@ impl Scheduler {
                 diag.add(&st);
             }
         }
+        drop(plan);
         if subset.is_none() && n > 0 {
             self.next_start = (start + processed) % n;
         }

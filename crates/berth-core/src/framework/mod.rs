@@ -4,6 +4,7 @@
 pub mod config;
 pub mod cycle_state;
 pub mod diagnosis;
+pub mod filter_plan;
 pub mod nominator;
 pub mod plugin;
 pub mod profile;
@@ -11,6 +12,7 @@ pub mod status;
 
 pub use cycle_state::CycleState;
 pub use diagnosis::Diagnosis;
+pub use filter_plan::FilterPlan;
 pub use plugin::{Plugin, Points, MAX_NODE_SCORE};
 pub use profile::Profile;
 pub use status::{Code, Status};

@@ -14,6 +14,7 @@ use std::sync::Arc;
 
 use crate::cache::Cluster;
 use crate::framework::cycle_state::CycleState;
+use crate::framework::filter_plan::FilterPlan;
 use crate::framework::profile::Profile;
 use crate::framework::status::Status;
 use crate::model::node::NodeInfo;
@@ -151,6 +152,7 @@ impl Nominator {
 
 /// Runs the profile's Filter plugins on `node` (kube's `RunFilterPlugins`): the first
 /// rejection wins and names its plugin. Plugins whose PreFilter returned Skip are skipped.
+/// A loop over many nodes builds its [`FilterPlan`] once instead.
 pub fn run_filter_plugins(
     profile: &Profile,
     cx: &Cluster,
@@ -158,37 +160,32 @@ pub fn run_filter_plugins(
     pod: &PodInfo,
     node: &NodeInfo,
 ) -> Status {
-    for &i in &profile.filter {
-        if state.skip_filter & (1 << i) != 0 {
-            continue;
-        }
-        let p = &profile.plugins[i];
-        let st = p.filter(cx, state, pod, node);
-        if !st.is_success() {
-            return st.with_plugin(p.name());
-        }
-    }
-    Status::success()
+    FilterPlan::new(profile, state).run(cx, state, pod, node)
 }
 
 /// kube's `RunFilterPluginsWithNominatedPods`: when pods the pod must yield to are nominated
 /// to `node`, the pod must fit with them counted as running (resources, ports) and also
 /// without them (filters such as pod affinity may need them absent); otherwise one pass.
+/// Inlined into the filter loop: with nothing nominated (the usual case) it is one check.
+#[inline]
 pub fn run_filter_plugins_with_nominated_pods(
-    profile: &Profile,
+    plan: &FilterPlan<'_>,
     cx: &Cluster,
     state: &CycleState,
     pod: &PodInfo,
     node: &NodeInfo,
     nominator: &Nominator,
 ) -> Status {
+    if nominator.is_empty() {
+        return plan.run(cx, state, pod, node);
+    }
     if let Some(with) = nominator.with_nominated(cx, pod, node) {
-        let st = run_filter_plugins(profile, cx, state, pod, &with);
+        let st = plan.run(cx, state, pod, &with);
         if !st.is_success() {
             return st;
         }
     }
-    run_filter_plugins(profile, cx, state, pod, node)
+    plan.run(cx, state, pod, node)
 }
 
 #[cfg(test)]

@@ -22,6 +22,8 @@ pub struct Profile {
     pub pre_filter: Vec<usize>,
     /// Filter plugins in order.
     pub filter: Vec<usize>,
+    /// Bit `i` set: plugin `i` has a Filter fast path ([`crate::framework::Points::FILTER_FAST`]).
+    pub fast_filter: u64,
     /// PostFilter plugins in order.
     pub post_filter: Vec<usize>,
     /// PreScore plugins in order.
@@ -201,6 +203,10 @@ impl Profile {
             percentage_of_nodes_to_score: pc.percentage_of_nodes_to_score,
             pre_filter: idx(&lists[0]),
             filter: idx(&lists[1]),
+            fast_filter: lists[1]
+                .iter()
+                .filter(|(i, _)| instances[*i].points().contains(Points::FILTER_FAST))
+                .fold(0, |m, (i, _)| m | (1u64 << i)),
             post_filter: idx(&lists[2]),
             pre_score: idx(&lists[3]),
             score: lists[4].clone(),

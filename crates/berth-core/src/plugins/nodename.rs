@@ -20,8 +20,13 @@ impl Plugin for NodeName {
         super::names::NODE_NAME
     }
     fn points(&self) -> Points {
-        Points::FILTER
+        Points::FILTER | Points::FILTER_FAST
     }
+
+    fn passes(&self, _cx: &Cluster, _state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> bool {
+        pod.node_name.as_ref().is_none_or(|n| **n == *node.name)
+    }
+
     fn filter(&self, _cx: &Cluster, _state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
         match &pod.node_name {
             Some(n) if **n != *node.name => Status::unresolvable(ERR_REASON),

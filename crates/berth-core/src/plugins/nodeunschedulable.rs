@@ -20,8 +20,13 @@ impl Plugin for NodeUnschedulable {
         super::names::NODE_UNSCHEDULABLE
     }
     fn points(&self) -> Points {
-        Points::FILTER
+        Points::FILTER | Points::FILTER_FAST
     }
+
+    fn passes(&self, _cx: &Cluster, _state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> bool {
+        !node.unschedulable
+    }
+
     fn filter(&self, _cx: &Cluster, _state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
         if !node.unschedulable {
             return Status::success();

@@ -93,7 +93,12 @@ impl Plugin for TaintToleration {
     }
 
     fn points(&self) -> Points {
-        Points::FILTER | Points::PRE_SCORE | Points::SCORE
+        Points::FILTER | Points::FILTER_FAST | Points::PRE_SCORE | Points::SCORE
+    }
+
+    /// An untainted node (most of a cluster) tolerates every pod.
+    fn passes(&self, _cx: &Cluster, _state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> bool {
+        node.taints.is_empty()
     }
 
     fn filter(&self, _cx: &Cluster, _state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use crate::cache::{Cluster, PodState};
 use crate::framework::nominator::run_filter_plugins_with_nominated_pods;
-use crate::framework::{Code, Status};
+use crate::framework::{Code, FilterPlan, Status};
 use crate::model::node::NodeIdx;
 use crate::model::pod::PodInfo;
 use crate::reservation::{lifecycle, Owner, RIdx};
@@ -147,5 +147,12 @@ fn check(fit: Fit<'_>, sim: &Cluster, idx: NodeIdx) -> Status {
     let Some(node) = sim.node(idx) else {
         return Status::error("node vanished during preemption");
     };
-    run_filter_plugins_with_nominated_pods(fit.profile, sim, &state, fit.pod, node, fit.nominator)
+    run_filter_plugins_with_nominated_pods(
+        &FilterPlan::new(fit.profile, &state),
+        sim,
+        &state,
+        fit.pod,
+        node,
+        fit.nominator,
+    )
 }

@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use crate::cache::Cluster;
 use crate::framework::nominator::run_filter_plugins_with_nominated_pods;
-use crate::framework::{Code, CycleState, Status};
+use crate::framework::{Code, CycleState, FilterPlan, Status};
 use crate::model::node::NodeInfo;
 use crate::model::pod::PodInfo;
 
@@ -112,7 +112,7 @@ impl NodeView<'_> {
             return st;
         }
         run_filter_plugins_with_nominated_pods(
-            self.fit.profile,
+            &FilterPlan::new(self.fit.profile, &self.state),
             self.cx,
             &self.state,
             self.fit.pod,

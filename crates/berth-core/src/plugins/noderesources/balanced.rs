@@ -15,7 +15,9 @@ use crate::framework::{CycleState, Plugin, Points, Status, MAX_NODE_SCORE};
 use crate::model::node::{NodeIdx, NodeInfo};
 use crate::model::pod::PodInfo;
 use crate::plugins::args::decode;
-use crate::resources::{ResourceId, ResourceName, ResourceNames, MAX_RESOURCES};
+use smallvec::SmallVec;
+
+use crate::resources::{ResourceId, ResourceName, ResourceNames, Resources, MAX_RESOURCES};
 
 use super::args::BalancedAllocationArgs;
 use super::scoring::is_scalar;
@@ -47,26 +49,29 @@ impl BalancedAllocation {
         self.resources.iter().filter_map(|n| n.id(names))
     }
 
-    /// The usage fraction of each configured resource the node has (and, for scalar
-    /// resources, the pod requests), capped at 1, written into `out` in configuration
-    /// order (a stack array: nothing is allocated per node); returns how many.
+    /// The configured resources that count for `pod`, with its requests, worked out once
+    /// per cycle: scalar resources the pod does not request are left out.
+    fn terms(&self, names: &ResourceNames, pod: &PodInfo) -> SmallVec<[(ResourceId, i64); 4]> {
+        self.ids(names)
+            .map(|id| (id, pod.requests[id]))
+            .filter(|&(id, want)| !(want == 0 && is_scalar(id)))
+            .collect()
+    }
+
+    /// The usage fraction of each of `terms` the node has, capped at 1, written into `out`
+    /// in configuration order (a stack array: nothing is allocated per node); returns how
+    /// many.
+    #[inline]
     fn fractions(
-        &self,
-        cx: &Cluster,
-        state: &CycleState,
-        pod: &PodInfo,
+        terms: &[(ResourceId, i64)],
         node: &NodeInfo,
+        restored: Option<&Resources>,
         out: &mut [f64; MAX_RESOURCES],
     ) -> usize {
-        let restored = state
-            .reservation
-            .as_ref()
-            .and_then(|r| r.restored(pod, node.idx));
         let mut n = 0;
-        for id in self.ids(&cx.names) {
-            let want = pod.requests[id];
+        for &(id, want) in terms {
             let alloc = node.allocatable[id];
-            if alloc == 0 || (want == 0 && is_scalar(id)) {
+            if alloc == 0 {
                 continue;
             }
             let mut used = node.requested[id]
@@ -83,6 +88,34 @@ impl BalancedAllocation {
             }
         }
         n
+    }
+
+    /// The score from the fractions (same operations in the same order as
+    /// kube-scheduler, so the same floats).
+    #[inline]
+    fn score_terms(
+        terms: &[(ResourceId, i64)],
+        node: &NodeInfo,
+        restored: Option<&Resources>,
+    ) -> i64 {
+        let mut buf = [0.0f64; MAX_RESOURCES];
+        let n = Self::fractions(terms, node, restored, &mut buf);
+        let fractions = &buf[..n];
+        let std = match fractions {
+            [] | [_] => 0.0,
+            [a, b] => ((a - b) / 2.0).abs(),
+            _ => {
+                let sum = fractions.iter().fold(0.0f64, |s, f| s + f);
+                let mean = sum / n as f64;
+                (fractions
+                    .iter()
+                    .map(|f| (f - mean) * (f - mean))
+                    .sum::<f64>()
+                    / n as f64)
+                    .sqrt()
+            }
+        };
+        ((1.0 - std) * MAX_NODE_SCORE as f64) as i64
     }
 }
 
@@ -110,26 +143,30 @@ impl Plugin for BalancedAllocation {
     }
 
     fn score(&self, cx: &Cluster, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> i64 {
-        // One pass into a stack array, then the statistics over it (same operations in
-        // the same order as kube-scheduler, so the same floats).
-        let mut buf = [0.0f64; MAX_RESOURCES];
-        let n = self.fractions(cx, state, pod, node, &mut buf);
-        let fractions = &buf[..n];
-        let std = match fractions {
-            [] | [_] => 0.0,
-            [a, b] => ((a - b) / 2.0).abs(),
-            _ => {
-                let sum = fractions.iter().fold(0.0f64, |s, f| s + f);
-                let mean = sum / n as f64;
-                (fractions
-                    .iter()
-                    .map(|f| (f - mean) * (f - mean))
-                    .sum::<f64>()
-                    / n as f64)
-                    .sqrt()
-            }
-        };
-        ((1.0 - std) * MAX_NODE_SCORE as f64) as i64
+        let restored = state
+            .reservation
+            .as_ref()
+            .and_then(|r| r.restored(pod, node.idx));
+        Self::score_terms(&self.terms(&cx.names, pod), node, restored)
+    }
+
+    /// [`Plugin::score`] over every feasible node, with the pod's terms worked out once.
+    fn score_nodes(
+        &self,
+        cx: &Cluster,
+        state: &CycleState,
+        pod: &PodInfo,
+        nodes: &[NodeIdx],
+        out: &mut Vec<i64>,
+    ) {
+        let terms = self.terms(&cx.names, pod);
+        let reservation = state.reservation.as_ref();
+        out.extend(nodes.iter().map(|&idx| {
+            cx.node(idx).map_or(0, |node| {
+                let restored = reservation.and_then(|r| r.restored(pod, idx));
+                Self::score_terms(&terms, node, restored)
+            })
+        }));
     }
 }
 

@@ -11,10 +11,10 @@ use std::borrow::Cow;
 use crate::cache::Cluster;
 use crate::framework::config::ConfigError;
 use crate::framework::{Code, CycleState, Plugin, Points, Status};
-use crate::model::node::NodeInfo;
+use crate::model::node::{NodeIdx, NodeInfo};
 use crate::model::pod::PodInfo;
 use crate::plugins::args::decode;
-use crate::resources::ResourceId;
+use crate::resources::{ResourceId, MAX_RESOURCES};
 
 use super::args::{FitArgs, ScoringStrategy};
 use super::scoring::Scorer;
@@ -81,7 +81,39 @@ impl Plugin for Fit {
     }
 
     fn points(&self) -> Points {
-        Points::PRE_FILTER | Points::FILTER | Points::PRE_SCORE | Points::SCORE
+        Points::PRE_FILTER
+            | Points::FILTER
+            | Points::FILTER_FAST
+            | Points::PRE_SCORE
+            | Points::SCORE
+    }
+
+    /// Every request fits in what is left, and there is a pod slot: Filter's arithmetic
+    /// without its reasons. A request that does not fit says no even when Filter would let
+    /// it through (an ignored or `pods` resource): Filter decides those.
+    fn passes(&self, cx: &Cluster, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> bool {
+        let reservation = state.reservation.as_ref();
+        let slots_back = reservation.map_or(0, |r| r.restored_pods(node));
+        if node.pods.len() as i64 - slots_back + 1 > node.allowed_pods {
+            return false;
+        }
+        let back = reservation.and_then(|r| r.restored(pod, node.idx));
+        let n = cx.names.len().min(MAX_RESOURCES);
+        let (want, alloc) = (&pod.requests.0[..n], &node.allocatable.0[..n]);
+        let (used, held) = (&node.requested.0[..n], &node.reserved.0[..n]);
+        for i in 0..n {
+            if want[i] <= 0 {
+                continue;
+            }
+            let mut free = alloc[i].saturating_sub(used[i]).saturating_sub(held[i]);
+            if let Some(b) = back {
+                free = free.saturating_add(b.0[i]);
+            }
+            if want[i] > free {
+                return false;
+            }
+        }
+        true
     }
 
     fn pre_filter(&self, _cx: &Cluster, _state: &mut CycleState, _pod: &PodInfo) -> Status {
@@ -164,6 +196,25 @@ impl Plugin for Fit {
             .as_ref()
             .and_then(|r| r.restored(pod, node.idx));
         self.scorer.score(&cx.names, pod, node, back)
+    }
+
+    /// [`Plugin::score`] over every feasible node, with the pod's terms worked out once.
+    fn score_nodes(
+        &self,
+        cx: &Cluster,
+        state: &CycleState,
+        pod: &PodInfo,
+        nodes: &[NodeIdx],
+        out: &mut Vec<i64>,
+    ) {
+        let terms = self.scorer.terms(&cx.names, pod);
+        let reservation = state.reservation.as_ref();
+        out.extend(nodes.iter().map(|&idx| {
+            cx.node(idx).map_or(0, |node| {
+                let back = reservation.and_then(|r| r.restored(pod, idx));
+                self.scorer.score_terms(&terms, node, back)
+            })
+        }));
     }
 }
 

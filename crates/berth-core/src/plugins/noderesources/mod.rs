@@ -10,3 +10,6 @@ pub use args::{
 };
 pub use balanced::BalancedAllocation;
 pub use fit::{insufficient_reason, Fit};
+
+#[cfg(test)]
+mod fast_path_tests;

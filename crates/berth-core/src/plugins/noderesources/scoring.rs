@@ -2,6 +2,8 @@
 //! LeastAllocated, MostAllocated and RequestedToCapacityRatio functions), allocation-free
 //! per node.
 
+use smallvec::SmallVec;
+
 use crate::framework::MAX_NODE_SCORE;
 use crate::model::node::NodeInfo;
 use crate::model::pod::PodInfo;
@@ -19,6 +21,20 @@ const MAX_UTILIZATION: i64 = 100;
 pub(crate) fn is_scalar(id: ResourceId) -> bool {
     id != ResourceId::CPU && id != ResourceId::MEMORY && id != ResourceId::EPHEMERAL_STORAGE
 }
+
+/// One resource that counts towards a pod's score ([`Scorer::terms`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Term {
+    id: ResourceId,
+    weight: i64,
+    /// The pod's request.
+    want: i64,
+    /// Whether the node's used amount is its scoring requests (cpu, memory).
+    non_zero: bool,
+}
+
+/// The terms of one pod: configured resources are few, so they stay on the stack.
+pub(crate) type Terms = SmallVec<[Term; 4]>;
 
 /// A configured scorer.
 #[derive(Debug, Clone)]
@@ -59,6 +75,34 @@ impl Scorer {
         }
     }
 
+    /// The resources that count for `pod`, worked out once per cycle: each configured
+    /// resource the cluster knows, with its weight and the pod's request (the scoring
+    /// request, with the 100m/200Mi defaults, for cpu and memory), leaving out scalar
+    /// resources the pod does not request (`calculateResourceAllocatableRequest` returns
+    /// (0, 0) for them).
+    pub(crate) fn terms(&self, names: &ResourceNames, pod: &PodInfo) -> Terms {
+        let mut out = Terms::new();
+        for (name, w) in &self.resources {
+            let Some(id) = name.id(names) else { continue };
+            let non_zero = id == ResourceId::CPU || id == ResourceId::MEMORY;
+            let want = if non_zero {
+                pod.non_zero[id]
+            } else {
+                pod.requests[id]
+            };
+            if want == 0 && is_scalar(id) {
+                continue;
+            }
+            out.push(Term {
+                id,
+                weight: *w,
+                want,
+                non_zero,
+            });
+        }
+        out
+    }
+
     /// Scores `node` for `pod`. What the node has requested counts scoring requests
     /// (100m/200Mi defaults) for cpu and memory, and everything reservations hold there,
     /// minus `back`, what the pod's own reservations give back to it.
@@ -69,28 +113,36 @@ impl Scorer {
         node: &NodeInfo,
         back: Option<&Resources>,
     ) -> i64 {
+        self.score_terms(&self.terms(names, pod), node, back)
+    }
+
+    /// [`Scorer::score`] with the pod's [`Scorer::terms`] already worked out.
+    #[inline]
+    pub(crate) fn score_terms(
+        &self,
+        terms: &[Term],
+        node: &NodeInfo,
+        back: Option<&Resources>,
+    ) -> i64 {
         let mut total = 0i64;
         let mut weights = 0i64;
-        let allocatable = &node.allocatable;
-        for (name, w) in &self.resources {
-            let Some(id) = name.id(names) else { continue };
-            let (want, used) = if id == ResourceId::CPU || id == ResourceId::MEMORY {
-                (pod.non_zero[id], node.non_zero_requested[id])
+        for t in terms {
+            let id = t.id;
+            let alloc = node.allocatable[id];
+            // Resources the node does not have are left out.
+            if alloc == 0 {
+                continue;
+            }
+            let used = if t.non_zero {
+                node.non_zero_requested[id]
             } else {
-                (pod.requests[id], node.requested[id])
+                node.requested[id]
             };
             let mut used = used.saturating_add(node.reserved[id]);
             if let Some(b) = back {
                 used = used.saturating_sub(b[id]).max(0);
             }
-            let pod = want;
-            let alloc = allocatable[id];
-            // Resources the node does not have, and scalar resources the pod does not
-            // request, are left out (`calculateResourceAllocatableRequest` returns (0, 0)).
-            if alloc == 0 || (pod == 0 && is_scalar(id)) {
-                continue;
-            }
-            let req = used.saturating_add(pod);
+            let req = used.saturating_add(t.want);
             let s = match self.kind {
                 ScoringStrategyType::LeastAllocated => least(req, alloc),
                 ScoringStrategyType::MostAllocated => most(req, alloc),
@@ -103,8 +155,8 @@ impl Scorer {
                     s
                 }
             };
-            total += s * w;
-            weights += w;
+            total += s * t.weight;
+            weights += t.weight;
         }
         if weights == 0 {
             return 0;
