@@ -173,16 +173,28 @@ impl std::fmt::Debug for Resources {
     }
 }
 
+/// Slots come from [`ResourceNames`], which never hands out one past [`MAX_RESOURCES`]; the
+/// index is taken modulo the length (a mask) so the per-node paths carry no bounds check.
 impl Index<ResourceId> for Resources {
     type Output = i64;
+    #[inline]
     fn index(&self, id: ResourceId) -> &i64 {
-        &self.0[id.index()]
+        debug_assert!(
+            id.index() < MAX_RESOURCES,
+            "resource slot {id:?} out of range"
+        );
+        &self.0[id.index() % MAX_RESOURCES]
     }
 }
 
 impl IndexMut<ResourceId> for Resources {
+    #[inline]
     fn index_mut(&mut self, id: ResourceId) -> &mut i64 {
-        &mut self.0[id.index()]
+        debug_assert!(
+            id.index() < MAX_RESOURCES,
+            "resource slot {id:?} out of range"
+        );
+        &mut self.0[id.index() % MAX_RESOURCES]
     }
 }
 

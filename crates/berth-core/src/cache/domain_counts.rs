@@ -16,7 +16,8 @@
 
 use std::sync::{Arc, Mutex};
 
-use crate::collections::HashMap;
+use super::change_log::ChangeLog;
+use crate::collections::{FastMap, HashMap};
 use crate::model::node::NodeInfo;
 use crate::model::pod::PodInfo;
 use crate::model::selector::Selector;
@@ -24,8 +25,9 @@ use crate::model::selector::Selector;
 /// At most this many questions are remembered; the least recently asked goes first.
 const MAX_QUERIES: usize = 64;
 
-/// Domain value -> matching pods.
-pub type DomainCounts = HashMap<String, i64>;
+/// Domain value -> matching pods. Looked up once per node per cycle by PodTopologySpread's
+/// Filter and Score, so with the fast hasher (no caller depends on its order).
+pub type DomainCounts = FastMap<String, i64>;
 
 /// One question: pods in `namespace` matching `selector`, per value of `topology_key`, over
 /// the nodes that carry every label of `required_keys` (a node lacking `topology_key` then
@@ -63,6 +65,8 @@ struct Memo {
     /// Counted nodes per domain: a domain stays present with count 0 while it has one.
     nodes_per_domain: HashMap<String, u32>,
     last_used: u64,
+    /// How far along the cluster's [`ChangeLog`] this memo has read (`None`: never).
+    cursor: Option<u64>,
 }
 
 impl Memo {
@@ -88,6 +92,7 @@ impl Memo {
             counts: Arc::default(),
             nodes_per_domain: HashMap::default(),
             last_used: 0,
+            cursor: None,
         }
     }
 
@@ -146,34 +151,63 @@ impl Memo {
     }
 
     /// Brings the counts up to date with the nodes in `slots` (slot -> node, `None` for a
-    /// free slot).
-    fn refresh<'n>(&mut self, slots: impl ExactSizeIterator<Item = Option<&'n NodeInfo>>) {
+    /// free slot): only the slots `log` noted since the last refresh, or every slot when
+    /// the log no longer reaches back that far.
+    fn refresh(&mut self, slots: &[Option<NodeInfo>], log: &ChangeLog) {
         let len = slots.len();
         if self.per_node.len() < len {
             self.per_node.resize(len, None);
         }
-        for (i, node) in slots.enumerate() {
-            let same = match (&self.per_node[i], node) {
-                (Some(c), Some(n)) => c.generation == n.generation,
-                (None, None) => true,
-                _ => false,
-            };
-            if same {
-                continue;
+        match self.cursor.and_then(|c| log.since(c)) {
+            Some(changed) => {
+                for &idx in changed {
+                    let i = idx.index();
+                    self.refresh_slot(i, slots.get(i).and_then(Option::as_ref));
+                }
             }
-            if let Some(old) = self.per_node[i].take() {
-                self.apply(&old, -1);
-            }
-            if let Some(n) = node {
-                let c = self.contribution(n);
-                self.apply(&c, 1);
-                self.per_node[i] = Some(c);
+            None => {
+                for (i, node) in slots.iter().enumerate() {
+                    self.refresh_slot(i, node.as_ref());
+                }
+                for i in len..self.per_node.len() {
+                    self.refresh_slot(i, None);
+                }
             }
         }
-        for i in len..self.per_node.len() {
-            if let Some(old) = self.per_node[i].take() {
-                self.apply(&old, -1);
-            }
+        self.cursor = Some(log.end());
+        debug_assert!(
+            self.per_node.iter().enumerate().all(|(i, c)| {
+                let node = slots.get(i).and_then(Option::as_ref);
+                match (c, node) {
+                    (Some(c), Some(n)) => c.generation == n.generation,
+                    (None, None) => true,
+                    _ => false,
+                }
+            }),
+            "a node changed without being noted in the cluster's change log"
+        );
+    }
+
+    /// Brings slot `i`'s contribution up to date with `node`.
+    fn refresh_slot(&mut self, i: usize, node: Option<&NodeInfo>) {
+        let Some(prev) = self.per_node.get(i) else {
+            return;
+        };
+        let same = match (prev, node) {
+            (Some(c), Some(n)) => c.generation == n.generation,
+            (None, None) => true,
+            _ => false,
+        };
+        if same {
+            return;
+        }
+        if let Some(old) = self.per_node[i].take() {
+            self.apply(&old, -1);
+        }
+        if let Some(n) = node {
+            let c = self.contribution(n);
+            self.apply(&c, 1);
+            self.per_node[i] = Some(c);
         }
     }
 }
@@ -207,11 +241,12 @@ impl Clone for DomainCountCache {
 
 impl DomainCountCache {
     /// The per-domain counts for `q` over the nodes in `slots` (every node slot of the
-    /// cluster, in index order, `None` for a free one).
-    pub fn counts<'n>(
+    /// cluster, in index order, `None` for a free one), whose changes `log` notes.
+    pub fn counts(
         &self,
         q: &DomainQuery<'_>,
-        slots: impl ExactSizeIterator<Item = Option<&'n NodeInfo>>,
+        slots: &[Option<NodeInfo>],
+        log: &ChangeLog,
     ) -> Arc<DomainCounts> {
         let mut guard = self.memos.lock().unwrap_or_else(|e| e.into_inner());
         let (clock, memos) = &mut *guard;
@@ -232,7 +267,7 @@ impl DomainCountCache {
         };
         let memo = &mut memos[at];
         memo.last_used = *clock;
-        memo.refresh(slots);
+        memo.refresh(slots, log);
         memo.counts.clone()
     }
 }

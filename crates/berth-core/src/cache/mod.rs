@@ -20,8 +20,10 @@ use crate::model::pod::PodInfo;
 use crate::object::ObjectKey;
 use crate::resources::ResourceNames;
 
+pub mod change_log;
 pub mod domain_counts;
 
+use change_log::ChangeLog;
 use domain_counts::{DomainCountCache, DomainCounts, DomainQuery};
 
 /// Namespace objects by name.
@@ -112,6 +114,9 @@ pub struct Cluster {
     pub cpusets: crate::cpuset::CpusetCluster,
     /// Per-domain pod counts remembered across cycles (PodTopologySpread).
     domain_counts: DomainCountCache,
+    /// Node slots handed out for change, for [`Cluster::domain_counts`]: every place below
+    /// that changes a node notes it here.
+    changes: ChangeLog,
 }
 
 impl Cluster {
@@ -119,6 +124,7 @@ impl Cluster {
     pub fn apply_node(&mut self, node: Arc<Node>) -> Result<NodeIdx, NodeError> {
         let name: Arc<str> = node.metadata.name.as_deref().unwrap_or("").into();
         if let Some(idx) = self.node_ids.get(&name).copied() {
+            self.changes.record(idx, self.nodes.len());
             if let Some(info) = self.nodes[idx.index()].as_mut() {
                 info.set_node(node, &mut self.names)?;
             }
@@ -136,6 +142,7 @@ impl Cluster {
         }
         self.node_ids.insert(name.clone(), idx);
         self.order.push(idx);
+        self.changes.record(idx, self.nodes.len());
         for key in self.orphans.remove(&name).unwrap_or_default() {
             if let Some(entry) = self.pods.get_mut(&key) {
                 entry.node = Some(idx);
@@ -155,6 +162,7 @@ impl Cluster {
     pub fn delete_node(&mut self, name: &str) -> Option<NodeInfo> {
         let idx = self.node_ids.remove(name)?;
         let info = self.nodes[idx.index()].take()?;
+        self.changes.record(idx, self.nodes.len());
         self.order.retain(|i| *i != idx);
         self.free_slots.push(idx);
         for p in &info.pods {
@@ -177,6 +185,7 @@ impl Cluster {
 
     /// A node by index, mutably.
     pub fn node_mut(&mut self, idx: NodeIdx) -> Option<&mut NodeInfo> {
+        self.changes.record(idx, self.nodes.len());
         self.nodes.get_mut(idx.index())?.as_mut()
     }
 
@@ -204,8 +213,7 @@ impl Cluster {
     /// [`domain_counts`]): brought up to date from the nodes changed since the same question
     /// was last asked.
     pub fn domain_counts(&self, q: &DomainQuery<'_>) -> Arc<DomainCounts> {
-        self.domain_counts
-            .counts(q, self.nodes.iter().map(Option::as_ref))
+        self.domain_counts.counts(q, &self.nodes, &self.changes)
     }
 
     /// Number of live nodes.
@@ -271,6 +279,9 @@ impl Cluster {
     /// node exists. Returns the node.
     fn place(&mut self, key: &ObjectKey, info: &Arc<PodInfo>, name: &Arc<str>) -> Option<NodeIdx> {
         let idx = self.node_idx(name);
+        if let Some(i) = idx {
+            self.changes.record(i, self.nodes.len());
+        }
         match idx.and_then(|i| self.nodes[i.index()].as_mut()) {
             Some(n) => {
                 self.affinity_totals.add(info, 1);
@@ -289,6 +300,9 @@ impl Cluster {
     pub fn remove_pod(&mut self, key: &ObjectKey) -> Option<PodEntry> {
         let entry = self.pods.remove(key)?;
         if entry.state != PodState::Pending && !entry.info.terminal {
+            if let Some(i) = entry.node {
+                self.changes.record(i, self.nodes.len());
+            }
             match entry.node.and_then(|i| self.nodes[i.index()].as_mut()) {
                 Some(n) => {
                     if let Some(p) = n.remove_pod(key) {
@@ -328,6 +342,7 @@ impl Cluster {
         let Some(entry) = self.pods.get_mut(key) else {
             return false;
         };
+        self.changes.record(node, self.nodes.len());
         let Some(n) = self.nodes.get_mut(node.index()).and_then(Option::as_mut) else {
             return false;
         };
@@ -348,6 +363,9 @@ impl Cluster {
         };
         if entry.state != PodState::Assumed {
             return;
+        }
+        if let Some(i) = entry.node {
+            self.changes.record(i, self.nodes.len());
         }
         let on_node = entry
             .node

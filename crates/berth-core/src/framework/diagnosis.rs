@@ -4,7 +4,7 @@
 //! over 5,000 nodes keeps a handful of counters, not 5,000 statuses; the text is rendered
 //! once, when the cycle fails.
 
-use crate::collections::HashMap;
+use crate::collections::FastMap;
 use std::borrow::Cow;
 
 use crate::framework::status::{Code, Status};
@@ -19,7 +19,9 @@ pub const NO_NODE_AVAILABLE: &str = "nodes are available";
 #[derive(Debug, Clone, Default)]
 pub struct Diagnosis {
     /// Reason -> number of nodes that gave it.
-    reasons: HashMap<Cow<'static, str>, u32>,
+    /// A fast hasher: a cycle that rejects most nodes adds a reason per node; the order
+    /// never shows (the message sorts them).
+    reasons: FastMap<Cow<'static, str>, u32>,
     /// Message of a PreFilter rejection (then per-node reasons are empty).
     pub pre_filter_msg: Option<String>,
     /// Message of PostFilter (preemption), appended last.

@@ -33,6 +33,52 @@ pub(crate) struct Term {
     non_zero: bool,
 }
 
+impl Term {
+    /// What the node would have requested with the pod on it, and its allocatable, or
+    /// `None` when the node does not have the resource (it is left out).
+    #[inline]
+    fn requested(&self, node: &NodeInfo, back: Option<&Resources>) -> Option<(i64, i64)> {
+        let id = self.id;
+        let alloc = node.allocatable[id];
+        if alloc == 0 {
+            return None;
+        }
+        let used = if self.non_zero {
+            node.non_zero_requested[id]
+        } else {
+            node.requested[id]
+        };
+        let mut used = used.saturating_add(node.reserved[id]);
+        if let Some(b) = back {
+            used = used.saturating_sub(b[id]).max(0);
+        }
+        Some((used.saturating_add(self.want), alloc))
+    }
+}
+
+/// The weighted mean of `score(requested, allocatable)` over the resources the node has.
+#[inline(always)]
+fn weighted(
+    terms: &[Term],
+    node: &NodeInfo,
+    back: Option<&Resources>,
+    score: impl Fn(i64, i64) -> i64,
+) -> i64 {
+    let mut total = 0i64;
+    let mut weights = 0i64;
+    for t in terms {
+        if let Some((req, alloc)) = t.requested(node, back) {
+            total += score(req, alloc) * t.weight;
+            weights += t.weight;
+        }
+    }
+    if weights == 0 {
+        0
+    } else {
+        total / weights
+    }
+}
+
 /// The terms of one pod: configured resources are few, so they stay on the stack.
 pub(crate) type Terms = SmallVec<[Term; 4]>;
 
@@ -124,48 +170,30 @@ impl Scorer {
         node: &NodeInfo,
         back: Option<&Resources>,
     ) -> i64 {
-        let mut total = 0i64;
-        let mut weights = 0i64;
-        for t in terms {
-            let id = t.id;
-            let alloc = node.allocatable[id];
-            // Resources the node does not have are left out.
-            if alloc == 0 {
-                continue;
-            }
-            let used = if t.non_zero {
-                node.non_zero_requested[id]
-            } else {
-                node.requested[id]
-            };
-            let mut used = used.saturating_add(node.reserved[id]);
-            if let Some(b) = back {
-                used = used.saturating_sub(b[id]).max(0);
-            }
-            let req = used.saturating_add(t.want);
-            let s = match self.kind {
-                ScoringStrategyType::LeastAllocated => least(req, alloc),
-                ScoringStrategyType::MostAllocated => most(req, alloc),
-                ScoringStrategyType::RequestedToCapacityRatio => {
+        match self.kind {
+            // One loop per function, so the strategy is not matched per resource.
+            ScoringStrategyType::LeastAllocated => weighted(terms, node, back, least),
+            ScoringStrategyType::MostAllocated => weighted(terms, node, back, most),
+            ScoringStrategyType::RequestedToCapacityRatio => {
+                let mut total = 0i64;
+                let mut weights = 0i64;
+                for t in terms {
+                    let Some((req, alloc)) = t.requested(node, back) else {
+                        continue;
+                    };
                     let s = self.ratio(req, alloc);
                     // Only resources that score count towards the weights here.
                     if s <= 0 {
                         continue;
                     }
-                    s
+                    total += s * t.weight;
+                    weights += t.weight;
                 }
-            };
-            total += s * t.weight;
-            weights += t.weight;
-        }
-        if weights == 0 {
-            return 0;
-        }
-        match self.kind {
-            ScoringStrategyType::RequestedToCapacityRatio => {
+                if weights == 0 {
+                    return 0;
+                }
                 (total as f64 / weights as f64).round() as i64
             }
-            _ => total / weights,
         }
     }
 

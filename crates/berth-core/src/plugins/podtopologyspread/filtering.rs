@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use crate::collections::HashMap;
+use crate::cache::domain_counts::DomainCounts;
 
 use berth_api::k8s_openapi::api::core::v1::TopologySpreadConstraint;
 
@@ -36,7 +36,7 @@ pub struct State {
     self_match: Vec<bool>,
     /// Topology value -> matching pods, per constraint (eligible domains only). Shared
     /// with the cluster's remembered counts; copied on write.
-    counts: Vec<Arc<HashMap<String, i64>>>,
+    counts: Vec<Arc<DomainCounts>>,
     /// The smallest count over the eligible domains, per constraint.
     min_match: Vec<i64>,
     /// The pod's required node affinity, for the inclusion policies of the PreFilter
@@ -167,9 +167,9 @@ pub(super) fn recount(
     pod: &PodInfo,
     constraints: &[Constraint],
     required: &RequiredNodeAffinity,
-) -> Vec<Arc<HashMap<String, i64>>> {
+) -> Vec<Arc<DomainCounts>> {
     let ns = &*pod.key.namespace;
-    let mut counts: Vec<HashMap<String, i64>> = vec![HashMap::default(); constraints.len()];
+    let mut counts: Vec<DomainCounts> = vec![DomainCounts::default(); constraints.len()];
     for node in cx.nodes() {
         if !has_all_keys(&node.labels, constraints) {
             continue;

@@ -6,7 +6,7 @@
 //! pods in Score. Normalisation reverses the scale so the emptiest domain gets 100; nodes
 //! missing a topology key score 0.
 
-use crate::collections::HashMap;
+use crate::cache::domain_counts::DomainCounts;
 
 use berth_api::k8s_openapi::api::core::v1::TopologySpreadConstraint;
 
@@ -30,7 +30,7 @@ pub struct ScoreState {
     /// Per node given to PreScore, in that order: it misses a topology key and scores 0.
     ignored: Vec<bool>,
     /// Topology value -> matching pods, per constraint (empty for hostname constraints).
-    counts: Vec<HashMap<String, i64>>,
+    counts: Vec<DomainCounts>,
     /// `ln(domains + 2)` per constraint, so small topologies weigh as much as big ones.
     weights: Vec<f64>,
 }
@@ -109,7 +109,7 @@ pub(super) fn pre_score(
         .is_some_and(|v| !v.is_empty());
     let mut s = ScoreState {
         require_all_topologies: own || !system_defaulted,
-        counts: vec![HashMap::default(); constraints.len()],
+        counts: vec![DomainCounts::default(); constraints.len()],
         constraints,
         ..Default::default()
     };
