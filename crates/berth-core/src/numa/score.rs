@@ -29,8 +29,8 @@
 use smallvec::SmallVec;
 
 use super::types::{
-    is_numa_affine, whole_value, NumaZones, PodNumaRequest, QosClass, ResourceName, Resources,
-    TmPolicy, TmScope, TopologyManagerConfig,
+    is_cpu, is_numa_affine, whole_amount, whole_value, NumaZones, PodNumaRequest, QosClass,
+    ResourceName, Resources, TmPolicy, TmScope, TopologyManagerConfig,
 };
 
 /// Highest node score.
@@ -153,16 +153,83 @@ pub fn score(
     s.clamp(MIN_NODE_SCORE, MAX_NODE_SCORE)
 }
 
-/// Lowest non-zero zone score (0 if no zone scores).
+/// Lowest non-zero zone score (0 if no zone scores). The request's resources are resolved
+/// against the node's zones once (their slot, weight, whether cpu), not per zone: those
+/// string comparisons were most of a NUMA Score.
 fn node_score(strategy: &ScoringStrategy, zones: &NumaZones, request: &Resources) -> i64 {
+    let terms = ZoneTerms::new(strategy, zones, request);
     let mut min = 0i64;
     for pos in 0..zones.len() {
-        let s = zone_score(strategy, zones, pos, request);
+        let s = terms.score(strategy, zones, pos, request);
         if min == 0 || (s != 0 && s < min) {
             min = s;
         }
     }
     min
+}
+
+/// One requested resource, resolved against a node's zones.
+#[derive(Debug, Clone, Copy)]
+struct ZoneTerm {
+    /// The resource's slot in the zones' lists, if any zone lists it.
+    slot: Option<usize>,
+    req: i64,
+    cpu: bool,
+    weight: i128,
+}
+
+/// A request resolved against a node's zones, for [`zone_score`] on each zone.
+struct ZoneTerms(SmallVec<[ZoneTerm; 4]>);
+
+impl ZoneTerms {
+    fn new(strategy: &ScoringStrategy, zones: &NumaZones, request: &Resources) -> Self {
+        Self(
+            request
+                .iter()
+                .map(|(name, req)| {
+                    let n = name.as_str();
+                    ZoneTerm {
+                        slot: zones.resource_index(n),
+                        req,
+                        cpu: is_cpu(n),
+                        weight: i128::from(strategy.weight(n)),
+                    }
+                })
+                .collect(),
+        )
+    }
+
+    /// [`zone_score`] of the zone at `pos`.
+    fn score(
+        &self,
+        strategy: &ScoringStrategy,
+        zones: &NumaZones,
+        pos: usize,
+        request: &Resources,
+    ) -> i64 {
+        let most = match strategy.kind {
+            ScoringStrategyType::LeastAllocated => false,
+            ScoringStrategyType::MostAllocated => true,
+            ScoringStrategyType::BalancedAllocation => {
+                return balanced_allocation(zones, pos, request)
+            }
+            ScoringStrategyType::LeastNUMANodes => return 0,
+        };
+        let zone = zones.zones().get(pos);
+        let mut total: i128 = 0;
+        let mut weights: i128 = 0;
+        for t in &self.0 {
+            let avail = t.slot.and_then(|i| zone?.available_at(i)).unwrap_or(0);
+            let s = allocated(most, t.cpu, t.req, avail);
+            total += i128::from(s) * t.weight;
+            weights += t.weight;
+        }
+        if weights == 0 {
+            0
+        } else {
+            div_i128(total, weights)
+        }
+    }
 }
 
 /// Available amount of `name` in the zone at `pos` (0 when the zone does not list it).
@@ -180,56 +247,23 @@ pub fn zone_score(
     pos: usize,
     request: &Resources,
 ) -> i64 {
-    match strategy.kind {
-        ScoringStrategyType::LeastAllocated | ScoringStrategyType::MostAllocated => {
-            let most = strategy.kind == ScoringStrategyType::MostAllocated;
-            let mut total: i128 = 0;
-            let mut weights: i128 = 0;
-            for (name, req) in request.iter() {
-                let n = name.as_str();
-                let avail = zone_available(zones, pos, n);
-                let s = if most {
-                    most_allocated(n, req, avail)
-                } else {
-                    least_allocated(n, req, avail)
-                };
-                let w = i128::from(strategy.weight(n));
-                total += i128::from(s) * w;
-                weights += w;
-            }
-            if weights == 0 {
-                0
-            } else {
-                div_i128(total, weights)
-            }
-        }
-        ScoringStrategyType::BalancedAllocation => balanced_allocation(zones, pos, request),
-        ScoringStrategyType::LeastNUMANodes => 0,
-    }
+    ZoneTerms::new(strategy, zones, request).score(strategy, zones, pos, request)
 }
 
-fn least_allocated(name: &str, req: i64, avail: i64) -> i64 {
+/// LeastAllocated (`most` false) or MostAllocated of one resource in one zone: 0 when the
+/// zone lacks room; cpu in whole cores.
+#[inline]
+fn allocated(most: bool, cpu: bool, req: i64, avail: i64) -> i64 {
     if avail == 0 || req > avail {
         return 0;
     }
-    let a = i128::from(whole_value(name, avail));
-    let r = i128::from(whole_value(name, req));
+    let a = i128::from(whole_amount(cpu, avail));
+    let r = i128::from(whole_amount(cpu, req));
     if a <= 0 {
         return 0;
     }
-    div_i128((a - r) * i128::from(MAX_NODE_SCORE), a)
-}
-
-fn most_allocated(name: &str, req: i64, avail: i64) -> i64 {
-    if avail == 0 || req > avail {
-        return 0;
-    }
-    let a = i128::from(whole_value(name, avail));
-    let r = i128::from(whole_value(name, req));
-    if a <= 0 {
-        return 0;
-    }
-    div_i128(r * i128::from(MAX_NODE_SCORE), a)
+    let used = if most { r } else { a - r };
+    div_i128(used * i128::from(MAX_NODE_SCORE), a)
 }
 
 /// `n / d` truncated to `i64` as `(n / d) as i64` would, dividing in 64 bits when both fit

@@ -119,7 +119,13 @@ pub fn is_always_allocatable(name: &str) -> bool {
 /// Amount in whole units as `Quantity.Value()` gives it: CPU millis rounded **up** to cores,
 /// everything else unchanged.
 pub fn whole_value(name: &str, amount: i64) -> i64 {
-    if is_cpu(name) {
+    whole_amount(is_cpu(name), amount)
+}
+
+/// [`whole_value`] with the name already resolved (`cpu`: whether it is `cpu`).
+#[inline]
+pub fn whole_amount(cpu: bool, amount: i64) -> i64 {
+    if cpu {
         amount.div_euclid(1000) + i64::from(amount.rem_euclid(1000) != 0)
     } else {
         amount
