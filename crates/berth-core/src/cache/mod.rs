@@ -20,6 +20,7 @@ use crate::model::pod::PodInfo;
 use crate::object::ObjectKey;
 use crate::resources::ResourceNames;
 
+pub mod affinity_counts;
 pub mod domain_counts;
 
 use domain_counts::{DomainCountCache, DomainCounts, DomainQuery};
@@ -112,6 +113,8 @@ pub struct Cluster {
     pub cpusets: crate::cpuset::CpusetCluster,
     /// Per-domain pod counts remembered across cycles (PodTopologySpread).
     domain_counts: DomainCountCache,
+    /// Per-topology-pair counts remembered across cycles (InterPodAffinity).
+    affinity_counts: crate::plugins::interpodaffinity::AffinityCounts,
 }
 
 impl Cluster {
@@ -206,6 +209,17 @@ impl Cluster {
     pub fn domain_counts(&self, q: &DomainQuery<'_>) -> Arc<DomainCounts> {
         self.domain_counts
             .counts(q, self.nodes.iter().map(Option::as_ref))
+    }
+
+    /// InterPodAffinity's remembered answers (see [`affinity_counts`]).
+    pub(crate) fn affinity_counts(&self) -> &crate::plugins::interpodaffinity::AffinityCounts {
+        &self.affinity_counts
+    }
+
+    /// Every node slot in index order, `None` for a free one: what remembered answers are
+    /// brought up to date from.
+    pub(crate) fn node_slots(&self) -> impl ExactSizeIterator<Item = Option<&NodeInfo>> + '_ {
+        self.nodes.iter().map(Option::as_ref)
     }
 
     /// Number of live nodes.

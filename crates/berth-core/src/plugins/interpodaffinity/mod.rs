@@ -9,6 +9,9 @@
 //! AddPod/RemovePod extensions update the counts for preemption's dry run.
 
 mod args;
+mod counting;
+#[cfg(test)]
+mod counting_tests;
 mod filtering;
 mod scoring;
 mod terms;
@@ -21,6 +24,7 @@ pub use filtering::{
     State, ERR_REASON_AFFINITY_RULES_NOT_MATCH, ERR_REASON_ANTI_AFFINITY_RULES_NOT_MATCH,
     ERR_REASON_EXISTING_ANTI_AFFINITY_RULES_NOT_MATCH,
 };
+pub(crate) use counting::AffinityCounts;
 pub use scoring::ScoreState;
 pub use terms::NAMESPACE_NAME_LABEL;
 
