@@ -10,17 +10,70 @@
 //! [`NodeInfo::generation`] (a stamp renewed on every change of its pods or labels): a cycle
 //! re-reads only the nodes whose stamp moved and skips the rest with one comparison.
 //!
+//! Even one comparison per node slot showed up (a fifth of a PodAffinity cycle's
+//! instructions at 5,000 nodes, for two questions a cycle), so the cluster also keeps a log
+//! of the node slots it handed out for change ([`NodeLog`]): a question asked again re-reads
+//! only the slots logged since it was last asked, and walks every slot only when it is new
+//! or the log has dropped the entries it needed.
+//!
 //! This module knows nothing of affinity: the plugin says what a question is (`Q`, compared
 //! for equality), what one node contributes and how parts add up ([`Tally`]). Everything a
 //! part depends on besides the node's pods and labels must be in the question.
 
 use std::sync::Mutex;
 
-use crate::model::node::NodeInfo;
+use crate::model::node::{NodeIdx, NodeInfo};
 
 /// At most this many questions are remembered; the least recently asked goes first. Each
 /// holds one entry per node slot, so this bounds memory to a few MiB at 5,000 nodes.
 const MAX_QUERIES: usize = 64;
+
+/// At most this many log entries are kept; the older half goes when it is reached (a
+/// question last asked before the entries kept walks every slot once).
+const MAX_LOG: usize = 1 << 16;
+
+/// The node slots that may have changed, in order of change: every path that hands out a
+/// node mutably, adds, replaces or deletes one notes its slot. A slot may be noted without a
+/// change (the generation comparison then finds nothing to do), never changed unnoted.
+#[derive(Debug, Clone, Default)]
+pub struct NodeLog {
+    /// The position of `slots[0]` since the log began.
+    start: u64,
+    slots: Vec<u32>,
+}
+
+impl NodeLog {
+    /// Notes that the node in slot `idx` may change.
+    pub fn note(&mut self, idx: NodeIdx) {
+        if self.slots.len() >= MAX_LOG {
+            let dropped = MAX_LOG / 2;
+            self.slots.drain(..dropped);
+            self.start += dropped as u64;
+        }
+        self.slots.push(idx.0);
+    }
+
+    /// The position after the last entry.
+    fn end(&self) -> u64 {
+        self.start + self.slots.len() as u64
+    }
+
+    /// The slots noted from position `pos` on, unless the log no longer has them.
+    fn since(&self, pos: u64) -> Option<&[u32]> {
+        let from = usize::try_from(pos.checked_sub(self.start)?).ok()?;
+        self.slots.get(from..)
+    }
+}
+
+/// Every node slot of the cluster in index order (`None` for a free one) and the log of
+/// slots that may have changed.
+#[derive(Debug, Clone, Copy)]
+pub struct NodeTable<'a> {
+    /// The slots.
+    pub slots: &'a [Option<NodeInfo>],
+    /// Their changes.
+    pub log: &'a NodeLog,
+}
 
 /// An answer made of per-node parts, each added in once and taken out when its node changes.
 pub trait Tally: Default + Clone {
@@ -45,45 +98,65 @@ struct Memo<Q, T: Tally> {
     per_node: Vec<Option<Stamped<T::Part>>>,
     tally: T,
     last_used: u64,
+    /// The log position the tally is up to date with (`None`: never brought up to date).
+    seen: Option<u64>,
 }
 
 impl<Q, T: Tally> Memo<Q, T> {
-    /// Brings the tally up to date with the nodes in `slots` (slot -> node, `None` for a free
-    /// slot), reading the part of every node whose generation moved with `part`.
-    fn refresh<'n>(
-        &mut self,
-        slots: impl ExactSizeIterator<Item = Option<&'n NodeInfo>>,
-        mut part: impl FnMut(&NodeInfo) -> T::Part,
-    ) {
-        let len = slots.len();
+    /// Brings the tally up to date with `nodes`, reading the part of every node whose
+    /// generation moved with `part`: only the slots logged since the last refresh, or every
+    /// slot when there was none or the log dropped what was needed.
+    fn refresh(&mut self, nodes: NodeTable<'_>, mut part: impl FnMut(&NodeInfo) -> T::Part) {
+        let len = nodes.slots.len();
         if self.per_node.len() < len {
             self.per_node.resize(len, None);
         }
-        for (entry, node) in self.per_node.iter_mut().zip(slots) {
-            let same = match (&*entry, node) {
-                (Some(s), Some(n)) => s.generation == n.generation,
-                (None, None) => true,
-                _ => false,
-            };
-            if same {
-                continue;
+        match self.seen.and_then(|pos| nodes.log.since(pos)) {
+            Some(changed) => {
+                for &i in changed {
+                    let i = i as usize;
+                    let node = nodes.slots.get(i).and_then(Option::as_ref);
+                    self.refresh_slot(i, node, &mut part);
+                }
             }
-            if let Some(old) = entry.take() {
-                self.tally.apply(&old.part, -1);
-            }
-            if let Some(n) = node {
-                let p = part(n);
-                self.tally.apply(&p, 1);
-                *entry = Some(Stamped {
-                    generation: n.generation,
-                    part: p,
-                });
+            None => {
+                for i in 0..self.per_node.len() {
+                    let node = nodes.slots.get(i).and_then(Option::as_ref);
+                    self.refresh_slot(i, node, &mut part);
+                }
             }
         }
-        for entry in self.per_node.iter_mut().skip(len) {
-            if let Some(old) = entry.take() {
-                self.tally.apply(&old.part, -1);
-            }
+        self.seen = Some(nodes.log.end());
+    }
+
+    /// Re-reads slot `i` (now holding `node`) if its generation moved.
+    fn refresh_slot(
+        &mut self,
+        i: usize,
+        node: Option<&NodeInfo>,
+        part: &mut impl FnMut(&NodeInfo) -> T::Part,
+    ) {
+        let Some(entry) = self.per_node.get_mut(i) else {
+            return;
+        };
+        let same = match (&*entry, node) {
+            (Some(s), Some(n)) => s.generation == n.generation,
+            (None, None) => true,
+            _ => false,
+        };
+        if same {
+            return;
+        }
+        if let Some(old) = entry.take() {
+            self.tally.apply(&old.part, -1);
+        }
+        if let Some(n) = node {
+            let p = part(n);
+            self.tally.apply(&p, 1);
+            *entry = Some(Stamped {
+                generation: n.generation,
+                part: p,
+            });
         }
     }
 }
@@ -123,14 +196,13 @@ impl<Q: Clone, T: Tally> Clone for CountCache<Q, T> {
 
 impl<Q, T: Tally> CountCache<Q, T> {
     /// Reads (`read`) the answer to the question `is` recognises, first brought up to date
-    /// with the nodes in `slots` (every node slot of the cluster in index order, `None` for
-    /// a free one): `part` reads what one node contributes. A question not remembered is
+    /// with `nodes`: `part` reads what one node contributes. A question not remembered is
     /// made by `make` and answered from every node.
-    pub fn with_answer<'n, R>(
+    pub fn with_answer<R>(
         &self,
         is: impl Fn(&Q) -> bool,
         make: impl FnOnce() -> Q,
-        slots: impl ExactSizeIterator<Item = Option<&'n NodeInfo>>,
+        nodes: NodeTable<'_>,
         part: impl FnMut(&NodeInfo) -> T::Part,
         read: impl FnOnce(&T) -> R,
     ) -> R {
@@ -152,6 +224,7 @@ impl<Q, T: Tally> CountCache<Q, T> {
                     per_node: Vec::new(),
                     tally: T::default(),
                     last_used: 0,
+                    seen: None,
                 });
                 memos.len() - 1
             }
@@ -159,10 +232,10 @@ impl<Q, T: Tally> CountCache<Q, T> {
         let memo = &mut memos[at];
         memo.last_used = *clock;
         #[cfg(test)]
-        if self.frozen.load(std::sync::atomic::Ordering::Relaxed) && !memo.per_node.is_empty() {
+        if self.frozen.load(std::sync::atomic::Ordering::Relaxed) && memo.seen.is_some() {
             return read(&memo.tally);
         }
-        memo.refresh(slots, part);
+        memo.refresh(nodes, part);
         read(&memo.tally)
     }
 
@@ -207,7 +280,7 @@ mod tests {
         cache.with_answer(
             |m| *m == q,
             || q,
-            cx.node_slots(),
+            cx.node_table(),
             |n| {
                 *reads += 1;
                 n.pods.len() as i64
@@ -232,6 +305,30 @@ mod tests {
         assert_eq!(reads, 5, "only n2 is read again");
         cx.delete_node("n2");
         assert_eq!(ask(&cx, &cache, 1, &mut reads), 0, "a deleted node's part goes");
+    }
+
+    #[test]
+    fn a_question_asked_before_the_log_dropped_its_entries_reads_every_node() {
+        let mut cx = Cluster::default();
+        for i in 0..3 {
+            cx.apply_node(node(&format!("n{i}")).build()).expect("valid");
+        }
+        let cache = CountCache::<u32, Pods>::default();
+        let mut reads = 0;
+        ask(&cx, &cache, 1, &mut reads);
+        assert_eq!(reads, 3);
+        let idx = cx.node_idx("n1").expect("n1");
+        for _ in 0..MAX_LOG {
+            cx.node_mut(idx);
+        }
+        let p = pod("p").node_name("n1").build_info_with(&mut cx.names);
+        cx.apply_pod(Arc::new(p));
+        assert_eq!(ask(&cx, &cache, 1, &mut reads), 1);
+        assert_eq!(reads, 4, "every slot compared, only n1 read");
+        let p = pod("q").node_name("n2").build_info_with(&mut cx.names);
+        cx.apply_pod(Arc::new(p));
+        assert_eq!(ask(&cx, &cache, 1, &mut reads), 2);
+        assert_eq!(reads, 5, "back on the log");
     }
 
     #[test]

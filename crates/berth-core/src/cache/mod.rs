@@ -115,6 +115,8 @@ pub struct Cluster {
     domain_counts: DomainCountCache,
     /// Per-topology-pair counts remembered across cycles (InterPodAffinity).
     affinity_counts: crate::plugins::interpodaffinity::AffinityCounts,
+    /// Node slots that may have changed, for remembered answers ([`affinity_counts`]).
+    node_log: affinity_counts::NodeLog,
 }
 
 impl Cluster {
@@ -122,6 +124,7 @@ impl Cluster {
     pub fn apply_node(&mut self, node: Arc<Node>) -> Result<NodeIdx, NodeError> {
         let name: Arc<str> = node.metadata.name.as_deref().unwrap_or("").into();
         if let Some(idx) = self.node_ids.get(&name).copied() {
+            self.node_log.note(idx);
             if let Some(info) = self.nodes[idx.index()].as_mut() {
                 info.set_node(node, &mut self.names)?;
             }
@@ -132,6 +135,7 @@ impl Cluster {
             .pop()
             .unwrap_or(NodeIdx(self.nodes.len() as u32));
         let info = NodeInfo::new(idx, node, &mut self.names)?;
+        self.node_log.note(idx);
         if idx.index() == self.nodes.len() {
             self.nodes.push(Some(info));
         } else {
@@ -158,6 +162,7 @@ impl Cluster {
     pub fn delete_node(&mut self, name: &str) -> Option<NodeInfo> {
         let idx = self.node_ids.remove(name)?;
         let info = self.nodes[idx.index()].take()?;
+        self.node_log.note(idx);
         self.order.retain(|i| *i != idx);
         self.free_slots.push(idx);
         for p in &info.pods {
@@ -180,6 +185,7 @@ impl Cluster {
 
     /// A node by index, mutably.
     pub fn node_mut(&mut self, idx: NodeIdx) -> Option<&mut NodeInfo> {
+        self.node_log.note(idx);
         self.nodes.get_mut(idx.index())?.as_mut()
     }
 
@@ -216,10 +222,13 @@ impl Cluster {
         &self.affinity_counts
     }
 
-    /// Every node slot in index order, `None` for a free one: what remembered answers are
-    /// brought up to date from.
-    pub(crate) fn node_slots(&self) -> impl ExactSizeIterator<Item = Option<&NodeInfo>> + '_ {
-        self.nodes.iter().map(Option::as_ref)
+    /// Every node slot and the log of their changes: what remembered answers are brought up
+    /// to date from.
+    pub(crate) fn node_table(&self) -> affinity_counts::NodeTable<'_> {
+        affinity_counts::NodeTable {
+            slots: &self.nodes,
+            log: &self.node_log,
+        }
     }
 
     /// Number of live nodes.
@@ -285,6 +294,9 @@ impl Cluster {
     /// node exists. Returns the node.
     fn place(&mut self, key: &ObjectKey, info: &Arc<PodInfo>, name: &Arc<str>) -> Option<NodeIdx> {
         let idx = self.node_idx(name);
+        if let Some(i) = idx {
+            self.node_log.note(i);
+        }
         match idx.and_then(|i| self.nodes[i.index()].as_mut()) {
             Some(n) => {
                 self.affinity_totals.add(info, 1);
@@ -303,6 +315,9 @@ impl Cluster {
     pub fn remove_pod(&mut self, key: &ObjectKey) -> Option<PodEntry> {
         let entry = self.pods.remove(key)?;
         if entry.state != PodState::Pending && !entry.info.terminal {
+            if let Some(i) = entry.node {
+                self.node_log.note(i);
+            }
             match entry.node.and_then(|i| self.nodes[i.index()].as_mut()) {
                 Some(n) => {
                     if let Some(p) = n.remove_pod(key) {
@@ -345,6 +360,7 @@ impl Cluster {
         let Some(n) = self.nodes.get_mut(node.index()).and_then(Option::as_mut) else {
             return false;
         };
+        self.node_log.note(node);
         self.affinity_totals.add(&entry.info, 1);
         n.add_pod(entry.info.clone());
         entry.node = Some(node);
@@ -362,6 +378,9 @@ impl Cluster {
         };
         if entry.state != PodState::Assumed {
             return;
+        }
+        if let Some(i) = entry.node {
+            self.node_log.note(i);
         }
         let on_node = entry
             .node

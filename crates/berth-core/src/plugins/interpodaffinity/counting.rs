@@ -266,7 +266,7 @@ fn ask(
     part: impl FnMut(&NodeInfo) -> NodePart,
 ) -> Arc<TopologyCounts> {
     cx.affinity_counts()
-        .with_answer(is, make, cx.node_slots(), part, |t| t.counts.clone())
+        .with_answer(is, make, cx.node_table(), part, |t| t.counts.clone())
 }
 
 /// Counts of the incoming pod's own `terms` (weights as given), as `kind` says.
