@@ -28,9 +28,9 @@ use crate::model::node::{NodeIdx, NodeInfo};
 /// holds one entry per node slot, so this bounds memory to a few MiB at 5,000 nodes.
 const MAX_QUERIES: usize = 64;
 
-/// At most this many log entries are kept; the older half goes when it is reached (a
-/// question last asked before the entries kept walks every slot once).
-const MAX_LOG: usize = 1 << 16;
+/// At most this many log entries are kept (64 KiB); the older half goes when it is reached
+/// (a question last asked before the entries kept walks every slot once).
+const MAX_LOG: usize = 1 << 14;
 
 /// The node slots that may have changed, in order of change: every path that hands out a
 /// node mutably, adds, replaces or deletes one notes its slot. A slot may be noted without a
@@ -44,11 +44,16 @@ pub struct NodeLog {
 
 impl NodeLog {
     /// Notes that the node in slot `idx` may change.
+    /// The log takes its whole bound at once: a cycle that notes a slot then never
+    /// reallocates, so how many allocations a cycle makes does not depend on how long the
+    /// log happens to be (`tests/cycle_allocations.rs`).
     pub fn note(&mut self, idx: NodeIdx) {
         if self.slots.len() >= MAX_LOG {
             let dropped = MAX_LOG / 2;
             self.slots.drain(..dropped);
             self.start += dropped as u64;
+        } else if self.slots.len() == self.slots.capacity() {
+            self.slots.reserve_exact(MAX_LOG - self.slots.len());
         }
         self.slots.push(idx.0);
     }
@@ -293,7 +298,8 @@ mod tests {
     fn only_changed_nodes_are_read_again() {
         let mut cx = Cluster::default();
         for i in 0..4 {
-            cx.apply_node(node(&format!("n{i}")).build()).expect("valid");
+            cx.apply_node(node(&format!("n{i}")).build())
+                .expect("valid");
         }
         let cache = CountCache::<u32, Pods>::default();
         let mut reads = 0;
@@ -304,14 +310,19 @@ mod tests {
         assert_eq!(ask(&cx, &cache, 1, &mut reads), 1);
         assert_eq!(reads, 5, "only n2 is read again");
         cx.delete_node("n2");
-        assert_eq!(ask(&cx, &cache, 1, &mut reads), 0, "a deleted node's part goes");
+        assert_eq!(
+            ask(&cx, &cache, 1, &mut reads),
+            0,
+            "a deleted node's part goes"
+        );
     }
 
     #[test]
     fn a_question_asked_before_the_log_dropped_its_entries_reads_every_node() {
         let mut cx = Cluster::default();
         for i in 0..3 {
-            cx.apply_node(node(&format!("n{i}")).build()).expect("valid");
+            cx.apply_node(node(&format!("n{i}")).build())
+                .expect("valid");
         }
         let cache = CountCache::<u32, Pods>::default();
         let mut reads = 0;

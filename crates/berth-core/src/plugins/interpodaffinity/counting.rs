@@ -29,8 +29,8 @@ use crate::model::pod::PodInfo;
 use crate::model::selector::Labels;
 
 use super::terms::{
-    has_pod_affinity, matches_all, preferred_affinity, preferred_anti_affinity,
-    required_affinity, required_anti_affinity, term_matches,
+    has_pod_affinity, matches_all, preferred_affinity, preferred_anti_affinity, required_affinity,
+    required_anti_affinity, term_matches,
 };
 use super::topology::TopologyCounts;
 

@@ -219,7 +219,12 @@ fn check(cx: &Cluster, p: &PodInfo) -> Result<(), TestCaseError> {
                     filtering::update_with_pod(cx, state, p, e, n, delta);
                 }
             }
-            prop_assert_eq!(counts(&fast_state), counts(&slow_state), "AddPod/RemovePod {}", delta);
+            prop_assert_eq!(
+                counts(&fast_state),
+                counts(&slow_state),
+                "AddPod/RemovePod {}",
+                delta
+            );
         }
         prop_assert_eq!(counts(&fast_state), before, "removed then added back");
         let again = filtering::remembered(cx, p);
@@ -233,7 +238,13 @@ fn check(cx: &Cluster, p: &PodInfo) -> Result<(), TestCaseError> {
     Ok(())
 }
 
-fn ask(cx: &mut Cluster, ns: usize, app: Option<usize>, ver: Option<u8>, s: usize) -> Result<(), TestCaseError> {
+fn ask(
+    cx: &mut Cluster,
+    ns: usize,
+    app: Option<usize>,
+    ver: Option<u8>,
+    s: usize,
+) -> Result<(), TestCaseError> {
     let p = pod_builder("incoming", ns, app, ver, s).build_info_with(&mut cx.names);
     check(cx, &p)
 }

@@ -12,10 +12,10 @@ use crate::framework::{CycleState, Status};
 use crate::model::node::NodeInfo;
 use crate::model::pod::PodInfo;
 
+use super::counting;
 use super::terms::{
     matches_all, required_affinity, required_anti_affinity, term_matches, validate,
 };
-use super::counting;
 use super::topology::TopologyCounts;
 
 /// kube-scheduler's `ErrReasonAffinityRulesNotMatch`.

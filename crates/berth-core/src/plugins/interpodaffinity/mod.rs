@@ -20,11 +20,11 @@ pub(crate) mod test_util;
 mod topology;
 
 pub use args::{InterPodAffinityArgs, DEFAULT_HARD_POD_AFFINITY_WEIGHT};
+pub(crate) use counting::AffinityCounts;
 pub use filtering::{
     State, ERR_REASON_AFFINITY_RULES_NOT_MATCH, ERR_REASON_ANTI_AFFINITY_RULES_NOT_MATCH,
     ERR_REASON_EXISTING_ANTI_AFFINITY_RULES_NOT_MATCH,
 };
-pub(crate) use counting::AffinityCounts;
 pub use scoring::ScoreState;
 pub use terms::NAMESPACE_NAME_LABEL;
 

@@ -15,11 +15,11 @@ use crate::model::node::{NodeIdx, NodeInfo};
 use crate::model::pod::PodInfo;
 
 use super::args::InterPodAffinityArgs;
+use super::counting;
 use super::terms::{
     has_pod_affinity, preferred_affinity, preferred_anti_affinity, required_affinity, term_matches,
     validate,
 };
-use super::counting;
 use super::topology::TopologyCounts;
 
 /// What PreScore computed (`preScoreState`): summed weights per topology pair, in parts
