@@ -20,6 +20,7 @@ use crate::model::pod::PodInfo;
 use crate::object::ObjectKey;
 use crate::resources::ResourceNames;
 
+pub mod affinity_counts;
 pub mod change_log;
 pub mod domain_counts;
 
@@ -114,6 +115,8 @@ pub struct Cluster {
     pub cpusets: crate::cpuset::CpusetCluster,
     /// Per-domain pod counts remembered across cycles (PodTopologySpread).
     domain_counts: DomainCountCache,
+    /// Per-topology-pair counts remembered across cycles (InterPodAffinity).
+    affinity_counts: crate::plugins::interpodaffinity::AffinityCounts,
     /// Node slots handed out for change, for [`Cluster::domain_counts`]: every place below
     /// that changes a node notes it here.
     changes: ChangeLog,
@@ -124,7 +127,7 @@ impl Cluster {
     pub fn apply_node(&mut self, node: Arc<Node>) -> Result<NodeIdx, NodeError> {
         let name: Arc<str> = node.metadata.name.as_deref().unwrap_or("").into();
         if let Some(idx) = self.node_ids.get(&name).copied() {
-            self.changes.record(idx, self.nodes.len());
+            self.changes.record(idx);
             if let Some(info) = self.nodes[idx.index()].as_mut() {
                 info.set_node(node, &mut self.names)?;
             }
@@ -135,6 +138,7 @@ impl Cluster {
             .pop()
             .unwrap_or(NodeIdx(self.nodes.len() as u32));
         let info = NodeInfo::new(idx, node, &mut self.names)?;
+        self.changes.record(idx);
         if idx.index() == self.nodes.len() {
             self.nodes.push(Some(info));
         } else {
@@ -142,7 +146,6 @@ impl Cluster {
         }
         self.node_ids.insert(name.clone(), idx);
         self.order.push(idx);
-        self.changes.record(idx, self.nodes.len());
         for key in self.orphans.remove(&name).unwrap_or_default() {
             if let Some(entry) = self.pods.get_mut(&key) {
                 entry.node = Some(idx);
@@ -162,7 +165,7 @@ impl Cluster {
     pub fn delete_node(&mut self, name: &str) -> Option<NodeInfo> {
         let idx = self.node_ids.remove(name)?;
         let info = self.nodes[idx.index()].take()?;
-        self.changes.record(idx, self.nodes.len());
+        self.changes.record(idx);
         self.order.retain(|i| *i != idx);
         self.free_slots.push(idx);
         for p in &info.pods {
@@ -185,7 +188,7 @@ impl Cluster {
 
     /// A node by index, mutably.
     pub fn node_mut(&mut self, idx: NodeIdx) -> Option<&mut NodeInfo> {
-        self.changes.record(idx, self.nodes.len());
+        self.changes.record(idx);
         self.nodes.get_mut(idx.index())?.as_mut()
     }
 
@@ -214,6 +217,20 @@ impl Cluster {
     /// was last asked.
     pub fn domain_counts(&self, q: &DomainQuery<'_>) -> Arc<DomainCounts> {
         self.domain_counts.counts(q, &self.nodes, &self.changes)
+    }
+
+    /// InterPodAffinity's remembered answers (see [`affinity_counts`]).
+    pub(crate) fn affinity_counts(&self) -> &crate::plugins::interpodaffinity::AffinityCounts {
+        &self.affinity_counts
+    }
+
+    /// Every node slot and the log of their changes: what remembered answers are brought up
+    /// to date from.
+    pub(crate) fn node_table(&self) -> affinity_counts::NodeTable<'_> {
+        affinity_counts::NodeTable {
+            slots: &self.nodes,
+            log: &self.changes,
+        }
     }
 
     /// Number of live nodes.
@@ -280,7 +297,7 @@ impl Cluster {
     fn place(&mut self, key: &ObjectKey, info: &Arc<PodInfo>, name: &Arc<str>) -> Option<NodeIdx> {
         let idx = self.node_idx(name);
         if let Some(i) = idx {
-            self.changes.record(i, self.nodes.len());
+            self.changes.record(i);
         }
         match idx.and_then(|i| self.nodes[i.index()].as_mut()) {
             Some(n) => {
@@ -301,7 +318,7 @@ impl Cluster {
         let entry = self.pods.remove(key)?;
         if entry.state != PodState::Pending && !entry.info.terminal {
             if let Some(i) = entry.node {
-                self.changes.record(i, self.nodes.len());
+                self.changes.record(i);
             }
             match entry.node.and_then(|i| self.nodes[i.index()].as_mut()) {
                 Some(n) => {
@@ -342,7 +359,7 @@ impl Cluster {
         let Some(entry) = self.pods.get_mut(key) else {
             return false;
         };
-        self.changes.record(node, self.nodes.len());
+        self.changes.record(node);
         let Some(n) = self.nodes.get_mut(node.index()).and_then(Option::as_mut) else {
             return false;
         };
@@ -365,7 +382,7 @@ impl Cluster {
             return;
         }
         if let Some(i) = entry.node {
-            self.changes.record(i, self.nodes.len());
+            self.changes.record(i);
         }
         let on_node = entry
             .node

@@ -5,11 +5,14 @@
 //! affinity terms and (3) existing pods matching each of its required anti-affinity terms.
 //! Filter then only looks up the node's own pairs.
 
+use std::sync::Arc;
+
 use crate::cache::Cluster;
 use crate::framework::{CycleState, Status};
 use crate::model::node::NodeInfo;
 use crate::model::pod::PodInfo;
 
+use super::counting;
 use super::terms::{
     matches_all, required_affinity, required_anti_affinity, term_matches, validate,
 };
@@ -24,22 +27,34 @@ pub const ERR_REASON_ANTI_AFFINITY_RULES_NOT_MATCH: &str =
 pub const ERR_REASON_EXISTING_ANTI_AFFINITY_RULES_NOT_MATCH: &str =
     "node(s) didn't satisfy existing pods anti-affinity rules";
 
-/// What PreFilter computed for the pod being scheduled (`preFilterState`).
+/// What PreFilter computed for the pod being scheduled (`preFilterState`). The counts are
+/// shared with the cluster's remembered answers ([`super::counting`]) and copied on write
+/// by the PreFilter extensions.
 #[derive(Debug, Clone, Default)]
 pub struct State {
     /// Existing pods whose required anti-affinity terms the incoming pod matches.
-    existing_anti: TopologyCounts,
+    existing_anti: Arc<TopologyCounts>,
     /// Existing pods matching all of the incoming pod's required affinity terms.
-    affinity: TopologyCounts,
+    affinity: Arc<TopologyCounts>,
     /// Existing pods matching the incoming pod's required anti-affinity terms.
-    anti: TopologyCounts,
+    anti: Arc<TopologyCounts>,
     /// The incoming pod matches all its own required affinity terms.
     self_match: bool,
 }
 
+impl State {
+    /// The three counts: existing pods' anti-affinity, affinity, anti-affinity (for tests).
+    #[cfg(test)]
+    pub(super) fn counts(&self) -> [&TopologyCounts; 3] {
+        [&self.existing_anti, &self.affinity, &self.anti]
+    }
+}
+
 /// PreFilter: `Ok(None)` when there is nothing to check (Skip).
 /// Reservation stand-ins the pod must not see (its own reservations; every reservation when
-/// the pod is itself one) are skipped ([`crate::plugins::reservation::hidden`]).
+/// the pod is itself one) are skipped ([`crate::plugins::reservation::hidden`]): the counts
+/// come from the cluster's remembered answers when nothing is hidden, from a recount
+/// otherwise.
 pub(super) fn pre_filter(
     cx: &Cluster,
     state: &CycleState,
@@ -55,7 +70,53 @@ pub(super) fn pre_filter(
         // Nothing to check and no existing pod's anti-affinity anywhere: skip the scan.
         return Ok(None);
     }
-    let mut s = State::default();
+    let mut s = if counting::applies(state) {
+        remembered(cx, pod)
+    } else {
+        recount(cx, state, pod)
+    };
+    if s.existing_anti.is_empty() && affinity.is_empty() && anti.is_empty() {
+        return Ok(None);
+    }
+    s.self_match = matches_all(affinity, pod, pod, &cx.namespaces);
+    Ok(Some(s))
+}
+
+/// The counts from the cluster's remembered answers (no stand-in hidden from the pod). A
+/// count no pod can add to (no pod with required anti-affinity anywhere; no terms of the
+/// pod's own) is not asked.
+pub(super) fn remembered(cx: &Cluster, pod: &PodInfo) -> State {
+    let existing_anti = if cx.affinity_totals.with_required_anti_affinity > 0 {
+        counting::existing_anti_affinity(cx, pod)
+    } else {
+        Arc::default()
+    };
+    let affinity = if required_affinity(pod).is_empty() {
+        Arc::default()
+    } else {
+        counting::affinity(cx, pod)
+    };
+    let anti = if required_anti_affinity(pod).is_empty() {
+        Arc::default()
+    } else {
+        counting::anti_affinity(cx, pod)
+    };
+    State {
+        existing_anti,
+        affinity,
+        anti,
+        self_match: false,
+    }
+}
+
+/// The counts from every pod of every node, skipping stand-ins hidden from the pod (the
+/// oracle [`remembered`] is tested against).
+pub(super) fn recount(cx: &Cluster, state: &CycleState, pod: &PodInfo) -> State {
+    let affinity = required_affinity(pod);
+    let anti = required_anti_affinity(pod);
+    let mut existing_anti = TopologyCounts::default();
+    let mut affinity_counts = TopologyCounts::default();
+    let mut anti_counts = TopologyCounts::default();
     for node in cx.nodes() {
         if node.pods_with_required_anti_affinity == 0 {
             continue;
@@ -66,7 +127,7 @@ pub(super) fn pre_filter(
             }
             for t in required_anti_affinity(existing) {
                 if term_matches(t, existing, pod, &cx.namespaces) {
-                    s.existing_anti.add(&node.labels, &t.topology_key, 1);
+                    existing_anti.add(&node.labels, &t.topology_key, 1);
                 }
             }
         }
@@ -79,22 +140,23 @@ pub(super) fn pre_filter(
                 }
                 if matches_all(affinity, pod, existing, &cx.namespaces) {
                     for t in affinity {
-                        s.affinity.add(&node.labels, &t.topology_key, 1);
+                        affinity_counts.add(&node.labels, &t.topology_key, 1);
                     }
                 }
                 for t in anti {
                     if term_matches(t, pod, existing, &cx.namespaces) {
-                        s.anti.add(&node.labels, &t.topology_key, 1);
+                        anti_counts.add(&node.labels, &t.topology_key, 1);
                     }
                 }
             }
         }
     }
-    if s.existing_anti.is_empty() && affinity.is_empty() && anti.is_empty() {
-        return Ok(None);
+    State {
+        existing_anti: Arc::new(existing_anti),
+        affinity: Arc::new(affinity_counts),
+        anti: Arc::new(anti_counts),
+        self_match: false,
     }
-    s.self_match = matches_all(affinity, pod, pod, &cx.namespaces);
-    Ok(Some(s))
 }
 
 /// PreFilter extensions (`AddPod`/`RemovePod`, kube-scheduler's `updateWithPod`): counts
@@ -120,7 +182,7 @@ pub(super) fn update_with_pod(
     let anti = required_anti_affinity(pod);
     for t in required_anti_affinity(existing) {
         if term_matches(t, existing, pod, &cx.namespaces) {
-            s.existing_anti.update(&node.labels, &t.topology_key, delta);
+            Arc::make_mut(&mut s.existing_anti).update(&node.labels, &t.topology_key, delta);
         }
     }
     if affinity.is_empty() && anti.is_empty() {
@@ -128,12 +190,12 @@ pub(super) fn update_with_pod(
     }
     if matches_all(affinity, pod, existing, &cx.namespaces) {
         for t in affinity {
-            s.affinity.update(&node.labels, &t.topology_key, delta);
+            Arc::make_mut(&mut s.affinity).update(&node.labels, &t.topology_key, delta);
         }
     }
     for t in anti {
         if term_matches(t, pod, existing, &cx.namespaces) {
-            s.anti.update(&node.labels, &t.topology_key, delta);
+            Arc::make_mut(&mut s.anti).update(&node.labels, &t.topology_key, delta);
         }
     }
 }

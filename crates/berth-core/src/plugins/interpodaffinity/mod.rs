@@ -9,6 +9,9 @@
 //! AddPod/RemovePod extensions update the counts for preemption's dry run.
 
 mod args;
+mod counting;
+#[cfg(test)]
+mod counting_tests;
 mod filtering;
 mod scoring;
 mod terms;
@@ -17,6 +20,7 @@ pub(crate) mod test_util;
 mod topology;
 
 pub use args::{InterPodAffinityArgs, DEFAULT_HARD_POD_AFFINITY_WEIGHT};
+pub(crate) use counting::AffinityCounts;
 pub use filtering::{
     State, ERR_REASON_AFFINITY_RULES_NOT_MATCH, ERR_REASON_ANTI_AFFINITY_RULES_NOT_MATCH,
     ERR_REASON_EXISTING_ANTI_AFFINITY_RULES_NOT_MATCH,

@@ -7,34 +7,58 @@
 //! preferred anti-affinity (-weight) terms that the incoming pod matches. A node scores the
 //! sum over its own pairs; scores are then min-max normalised to 0..=100.
 
+use std::sync::Arc;
+
 use crate::cache::Cluster;
 use crate::framework::{Status, MAX_NODE_SCORE};
 use crate::model::node::{NodeIdx, NodeInfo};
 use crate::model::pod::PodInfo;
 
 use super::args::InterPodAffinityArgs;
+use super::counting;
 use super::terms::{
     has_pod_affinity, preferred_affinity, preferred_anti_affinity, required_affinity, term_matches,
     validate,
 };
 use super::topology::TopologyCounts;
 
-/// What PreScore computed (`preScoreState`).
+/// What PreScore computed (`preScoreState`): summed weights per topology pair, in parts
+/// (the pod's own preferred terms; existing pods' terms) that add up to kube-scheduler's
+/// single `scoreMap`. Parts are shared with the cluster's remembered answers
+/// ([`super::counting`]), so a cycle adds nothing up.
 #[derive(Debug, Clone, Default)]
 pub struct ScoreState {
-    /// Summed weights per topology pair.
-    topology_score: TopologyCounts,
+    /// Summed weights per topology pair, by part; a pair is in a part when some term added
+    /// to it there (even if its weights cancel out).
+    parts: Vec<Arc<TopologyCounts>>,
 }
 
 impl ScoreState {
     /// The raw score of a node: the sum of its pairs' weights (negative for anti-affinity).
     pub(super) fn score(&self, node: &NodeInfo) -> i64 {
-        self.topology_score.sum_on(&node.labels)
+        self.parts.iter().map(|p| p.sum_on(&node.labels)).sum()
+    }
+
+    /// Whether no pair was recorded in any part (the whole score map is empty).
+    fn is_empty(&self) -> bool {
+        self.parts.iter().all(|p| p.is_empty())
+    }
+
+    /// The parts added up into one map, kube-scheduler's `scoreMap` (for tests).
+    #[cfg(test)]
+    pub(super) fn merged(&self) -> TopologyCounts {
+        let mut all = TopologyCounts::default();
+        for p in &self.parts {
+            for (key, value, v) in p.pairs() {
+                all.add_pair(key, value, v);
+            }
+        }
+        all
     }
 
     /// Min-max normalisation, truncating as kube-scheduler's float conversion does.
     pub(super) fn normalize(&self, scores: &mut [i64]) {
-        if self.topology_score.is_empty() {
+        if self.is_empty() {
             return;
         }
         let (Some(min), Some(max)) = (scores.iter().min().copied(), scores.iter().max().copied())
@@ -53,7 +77,9 @@ impl ScoreState {
     }
 }
 
-/// PreScore: `Err(skip)` when nothing would contribute to any node's score.
+/// PreScore: `Err(skip)` when nothing would contribute to any node's score. Reservation
+/// stand-ins hidden from the pod are skipped: the weights come from the cluster's
+/// remembered answers when nothing is hidden, from a recount otherwise.
 pub(super) fn pre_score(
     args: &InterPodAffinityArgs,
     cx: &Cluster,
@@ -79,6 +105,42 @@ pub(super) fn pre_score(
         return Err(Status::skip());
     }
     let hard_weight = args.hard_pod_affinity_weight();
+    let s = if counting::applies(state) {
+        remembered(cx, pod, hard_weight)
+    } else {
+        recount(cx, state, pod, hard_weight)
+    };
+    if s.is_empty() {
+        return Err(Status::skip());
+    }
+    Ok(s)
+}
+
+/// The weights from the cluster's remembered answers (no stand-in hidden from the pod). A
+/// part no pod can add to (no preferred terms of the pod's own; no pod with affinity
+/// anywhere) is not asked.
+pub(super) fn remembered(cx: &Cluster, pod: &PodInfo, hard_weight: i64) -> ScoreState {
+    let mut parts = Vec::with_capacity(2);
+    if !preferred_affinity(pod).is_empty() || !preferred_anti_affinity(pod).is_empty() {
+        parts.push(counting::preferred(cx, pod));
+    }
+    if cx.affinity_totals.with_affinity > 0 {
+        parts.push(counting::existing_score(cx, pod, hard_weight));
+    }
+    ScoreState { parts }
+}
+
+/// The weights from every pod of every node, skipping stand-ins hidden from the pod (the
+/// oracle [`remembered`] is tested against).
+pub(super) fn recount(
+    cx: &Cluster,
+    state: &crate::framework::CycleState,
+    pod: &PodInfo,
+    hard_weight: i64,
+) -> ScoreState {
+    let pref = preferred_affinity(pod);
+    let pref_anti = preferred_anti_affinity(pod);
+    let has_constraints = !pref.is_empty() || !pref_anti.is_empty();
     let mut topo = TopologyCounts::default();
     for node in cx.nodes() {
         // Unless the incoming pod has preferred terms, only pods with affinity contribute.
@@ -129,12 +191,9 @@ pub(super) fn pre_score(
             }
         }
     }
-    if topo.is_empty() {
-        return Err(Status::skip());
+    ScoreState {
+        parts: vec![Arc::new(topo)],
     }
-    Ok(ScoreState {
-        topology_score: topo,
-    })
 }
 
 #[cfg(test)]
@@ -476,7 +535,7 @@ mod tests {
         let mut topo = TopologyCounts::default();
         topo.add(&[("z".to_string(), "a".to_string())].into(), "z", 1);
         let s = ScoreState {
-            topology_score: topo,
+            parts: vec![Arc::new(topo)],
         };
         let mut scores = vec![-5, 0, 5, 2];
         s.normalize(&mut scores);
