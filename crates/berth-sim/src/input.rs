@@ -178,13 +178,51 @@ pub fn parse_config(file: &str, text: &str) -> Result<Vec<Profile>, Error> {
 /// reported before a bad object in it, so once an object is refused the rest of the file is
 /// still read, only for its YAML.
 pub fn parse(files: &[(String, String)]) -> Result<Input, InputError> {
+    let redone = match parse_with(files, Trees::Direct) {
+        Err(Parsed::Redo) => parse_with(files, Trees::ViaYaml),
+        done => done,
+    };
+    redone.map_err(|e| match e {
+        Parsed::Bad(e) => e,
+        // The two-step read reads every document.
+        Parsed::Redo => InputError {
+            file: String::new(),
+            doc: 0,
+            field: String::new(),
+            message: "internal error: a document could not be read".into(),
+        },
+    })
+}
+
+/// How a YAML document becomes the JSON tree the objects are decoded from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Trees {
+    /// Straight from the YAML decoder ([`Direct`]), for documents where that gives the
+    /// same tree as [`Trees::ViaYaml`]; a document it does not read (or invalid YAML, whose
+    /// message is [`Trees::ViaYaml`]'s) has the whole input read again that way.
+    Direct,
+    /// A `serde_yaml_ng::Value` first (merge keys applied), then `serde_json::to_value`:
+    /// the reference for every result and message.
+    ViaYaml,
+}
+
+/// Why [`parse_with`] stopped.
+enum Parsed {
+    /// Bad input, as reported to the user.
+    Bad(InputError),
+    /// [`Trees::Direct`] met a document it does not read: read everything again with
+    /// [`Trees::ViaYaml`].
+    Redo,
+}
+
+fn parse_with(files: &[(String, String)], trees: Trees) -> Result<Input, Parsed> {
     let mut cx = Decoder::default();
     let mut input = Input::default();
     let mut seen = Created::default();
     for (file, text) in files {
         let file: Arc<str> = file.as_str().into();
         let mut refused: Option<InputError> = None;
-        for_each_document(&file, text, |doc, value| {
+        for_each_document(&file, text, trees, |doc, value| {
             if refused.is_some() {
                 return;
             }
@@ -196,11 +234,12 @@ pub fn parse(files: &[(String, String)]) -> Result<Input, InputError> {
                 refused = Some(e);
             }
         })?;
+        // The trees read so far are those of [`Trees::ViaYaml`], and so is this error.
         if let Some(e) = refused {
-            return Err(e);
+            return Err(Parsed::Bad(e));
         }
     }
-    cx.check_priority_classes()?;
+    cx.check_priority_classes().map_err(Parsed::Bad)?;
     Ok(input)
 }
 
@@ -296,31 +335,218 @@ pub fn parse_str(file: &str, text: &str) -> Result<Input, InputError> {
 fn for_each_document(
     file: &str,
     text: &str,
+    trees: Trees,
     mut each: impl FnMut(usize, Value),
-) -> Result<(), InputError> {
-    limits::check_yaml(text).map_err(|e| limit_error(file, &e))?;
+) -> Result<(), Parsed> {
+    if !within_limits_by_shape(text) {
+        limits::check_yaml(text).map_err(|e| Parsed::Bad(limit_error(file, &e)))?;
+    }
     for (doc, de) in serde_yaml_ng::Deserializer::from_str(text).enumerate() {
-        let yaml_error = |e: serde_yaml_ng::Error| InputError {
-            file: file.to_string(),
-            doc,
-            field: String::new(),
-            message: format!("invalid YAML: {e}"),
+        let value = match trees {
+            Trees::Direct => match Direct::deserialize(de) {
+                Ok(Direct(value)) => value,
+                Err(_) => return Err(Parsed::Redo),
+            },
+            Trees::ViaYaml => via_yaml(file, doc, de).map_err(Parsed::Bad)?,
         };
-        let mut yaml = serde_yaml_ng::Value::deserialize(de).map_err(yaml_error)?;
-        yaml.apply_merge().map_err(yaml_error)?;
-        if yaml.is_null() {
+        if value.is_null() {
             continue;
         }
-        let value = serde_json::to_value(&yaml).map_err(|e| InputError {
-            file: file.to_string(),
-            doc,
-            field: String::new(),
-            message: format!("cannot be read as JSON: {e}"),
-        })?;
-        drop(yaml);
         each(doc, value);
     }
     Ok(())
+}
+
+/// Whether `text` is sure to pass [`limits::check_yaml`], judged from its characters alone,
+/// so that the check's own pass of the YAML parser over the text (a fifth of reading a
+/// large input) can be skipped. `false` only means "run the check".
+///
+/// Sure when the text is within the size limit, has no alias (no `*` anywhere: the alias
+/// limits count nothing) and, in each stretch between `---` lines (each document lies
+/// within one), cannot nest deeper than [`limits::MAX_DEPTH`]:
+/// - block collections: each open one but an indentless sequence sits at a column greater
+///   than its parent's, the column of the token that opened it, which is at most where a
+///   line's leading run of indentation, indicators (`- `, `? `, `: `, `--- `), anchors and
+///   tags ends; so at most twice (for indentless sequences) one more than the largest such
+///   column;
+/// - flow collections: at most two per `[` or `{` (a flow sequence may hold one implicit
+///   single-pair mapping).
+///
+/// Columns are counted in bytes, at least libyaml's count in characters; a text with line
+/// breaks other than `\n` (whose columns would restart unseen) is left to the check.
+fn within_limits_by_shape(text: &str) -> bool {
+    if text.len() > limits::MAX_YAML_BYTES
+        || text.bytes().any(|b| matches!(b, b'*' | b'\r'))
+        || text.contains(['\u{85}', '\u{2028}', '\u{2029}'])
+    {
+        return false;
+    }
+    let (mut column, mut flows) = (0usize, 0usize);
+    for line in text.split('\n') {
+        let b = line.as_bytes();
+        let blank_at = |j: usize| b.get(j).is_none_or(|c| matches!(c, b' ' | b'\t'));
+        if b.starts_with(b"---") && blank_at(3) {
+            (column, flows) = (0, 0);
+        }
+        let mut i = 0;
+        loop {
+            while i < b.len() && matches!(b[i], b' ' | b'\t') {
+                i += 1;
+            }
+            match b.get(i) {
+                Some(b'-' | b'?' | b':') if blank_at(i + 1) => i += 1,
+                Some(b'&' | b'!') => {
+                    while i < b.len() && !matches!(b[i], b' ' | b'\t') {
+                        i += 1;
+                    }
+                }
+                Some(b'-' | b'.')
+                    if i == 0
+                        && (b.starts_with(b"---") || b.starts_with(b"..."))
+                        && blank_at(3) =>
+                {
+                    i = 3
+                }
+                _ => break,
+            }
+        }
+        column = column.max(i);
+        flows += b.iter().filter(|c| matches!(c, b'[' | b'{')).count();
+        if 2 * (column + 1) + 2 * flows > limits::MAX_DEPTH {
+            return false;
+        }
+    }
+    true
+}
+
+/// One document as a `serde_yaml_ng::Value`, merge keys applied, converted to JSON.
+fn via_yaml(
+    file: &str,
+    doc: usize,
+    de: serde_yaml_ng::Deserializer<'_>,
+) -> Result<Value, InputError> {
+    let yaml_error = |e: serde_yaml_ng::Error| InputError {
+        file: file.to_string(),
+        doc,
+        field: String::new(),
+        message: format!("invalid YAML: {e}"),
+    };
+    let mut yaml = serde_yaml_ng::Value::deserialize(de).map_err(yaml_error)?;
+    yaml.apply_merge().map_err(yaml_error)?;
+    if yaml.is_null() {
+        return Ok(Value::Null);
+    }
+    serde_json::to_value(&yaml).map_err(|e| InputError {
+        file: file.to_string(),
+        doc,
+        field: String::new(),
+        message: format!("cannot be read as JSON: {e}"),
+    })
+}
+
+/// One YAML document read straight into the `serde_json::Value` that reading it as a
+/// `serde_yaml_ng::Value` and converting that with `serde_json::to_value` gives, without the
+/// YAML tree in between. It refuses (an error, after which the caller takes the two-step
+/// path, whose result and messages are the reference) whatever the two could read
+/// differently: a merge key (`<<`, which the YAML tree resolves), a tag, a key that is not
+/// a string, a key given twice.
+struct Direct(Value);
+
+impl<'de> Deserialize<'de> for Direct {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(DirectVisitor).map(Direct)
+    }
+}
+
+struct DirectVisitor;
+
+impl<'de> serde::de::Visitor<'de> for DirectVisitor {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a YAML value without tags or merge keys")
+    }
+
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::Number(v.into()))
+    }
+
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::Number(v.into()))
+    }
+
+    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+        Ok(serde_json::Number::from_f64(v).map_or(Value::Null, Value::Number))
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_string()))
+    }
+
+    fn visit_string<E>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_none<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        Direct::deserialize(d).map(|d| d.0)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut out = Vec::with_capacity(seq.size_hint().unwrap_or(0));
+        while let Some(Direct(v)) = seq.next_element()? {
+            out.push(v);
+        }
+        Ok(Value::Array(out))
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        use serde::de::Error as _;
+        let mut out = serde_json::Map::new();
+        while let Some(DirectKey(key)) = map.next_key()? {
+            if key == "<<" {
+                return Err(A::Error::custom("merge key"));
+            }
+            let Direct(value) = map.next_value()?;
+            if out.insert(key, value).is_some() {
+                return Err(A::Error::custom("duplicate key"));
+            }
+        }
+        Ok(Value::Object(out))
+    }
+}
+
+/// A mapping key that is a string (a plain `1` or `true` is not: the YAML tree keeps its type).
+struct DirectKey(String);
+
+impl<'de> Deserialize<'de> for DirectKey {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct KeyVisitor;
+        impl serde::de::Visitor<'_> for KeyVisitor {
+            type Value = String;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a string key")
+            }
+            fn visit_str<E>(self, v: &str) -> Result<String, E> {
+                Ok(v.to_string())
+            }
+            fn visit_string<E>(self, v: String) -> Result<String, E> {
+                Ok(v)
+            }
+        }
+        deserializer.deserialize_any(KeyVisitor).map(DirectKey)
+    }
 }
 
 enum Decoded {
@@ -503,7 +729,7 @@ impl Decoder {
             ("scheduling.k8s.io/v1", "PriorityClass") => {
                 normalize_meta(&mut value, false, &mut self.generated)?;
                 strict::check(Schema::PriorityClass, &value)?;
-                require(&value, "value", "value")?;
+                require(&value, "value", || "value".into())?;
                 let pc = typed::<PriorityClass>(&value)?;
                 if let Some(name) = &pc.metadata.name {
                     self.classes.insert(name.clone());
@@ -744,7 +970,13 @@ pub(crate) fn type_name(v: &Value) -> &'static str {
 }
 
 /// Reads a typed object, reporting the path of a wrong type or missing field.
+///
+/// The read that tracks the path costs a string per key, so it is done only to report an
+/// error the plain read found (the two read the same tree the same way).
 fn typed<T: DeserializeOwned>(value: &Value) -> Result<T, FieldError> {
+    if let Ok(t) = T::deserialize(value) {
+        return Ok(t);
+    }
     serde_path_to_error::deserialize(value).map_err(|e| {
         let path = e.path().to_string();
         let field = if path == "." { String::new() } else { path };
@@ -819,16 +1051,25 @@ fn generate_name(prefix: &str, n: u64) -> String {
 }
 
 /// Checks one quantity: a string or a number (YAML reads `cpu: 2` as a number) in the API
-/// server's grammar, not negative where `non_negative`.
-fn check_quantity(q: &Value, field: &str, non_negative: bool) -> Result<(), FieldError> {
+/// server's grammar, not negative where `non_negative`. `field` names it in the error (made
+/// only then: most inputs have none).
+fn check_quantity(
+    q: &Value,
+    field: impl FnOnce() -> String,
+    non_negative: bool,
+) -> Result<(), FieldError> {
+    let number;
     let text = match q {
-        Value::String(s) => s.clone(),
-        Value::Number(n) => n.to_string(),
+        Value::String(s) => s.as_str(),
+        Value::Number(n) => {
+            number = n.to_string();
+            number.as_str()
+        }
         // Go's Quantity reads JSON null as zero.
         Value::Null => return Ok(()),
         other => {
             return Err(FieldError::new(
-                field,
+                field(),
                 format!(
                     "invalid type: {}, expected a quantity (string or number)",
                     type_name(other)
@@ -836,10 +1077,13 @@ fn check_quantity(q: &Value, field: &str, non_negative: bool) -> Result<(), Fiel
             ))
         }
     };
-    let parsed = ParsedQuantity::parse(&text).map_err(|e| FieldError::new(field, e.to_string()))?;
+    let parsed = match ParsedQuantity::parse(text) {
+        Ok(parsed) => parsed,
+        Err(e) => return Err(FieldError::new(field(), e.to_string())),
+    };
     if non_negative && parsed.is_negative() {
         return Err(FieldError::new(
-            field,
+            field(),
             format!("Invalid value: {text:?}: must be greater than or equal to 0"),
         ));
     }
@@ -850,14 +1094,14 @@ fn check_quantity(q: &Value, field: &str, non_negative: bool) -> Result<(), Fiel
 /// is left for the typed read to report.
 fn check_resource_list(
     v: Option<&Value>,
-    path: &str,
+    path: impl Fn() -> String,
     non_negative: bool,
 ) -> Result<(), FieldError> {
     let Some(map) = v.and_then(Value::as_object) else {
         return Ok(());
     };
     for (name, q) in map {
-        check_quantity(q, &format!("{path}.{name}"), non_negative)?;
+        check_quantity(q, || format!("{}.{name}", path()), non_negative)?;
     }
     Ok(())
 }
@@ -890,7 +1134,7 @@ enum Quantities {
 fn check_pod_spec(spec: &Value, quantities: Quantities) -> Result<(), FieldError> {
     for list in ["containers", "initContainers", "ephemeralContainers"] {
         for (i, c) in array(spec, list) {
-            require(c, "name", &format!("{list}[{i}].name"))?;
+            require(c, "name", || format!("{list}[{i}].name"))?;
         }
     }
     if quantities == Quantities::Schemaless {
@@ -902,23 +1146,23 @@ fn check_pod_spec(spec: &Value, quantities: Quantities) -> Result<(), FieldError
             for part in ["requests", "limits"] {
                 check_resource_list(
                     resources.and_then(|r| r.get(part)),
-                    &format!("{list}[{i}].resources.{part}"),
+                    || format!("{list}[{i}].resources.{part}"),
                     true,
                 )?;
             }
         }
     }
-    check_resource_list(spec.get("overhead"), "overhead", true)?;
+    check_resource_list(spec.get("overhead"), || "overhead".into(), true)?;
     for part in ["requests", "limits"] {
         check_resource_list(
             spec.get("resources").and_then(|r| r.get(part)),
-            &format!("resources.{part}"),
+            || format!("resources.{part}"),
             true,
         )?;
     }
     for (i, vol) in array(spec, "volumes") {
         if let Some(limit) = vol.get("emptyDir").and_then(|e| e.get("sizeLimit")) {
-            check_quantity(limit, &format!("volumes[{i}].emptyDir.sizeLimit"), true)?;
+            check_quantity(limit, || format!("volumes[{i}].emptyDir.sizeLimit"), true)?;
         }
     }
     Ok(())
@@ -926,10 +1170,10 @@ fn check_pod_spec(spec: &Value, quantities: Quantities) -> Result<(), FieldError
 
 /// A required field that k8s-openapi would read as its default when absent (it is lenient
 /// where the API server is not): absent, `null` or empty is `Required value`.
-fn require(obj: &Value, key: &str, field: &str) -> Result<(), FieldError> {
+fn require(obj: &Value, key: &str, field: impl FnOnce() -> String) -> Result<(), FieldError> {
     match obj.get(key) {
-        None | Some(Value::Null) => Err(FieldError::new(field, "Required value")),
-        Some(Value::String(s)) if s.is_empty() => Err(FieldError::new(field, "Required value")),
+        None | Some(Value::Null) => Err(FieldError::new(field(), "Required value")),
+        Some(Value::String(s)) if s.is_empty() => Err(FieldError::new(field(), "Required value")),
         _ => Ok(()),
     }
 }
@@ -941,14 +1185,14 @@ fn check_node(node: &Value) -> Result<(), FieldError> {
         .into_iter()
         .flatten()
     {
-        require(taint, "key", &format!("spec.taints[{i}].key"))?;
-        require(taint, "effect", &format!("spec.taints[{i}].effect"))?;
+        require(taint, "key", || format!("spec.taints[{i}].key"))?;
+        require(taint, "effect", || format!("spec.taints[{i}].effect"))?;
     }
     let status = node.get("status");
     for part in ["capacity", "allocatable"] {
         check_resource_list(
             status.and_then(|s| s.get(part)),
-            &format!("status.{part}"),
+            || format!("status.{part}"),
             true,
         )?;
     }
@@ -967,7 +1211,7 @@ fn check_reservation(r: &Value) -> Result<(), FieldError> {
     for part in ["allocatable", "allocated"] {
         check_resource_list(
             status.and_then(|s| s.get(part)),
-            &format!("status.{part}"),
+            || format!("status.{part}"),
             false,
         )?;
     }
@@ -979,13 +1223,13 @@ fn check_pvc(pvc: &Value) -> Result<(), FieldError> {
     for part in ["requests", "limits"] {
         check_resource_list(
             resources.and_then(|r| r.get(part)),
-            &format!("spec.resources.{part}"),
+            || format!("spec.resources.{part}"),
             true,
         )?;
     }
     check_resource_list(
         pvc.get("status").and_then(|s| s.get("capacity")),
-        "status.capacity",
+        || "status.capacity".into(),
         true,
     )
 }
@@ -997,7 +1241,7 @@ fn check_nrt(t: &Value) -> Result<(), FieldError> {
         for (j, res) in array(zone, "resources") {
             for part in ["capacity", "allocatable", "available"] {
                 if let Some(q) = res.get(part) {
-                    check_quantity(q, &format!("zones[{i}].resources[{j}].{part}"), false)?;
+                    check_quantity(q, || format!("zones[{i}].resources[{j}].{part}"), false)?;
                 }
             }
         }
@@ -1300,6 +1544,43 @@ mod tests {
             e.message,
             "alias *x at line 3 column 12 refers to a node that contains it"
         );
+    }
+
+    /// Skipping the limits' check on the text's shape never lets through a text the check
+    /// refuses: over random texts built of the tokens that open collections.
+    #[test]
+    fn texts_judged_by_shape_pass_the_limits() {
+        use proptest::prelude::*;
+        const TOKENS: [&str; 20] = [
+            "- ", "? ", ": ", "k", "k: ", "[", "]", "{", "}", ", ", "\n", " ", "    ", "&a ",
+            "!t ", "---\n", "--- ", "...\n", "\t", "\"q\": ",
+        ];
+        let text = proptest::collection::vec(0..TOKENS.len(), 0..400)
+            .prop_map(|ix| ix.into_iter().map(|i| TOKENS[i]).collect::<String>());
+        let mut runner = proptest::test_runner::TestRunner::default();
+        runner
+            .run(&text, |text| {
+                if within_limits_by_shape(&text) {
+                    prop_assert!(limits::check_yaml(&text).is_ok(), "{text:?}");
+                }
+                Ok(())
+            })
+            .unwrap();
+        // Shapes close to the limit, each way.
+        let block = |levels: usize| -> String {
+            (0..levels)
+                .map(|d| format!("{}k:\n", " ".repeat(d)))
+                .collect()
+        };
+        assert!(within_limits_by_shape(&block(31)));
+        assert!(!within_limits_by_shape(&block(70)));
+        assert!(limits::check_yaml(&block(70)).is_err());
+        let compact = format!("{}k: v\n", "- ".repeat(70));
+        assert!(!within_limits_by_shape(&compact));
+        assert!(limits::check_yaml(&compact).is_err());
+        assert!(!within_limits_by_shape(&format!("a: {}", "[".repeat(40))));
+        assert!(!within_limits_by_shape("a: &x [1]\nb: *x\n"));
+        assert!(within_limits_by_shape(NODE));
     }
 
     #[test]

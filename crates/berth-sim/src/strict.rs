@@ -110,11 +110,12 @@ fn build() -> Schemas {
 /// in sorted order, so the same input always names the same field) is an error naming its
 /// path.
 pub(crate) fn check(kind: Schema, value: &Value) -> Result<(), FieldError> {
-    let s = schemas();
-    let Some((_, root)) = s.roots.iter().find(|(k, _)| *k == kind) else {
+    let c = compiled();
+    let Some((_, root)) = c.roots.iter().find(|(k, _)| *k == kind) else {
         return Ok(());
     };
-    match walk(value, root, &s.defs, "") {
+    let mut path = Vec::new();
+    match c.graph.walk(value, *root, &mut path) {
         None => Ok(()),
         Some(u) => Err(u.into_error()),
     }
@@ -160,25 +161,131 @@ fn resolve<'a>(mut schema: &'a Value, defs: &'a Map<String, Value>) -> &'a Value
     schema
 }
 
-fn join(path: &str, name: &str) -> String {
-    if path.is_empty() {
-        name.to_string()
-    } else {
-        format!("{path}.{name}")
-    }
+/// The schemas with every `$ref` resolved and every keyword the walk asks for looked up once,
+/// so checking an object costs a lookup per field rather than several per schema node.
+struct Compiled {
+    roots: Vec<(Schema, usize)>,
+    graph: Graph,
 }
 
-fn walk(value: &Value, schema: &Value, defs: &Map<String, Value>, path: &str) -> Option<Unknown> {
-    let schema = resolve(schema, defs);
-    if schema.get("x-kubernetes-preserve-unknown-fields") == Some(&Value::Bool(true)) {
-        return None;
+fn compiled() -> &'static Compiled {
+    static COMPILED: OnceLock<Compiled> = OnceLock::new();
+    COMPILED.get_or_init(|| {
+        let s = schemas();
+        let mut graph = Graph::default();
+        let mut seen = Seen::new();
+        let roots = s
+            .roots
+            .iter()
+            .map(|(k, root)| (*k, graph.compile(root, &s.defs, &mut seen)))
+            .collect();
+        Compiled { roots, graph }
+    })
+}
+
+/// One schema node, as the walk reads it.
+#[derive(Default)]
+struct SchemaNode {
+    /// `x-kubernetes-preserve-unknown-fields: true`.
+    preserve: bool,
+    /// The branches of `anyOf`, `oneOf` and `allOf`, in that order (each present list).
+    branches: Vec<Vec<usize>>,
+    /// `properties`: each named field's node, and the names in sorted order.
+    props: Option<(std::collections::HashMap<String, usize>, Vec<String>)>,
+    /// `additionalProperties` as a schema.
+    extra: Option<usize>,
+    /// `additionalProperties: true`.
+    open: bool,
+    /// `items`.
+    items: Option<usize>,
+}
+
+#[derive(Default)]
+struct Graph {
+    nodes: Vec<SchemaNode>,
+}
+
+/// Compiled nodes by the address of their (resolved) schema, which also ends cycles.
+type Seen = std::collections::HashMap<*const Value, usize>;
+
+/// One step of the path to the value being walked; turned into text only for an error.
+enum Seg<'a> {
+    Key(&'a str),
+    Index(usize),
+}
+
+fn render(path: &[Seg<'_>]) -> String {
+    let mut out = String::new();
+    for seg in path {
+        match seg {
+            Seg::Key(name) => {
+                if !out.is_empty() {
+                    out.push('.');
+                }
+                out.push_str(name);
+            }
+            Seg::Index(i) => {
+                out.push('[');
+                out.push_str(&i.to_string());
+                out.push(']');
+            }
+        }
     }
-    // `anyOf`/`oneOf`/`allOf`: the value is fine if one branch takes it.
-    for key in ["anyOf", "oneOf", "allOf"] {
-        if let Some(branches) = schema.get(key).and_then(Value::as_array) {
+    out
+}
+
+impl Graph {
+    fn compile(&mut self, schema: &Value, defs: &Map<String, Value>, seen: &mut Seen) -> usize {
+        let schema = resolve(schema, defs);
+        let key: *const Value = schema;
+        if let Some(id) = seen.get(&key) {
+            return *id;
+        }
+        let id = self.nodes.len();
+        self.nodes.push(SchemaNode::default());
+        seen.insert(key, id);
+        let mut node = SchemaNode {
+            preserve: schema.get("x-kubernetes-preserve-unknown-fields")
+                == Some(&Value::Bool(true)),
+            open: schema.get("additionalProperties") == Some(&Value::Bool(true)),
+            ..SchemaNode::default()
+        };
+        for key in ["anyOf", "oneOf", "allOf"] {
+            if let Some(branches) = schema.get(key).and_then(Value::as_array) {
+                let ids = branches
+                    .iter()
+                    .map(|b| self.compile(b, defs, seen))
+                    .collect();
+                node.branches.push(ids);
+            }
+        }
+        if let Some(props) = schema.get("properties").and_then(Value::as_object) {
+            let mut by_name = std::collections::HashMap::with_capacity(props.len());
+            for (name, sub) in props {
+                by_name.insert(name.clone(), self.compile(sub, defs, seen));
+            }
+            node.props = Some((by_name, props.keys().cloned().collect()));
+        }
+        if let Some(extra) = schema.get("additionalProperties").filter(|v| v.is_object()) {
+            node.extra = Some(self.compile(extra, defs, seen));
+        }
+        if let Some(items) = schema.get("items") {
+            node.items = Some(self.compile(items, defs, seen));
+        }
+        self.nodes[id] = node;
+        id
+    }
+
+    fn walk<'v>(&self, value: &'v Value, id: usize, path: &mut Vec<Seg<'v>>) -> Option<Unknown> {
+        let node = &self.nodes[id];
+        if node.preserve {
+            return None;
+        }
+        // `anyOf`/`oneOf`/`allOf`: the value is fine if one branch takes it.
+        for branches in &node.branches {
             let mut first = None;
             for b in branches {
-                match walk(value, b, defs, path) {
+                match self.walk(value, *b, path) {
                     None => return None,
                     Some(u) => {
                         first.get_or_insert(u);
@@ -189,47 +296,72 @@ fn walk(value: &Value, schema: &Value, defs: &Map<String, Value>, path: &str) ->
                 return first;
             }
         }
-    }
-    match value {
-        Value::Object(map) => {
-            let props = schema.get("properties").and_then(Value::as_object);
-            let extra = schema.get("additionalProperties").filter(|v| v.is_object());
-            // `additionalProperties: true`: any key, of any shape.
-            let open = schema.get("additionalProperties") == Some(&Value::Bool(true));
-            for (name, v) in map {
-                let child = join(path, name);
-                let sub = props.and_then(|p| p.get(name)).or(extra);
-                match sub {
-                    Some(sub) => {
-                        if let Some(u) = walk(v, sub, defs, &child) {
-                            return Some(u);
+        match value {
+            Value::Object(map) => {
+                for (name, v) in map {
+                    let sub = node
+                        .props
+                        .as_ref()
+                        .and_then(|(p, _)| p.get(name.as_str()).copied())
+                        .or(node.extra);
+                    match sub {
+                        Some(sub) => {
+                            path.push(Seg::Key(name));
+                            let found = self.walk(v, sub, path);
+                            path.pop();
+                            if found.is_some() {
+                                return found;
+                            }
                         }
+                        // A schema that names its properties (and takes no others) does not
+                        // have this one; a schema naming none is free-form.
+                        None if node.props.is_some() && !node.open => {
+                            path.push(Seg::Key(name));
+                            let child = render(path);
+                            path.pop();
+                            return Some(Unknown {
+                                path: child,
+                                name: name.clone(),
+                                known: node
+                                    .props
+                                    .as_ref()
+                                    .map(|(_, names)| names.clone())
+                                    .unwrap_or_default(),
+                            });
+                        }
+                        None => {}
                     }
-                    // A schema that names its properties (and takes no others) does not
-                    // have this one; a schema naming none is free-form.
-                    None if props.is_some() && !open => {
-                        return Some(Unknown {
-                            path: child,
-                            name: name.clone(),
-                            known: props
-                                .map(|p| p.keys().cloned().collect())
-                                .unwrap_or_default(),
-                        })
-                    }
-                    None => {}
                 }
+                None
             }
-            None
+            Value::Array(items) => {
+                let sub = node.items?;
+                for (i, v) in items.iter().enumerate() {
+                    path.push(Seg::Index(i));
+                    let found = self.walk(v, sub, path);
+                    path.pop();
+                    if found.is_some() {
+                        return found;
+                    }
+                }
+                None
+            }
+            _ => None,
         }
-        Value::Array(items) => {
-            let sub = schema.get("items")?;
-            items
-                .iter()
-                .enumerate()
-                .find_map(|(i, v)| walk(v, sub, defs, &format!("{path}[{i}]")))
-        }
-        _ => None,
     }
+}
+
+/// [`Graph::walk`] over a schema of its own, whose `$ref`s point into `defs`, with the
+/// path starting at `path`.
+#[cfg(test)]
+fn walk(value: &Value, schema: &Value, defs: &Map<String, Value>, path: &str) -> Option<Unknown> {
+    let mut graph = Graph::default();
+    let root = graph.compile(schema, defs, &mut Seen::new());
+    let mut segs = Vec::new();
+    if !path.is_empty() {
+        segs.push(Seg::Key(path));
+    }
+    graph.walk(value, root, &mut segs)
 }
 
 /// The known name closest to a misspelt one, when it is close enough to be the intent:

@@ -6,14 +6,15 @@
 //! pod all told. The bytes are those of the tree [`super::list`] builds: the `List` is
 //! serialized with the shape of that tree (its keys in sorted order, items sorted by kind,
 //! namespace and name), and each object is turned into a `Value` on its own, just before it
-//! is written, so its keys come out sorted as they did. Only one object's tree is alive at a
-//! time.
-
-use serde::ser::{Error as _, SerializeMap, SerializeSeq};
-use serde::{Serialize, Serializer};
-use serde_json::Value;
+//! is written, so its keys come out sorted as they did; an object whose own serialization
+//! already gives its keys in that order (most: see [`super::sorted`]) is written without
+//! the tree. At most one object's tree is alive at a time.
 
 use berth_core::{Kind, Object};
+use serde::ser::{Error as _, SerializeMap, SerializeSeq};
+use serde::{Serialize, Serializer};
+
+use super::sorted::in_value_order;
 
 use crate::store::Store;
 
@@ -37,46 +38,60 @@ struct Items<'a>(&'a Store);
 
 impl Serialize for Items<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut seq = serializer.serialize_seq(Some(self.0.len()))?;
-        for value in sorted(self.0) {
-            let value = value.map_err(|e| S::Error::custom(e.to_string()))?;
-            seq.serialize_element(&value)?;
+        let store = self.0;
+        let mut seq = serializer.serialize_seq(Some(store.len()))?;
+        for kind in kinds() {
+            match kind {
+                Some(kind) => {
+                    for obj in store.of_kind(kind) {
+                        object_element(&mut seq, obj)?;
+                    }
+                }
+                None => {
+                    for e in store.events() {
+                        element(&mut seq, &*e)?;
+                    }
+                }
+            }
         }
         seq.end()
     }
 }
 
-/// An object as a `Value` (keys sorted).
-fn object_value(obj: &Object) -> Result<Value, serde_json::Error> {
-    match obj {
-        Object::Pod(o) => serde_json::to_value(&**o),
-        Object::Node(o) => serde_json::to_value(&**o),
-        Object::Reservation(o) => serde_json::to_value(&**o),
-        Object::NodeResourceTopology(o) => serde_json::to_value(&**o),
-        Object::PersistentVolumeClaim(o) => serde_json::to_value(&**o),
-        Object::CsiNode(o) => serde_json::to_value(&**o),
-        Object::PriorityClass(o) => serde_json::to_value(&**o),
-        Object::PodDisruptionBudget(o) => serde_json::to_value(&**o),
-        Object::Namespace(o) => serde_json::to_value(&**o),
-        Object::PersistentVolume(o) => serde_json::to_value(&**o),
-        Object::StorageClass(o) => serde_json::to_value(&**o),
+/// Serializes `value` as its `Value` prints: straight, when [`in_value_order`] says that
+/// gives the same text, else through the `Value`.
+fn element<Q: SerializeSeq, T: Serialize + ?Sized>(seq: &mut Q, value: &T) -> Result<(), Q::Error> {
+    if in_value_order(value) {
+        seq.serialize_element(value)
+    } else {
+        let value = serde_json::to_value(value).map_err(|e| Q::Error::custom(e.to_string()))?;
+        seq.serialize_element(&value)
     }
 }
 
-/// Every object and event of `store` as the `Value` the whole-tree rendering held for it,
-/// sorted by kind name, namespace and name, each built only when the iterator reaches it:
+fn object_element<Q: SerializeSeq>(seq: &mut Q, obj: &Object) -> Result<(), Q::Error> {
+    match obj {
+        Object::Pod(o) => element(seq, &**o),
+        Object::Node(o) => element(seq, &**o),
+        Object::Reservation(o) => element(seq, &**o),
+        Object::NodeResourceTopology(o) => element(seq, &**o),
+        Object::PersistentVolumeClaim(o) => element(seq, &**o),
+        Object::CsiNode(o) => element(seq, &**o),
+        Object::PriorityClass(o) => element(seq, &**o),
+        Object::PodDisruptionBudget(o) => element(seq, &**o),
+        Object::Namespace(o) => element(seq, &**o),
+        Object::PersistentVolume(o) => element(seq, &**o),
+        Object::StorageClass(o) => element(seq, &**o),
+    }
+}
+
+/// The kinds in the order of their names, with `Event` (`None`) in its place among them:
 /// the store keeps each kind's objects (and the events) sorted by namespace and name
-/// already, so the kinds are visited in the order of their names, with `Event` in its place
-/// among them.
-fn sorted(store: &Store) -> impl Iterator<Item = Result<Value, serde_json::Error>> + '_ {
+/// already, so visiting the kinds in this order gives every item sorted by kind name,
+/// namespace and name, each serialized only when reached.
+fn kinds() -> Vec<Option<Kind>> {
     let mut kinds: Vec<Option<Kind>> = Kind::ALL.into_iter().map(Some).collect();
     kinds.push(None);
     kinds.sort_by_key(|k| k.map_or("Event", Kind::as_str));
-    kinds.into_iter().flat_map(move |kind| {
-        let values: Box<dyn Iterator<Item = Result<Value, serde_json::Error>> + '_> = match kind {
-            Some(kind) => Box::new(store.of_kind(kind).map(object_value)),
-            None => Box::new(store.events().map(|e| serde_json::to_value(&*e))),
-        };
-        values
-    })
+    kinds
 }

@@ -7,6 +7,7 @@
 //! so printing a large cluster holds no second copy of it in memory.
 
 mod list;
+mod sorted;
 mod table;
 
 use std::io::{self, BufWriter, Write};
