@@ -289,7 +289,7 @@ mod tests {
         ask(&cx, &cache, 1, &mut reads);
         assert_eq!(reads, 3);
         let idx = cx.node_idx("n1").expect("n1");
-        for _ in 0..MAX_LOG {
+        for _ in 0..crate::cache::change_log::MAX_LOG {
             cx.node_mut(idx);
         }
         let p = pod("p").node_name("n1").build_info_with(&mut cx.names);

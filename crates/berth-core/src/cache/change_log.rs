@@ -14,7 +14,7 @@ use crate::model::node::NodeIdx;
 
 /// At most this many entries are kept (64 KiB); the older half goes when it is reached (a
 /// reader last up to date before the entries kept walks every slot once).
-const MAX_LOG: usize = 1 << 14;
+pub(crate) const MAX_LOG: usize = 1 << 14;
 
 /// The node slots that may have changed, in order of change: every path of the cluster that
 /// hands out a node mutably, adds, replaces or deletes one, or places or removes a pod notes

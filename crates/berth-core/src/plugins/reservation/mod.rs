@@ -528,6 +528,7 @@ impl Plugin for Reservation {
     fn points(&self) -> Points {
         Points::PRE_FILTER
             | Points::FILTER
+            | Points::FILTER_FAST
             | Points::POST_FILTER
             | Points::PRE_SCORE
             | Points::SCORE
@@ -573,6 +574,16 @@ impl Plugin for Reservation {
             state.restrict_nodes(crate::plugins::names::RESERVATION, nodes);
         }
         status
+    }
+
+    /// Filter's two ways to let a node through without looking at it: the pod ignores
+    /// reservations, or the node holds none of its matched reservations and it requires
+    /// none (most nodes, for most pods).
+    fn passes(&self, _cx: &Cluster, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> bool {
+        state.reservation.as_deref().is_some_and(|st| {
+            !st.reserve_pod
+                && (st.ignored || (!st.has_affinity && !st.nodes.contains_key(&node.idx)))
+        })
     }
 
     fn filter(&self, cx: &Cluster, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
