@@ -92,6 +92,16 @@ impl<Q, T: Tally> Memo<Q, T> {
             }
         }
         self.seen = Some(nodes.log.end());
+        debug_assert!(
+            self.per_node.iter().enumerate().all(|(i, s)| {
+                match (s, nodes.slots.get(i).and_then(Option::as_ref)) {
+                    (Some(s), Some(n)) => s.generation == n.generation,
+                    (None, None) => true,
+                    _ => false,
+                }
+            }),
+            "a node changed without being noted in the cluster's change log"
+        );
     }
 
     /// Re-reads slot `i` (now holding `node`) if its generation moved.

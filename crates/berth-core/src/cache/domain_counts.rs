@@ -14,16 +14,13 @@
 //! `AddPod`/`RemovePod` (a pod added to or removed from one node in a copy of the cycle
 //! state, for preemption and nominated pods) become `counts[domain] += 1` on that copy.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use super::change_log::ChangeLog;
+use super::affinity_counts::{CountCache, NodeTable, Tally};
 use crate::collections::{FastMap, HashMap};
 use crate::model::node::NodeInfo;
 use crate::model::pod::PodInfo;
 use crate::model::selector::Selector;
-
-/// At most this many questions are remembered; the least recently asked goes first.
-const MAX_QUERIES: usize = 64;
 
 /// Domain value -> matching pods. Looked up once per node per cycle by PodTopologySpread's
 /// Filter and Score, so with the fast hasher (no caller depends on its order).
@@ -44,32 +41,25 @@ pub struct DomainQuery<'a> {
     pub required_keys: &'a [&'a str],
 }
 
-/// What one node added to a question's counts.
+/// A [`DomainQuery`] as remembered.
 #[derive(Debug, Clone)]
-struct Contribution {
-    generation: u64,
-    /// `None`: the node is not counted (a required key is missing).
-    domain: Option<String>,
-    count: i64,
-}
-
-#[derive(Debug, Clone)]
-struct Memo {
+struct Question {
     namespace: String,
     selector: Option<Selector>,
     topology_key: String,
     required_keys: Vec<String>,
-    /// By node slot ([`crate::model::node::NodeIdx::index`]).
-    per_node: Vec<Option<Contribution>>,
-    counts: Arc<DomainCounts>,
-    /// Counted nodes per domain: a domain stays present with count 0 while it has one.
-    nodes_per_domain: HashMap<String, u32>,
-    last_used: u64,
-    /// How far along the cluster's [`ChangeLog`] this memo has read (`None`: never).
-    cursor: Option<u64>,
 }
 
-impl Memo {
+impl Question {
+    fn new(q: &DomainQuery<'_>) -> Self {
+        Self {
+            namespace: q.namespace.to_string(),
+            selector: q.selector.cloned(),
+            topology_key: q.topology_key.to_string(),
+            required_keys: q.required_keys.iter().map(|k| k.to_string()).collect(),
+        }
+    }
+
     fn answers(&self, q: &DomainQuery<'_>) -> bool {
         self.namespace == q.namespace
             && self.selector.as_ref() == q.selector
@@ -81,48 +71,31 @@ impl Memo {
                 .zip(q.required_keys)
                 .all(|(a, b)| a == b)
     }
+}
 
-    fn new(q: &DomainQuery<'_>) -> Self {
-        Self {
-            namespace: q.namespace.to_string(),
-            selector: q.selector.cloned(),
-            topology_key: q.topology_key.to_string(),
-            required_keys: q.required_keys.iter().map(|k| k.to_string()).collect(),
-            per_node: Vec::new(),
-            counts: Arc::default(),
-            nodes_per_domain: HashMap::default(),
-            last_used: 0,
-            cursor: None,
-        }
+/// What `node` contributes to `q`: its domain and matching pods, `None` when the node is not
+/// counted (a required key is missing).
+fn part(q: &DomainQuery<'_>, node: &NodeInfo) -> Option<(String, i64)> {
+    if !q.required_keys.iter().all(|k| node.labels.contains_key(*k)) {
+        return None;
     }
+    let domain = node.labels.get(q.topology_key).cloned().unwrap_or_default();
+    Some((domain, count_matching(&node.pods, q.selector, q.namespace)))
+}
 
-    /// What `node` contributes now.
-    fn contribution(&self, node: &NodeInfo) -> Contribution {
-        let counted = self
-            .required_keys
-            .iter()
-            .all(|k| node.labels.contains_key(k));
-        if !counted {
-            return Contribution {
-                generation: node.generation,
-                domain: None,
-                count: 0,
-            };
-        }
-        let domain = node
-            .labels
-            .get(&self.topology_key)
-            .cloned()
-            .unwrap_or_default();
-        Contribution {
-            generation: node.generation,
-            domain: Some(domain),
-            count: count_matching(&node.pods, self.selector.as_ref(), &self.namespace),
-        }
-    }
+/// The counts of one question, with how many counted nodes each domain has (a domain stays
+/// present with count 0 while it has one).
+#[derive(Debug, Clone, Default)]
+struct Domains {
+    counts: Arc<DomainCounts>,
+    nodes_per_domain: HashMap<String, u32>,
+}
 
-    fn apply(&mut self, c: &Contribution, sign: i64) {
-        let Some(domain) = &c.domain else {
+impl Tally for Domains {
+    type Part = Option<(String, i64)>;
+
+    fn apply(&mut self, part: &Self::Part, sign: i64) {
+        let Some((domain, count)) = part else {
             return;
         };
         let counts = Arc::make_mut(&mut self.counts);
@@ -133,82 +106,38 @@ impl Memo {
         if sign > 0 {
             *nodes += 1;
             match counts.get_mut(domain.as_str()) {
-                Some(v) => *v += c.count,
+                Some(v) => *v += count,
                 None => {
-                    counts.insert(domain.clone(), c.count);
+                    counts.insert(domain.clone(), *count);
                 }
             }
         } else {
             *nodes = nodes.saturating_sub(1);
-            let gone = *nodes == 0;
-            if gone {
+            if *nodes == 0 {
                 self.nodes_per_domain.remove(domain.as_str());
                 counts.remove(domain.as_str());
             } else if let Some(v) = counts.get_mut(domain.as_str()) {
-                *v -= c.count;
+                *v -= count;
             }
         }
     }
+}
 
-    /// Brings the counts up to date with the nodes in `slots` (slot -> node, `None` for a
-    /// free slot): only the slots `log` noted since the last refresh, or every slot when
-    /// the log no longer reaches back that far.
-    fn refresh(&mut self, slots: &[Option<NodeInfo>], log: &ChangeLog) {
-        let len = slots.len();
-        if self.per_node.len() < len {
-            self.per_node.resize(len, None);
-        }
-        match self.cursor.and_then(|c| log.since(c)) {
-            Some(changed) => {
-                for &idx in changed {
-                    let i = idx.index();
-                    self.refresh_slot(i, slots.get(i).and_then(Option::as_ref));
-                }
-            }
-            None => {
-                for (i, node) in slots.iter().enumerate() {
-                    self.refresh_slot(i, node.as_ref());
-                }
-                for i in len..self.per_node.len() {
-                    self.refresh_slot(i, None);
-                }
-            }
-        }
-        self.cursor = Some(log.end());
-        debug_assert!(
-            self.per_node.iter().enumerate().all(|(i, c)| {
-                let node = slots.get(i).and_then(Option::as_ref);
-                match (c, node) {
-                    (Some(c), Some(n)) => c.generation == n.generation,
-                    (None, None) => true,
-                    _ => false,
-                }
-            }),
-            "a node changed without being noted in the cluster's change log"
-        );
-    }
+/// The remembered questions and their answers ([`CountCache`]: bounded, brought up to date
+/// from the nodes the cluster's change log noted).
+#[derive(Debug, Default, Clone)]
+pub struct DomainCountCache(CountCache<Question, Domains>);
 
-    /// Brings slot `i`'s contribution up to date with `node`.
-    fn refresh_slot(&mut self, i: usize, node: Option<&NodeInfo>) {
-        let Some(prev) = self.per_node.get(i) else {
-            return;
-        };
-        let same = match (prev, node) {
-            (Some(c), Some(n)) => c.generation == n.generation,
-            (None, None) => true,
-            _ => false,
-        };
-        if same {
-            return;
-        }
-        if let Some(old) = self.per_node[i].take() {
-            self.apply(&old, -1);
-        }
-        if let Some(n) = node {
-            let c = self.contribution(n);
-            self.apply(&c, 1);
-            self.per_node[i] = Some(c);
-        }
+impl DomainCountCache {
+    /// The per-domain counts for `q` over `nodes`.
+    pub fn counts(&self, q: &DomainQuery<'_>, nodes: NodeTable<'_>) -> Arc<DomainCounts> {
+        self.0.with_answer(
+            |m| m.answers(q),
+            || Question::new(q),
+            nodes,
+            |n| part(q, n),
+            |t| t.counts.clone(),
+        )
     }
 }
 
@@ -221,53 +150,4 @@ pub(crate) fn count_matching(pods: &[Arc<PodInfo>], selector: Option<&Selector>,
     pods.iter()
         .filter(|p| !p.terminating && *p.key.namespace == *ns && sel.matches(&p.labels))
         .count() as i64
-}
-
-/// The remembered questions and their answers. Interior mutability: plugins read the
-/// cluster by shared reference, and answering a question updates its memo.
-#[derive(Debug, Default)]
-pub struct DomainCountCache {
-    memos: Mutex<(u64, Vec<Memo>)>,
-}
-
-impl Clone for DomainCountCache {
-    fn clone(&self) -> Self {
-        let inner = self.memos.lock().unwrap_or_else(|e| e.into_inner());
-        Self {
-            memos: Mutex::new(inner.clone()),
-        }
-    }
-}
-
-impl DomainCountCache {
-    /// The per-domain counts for `q` over the nodes in `slots` (every node slot of the
-    /// cluster, in index order, `None` for a free one), whose changes `log` notes.
-    pub fn counts(
-        &self,
-        q: &DomainQuery<'_>,
-        slots: &[Option<NodeInfo>],
-        log: &ChangeLog,
-    ) -> Arc<DomainCounts> {
-        let mut guard = self.memos.lock().unwrap_or_else(|e| e.into_inner());
-        let (clock, memos) = &mut *guard;
-        *clock += 1;
-        let at = match memos.iter().position(|m| m.answers(q)) {
-            Some(i) => i,
-            None => {
-                if memos.len() >= MAX_QUERIES {
-                    if let Some((oldest, _)) =
-                        memos.iter().enumerate().min_by_key(|(_, m)| m.last_used)
-                    {
-                        memos.swap_remove(oldest);
-                    }
-                }
-                memos.push(Memo::new(q));
-                memos.len() - 1
-            }
-        };
-        let memo = &mut memos[at];
-        memo.last_used = *clock;
-        memo.refresh(slots, log);
-        memo.counts.clone()
-    }
 }

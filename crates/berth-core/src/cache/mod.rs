@@ -216,7 +216,7 @@ impl Cluster {
     /// [`domain_counts`]): brought up to date from the nodes changed since the same question
     /// was last asked.
     pub fn domain_counts(&self, q: &DomainQuery<'_>) -> Arc<DomainCounts> {
-        self.domain_counts.counts(q, &self.nodes, &self.changes)
+        self.domain_counts.counts(q, self.node_table())
     }
 
     /// InterPodAffinity's remembered answers (see [`affinity_counts`]).
