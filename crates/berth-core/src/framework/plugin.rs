@@ -15,6 +15,19 @@ use crate::model::node::{NodeIdx, NodeInfo};
 use crate::model::pod::PodInfo;
 use crate::rng::SplitMix64;
 
+/// Scores each of `nodes` with `score`, appending to `out`; a node no longer in the cluster
+/// scores 0. What [`Plugin::score_nodes`] does, for overrides that work out the pod's part
+/// once per cycle first.
+#[inline]
+pub fn score_each(
+    cx: &Cluster,
+    nodes: &[NodeIdx],
+    out: &mut Vec<i64>,
+    mut score: impl FnMut(&NodeInfo) -> i64,
+) {
+    out.extend(nodes.iter().map(|&idx| cx.node(idx).map_or(0, &mut score)));
+}
+
 /// Scores plugins return are within `0..=MAX_NODE_SCORE` after normalisation.
 pub const MAX_NODE_SCORE: i64 = 100;
 
@@ -247,10 +260,7 @@ pub trait Plugin: std::fmt::Debug + Send + Sync {
         nodes: &[NodeIdx],
         out: &mut Vec<i64>,
     ) {
-        out.extend(nodes.iter().map(|&idx| {
-            cx.node(idx)
-                .map_or(0, |node| self.score(cx, state, pod, node))
-        }));
+        score_each(cx, nodes, out, |node| self.score(cx, state, pod, node));
     }
 
     /// Maps raw scores of all feasible nodes into `0..=MAX_NODE_SCORE`. The default keeps

@@ -11,6 +11,7 @@
 
 use crate::cache::Cluster;
 use crate::framework::config::ConfigError;
+use crate::framework::plugin::score_each;
 use crate::framework::{CycleState, Plugin, Points, Status, MAX_NODE_SCORE};
 use crate::model::node::{NodeIdx, NodeInfo};
 use crate::model::pod::PodInfo;
@@ -176,12 +177,10 @@ impl Plugin for BalancedAllocation {
     ) {
         let terms = self.terms(&cx.names, pod);
         let reservation = state.reservation.as_ref();
-        out.extend(nodes.iter().map(|&idx| {
-            cx.node(idx).map_or(0, |node| {
-                let restored = reservation.and_then(|r| r.restored(pod, idx));
-                Self::score_terms(&terms, node, restored)
-            })
-        }));
+        score_each(cx, nodes, out, |node| {
+            let restored = reservation.and_then(|r| r.restored(pod, node.idx));
+            Self::score_terms(&terms, node, restored)
+        });
     }
 }
 

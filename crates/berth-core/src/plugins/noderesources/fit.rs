@@ -10,6 +10,7 @@ use std::borrow::Cow;
 
 use crate::cache::Cluster;
 use crate::framework::config::ConfigError;
+use crate::framework::plugin::score_each;
 use crate::framework::{Code, CycleState, Plugin, Points, Status};
 use crate::model::node::{NodeIdx, NodeInfo};
 use crate::model::pod::PodInfo;
@@ -209,12 +210,10 @@ impl Plugin for Fit {
     ) {
         let terms = self.scorer.terms(&cx.names, pod);
         let reservation = state.reservation.as_ref();
-        out.extend(nodes.iter().map(|&idx| {
-            cx.node(idx).map_or(0, |node| {
-                let back = reservation.and_then(|r| r.restored(pod, idx));
-                self.scorer.score_terms(&terms, node, back)
-            })
-        }));
+        score_each(cx, nodes, out, |node| {
+            let back = reservation.and_then(|r| r.restored(pod, node.idx));
+            self.scorer.score_terms(&terms, node, back)
+        });
     }
 }
 
