@@ -574,7 +574,7 @@ pub(crate) fn free_for(
     pod: &PodInfo,
     node: &NodeInfo,
 ) -> crate::resources::Resources {
-    let mut free = node.free();
+    let mut free = *node.free();
     if let Some(back) = state
         .reservation
         .as_ref()

@@ -49,6 +49,9 @@ use crate::rng::SplitMix64;
 use crate::time::Time;
 
 mod drp;
+mod filter_nodes;
+
+use filter_nodes::{Filtering, Found};
 
 /// Reason of the Warning event on a pod holding CPUs its node now reserves
 /// (`node.koordinator.sh/reservation`): the pod should be evicted.
@@ -125,6 +128,8 @@ pub struct Scheduler {
     filter_log: Vec<(NodeIdx, &'static str)>,
     /// The cycle's `skip_filter` bits, for the feedback.
     filter_log_skip: u64,
+    /// The Filter loop's rejections of one batch.
+    rejected: Vec<(usize, Status)>,
     feedback_buf: Vec<(NodeIdx, bool)>,
     /// Bumped by every input and every cycle that changed anything: a pod that failed at
     /// the current epoch would fail again the same way ([`SchedulingQueue::replayable`]).
@@ -222,6 +227,7 @@ impl Scheduler {
             feedback,
             filter_log: Vec::new(),
             filter_log_skip: 0,
+            rejected: Vec::new(),
             feedback_buf: Vec::new(),
             epoch: 0,
             unsynced: config.wait_for_sync.iter().copied().collect(),
@@ -1255,51 +1261,45 @@ impl Scheduler {
         } else {
             self.next_start % n
         };
-        let mut processed = 0;
         let plan = FilterPlan::new(prof, &state);
         // Preferred nodes (those holding the pod's reservations) first, then the rotating
         // sample (which skips them); only the sample advances the rotation.
         let preferred = std::mem::take(&mut state.preferred_nodes);
-        let first = preferred
+        let filtering = Filtering {
+            plan: &plan,
+            cx,
+            state: &state,
+            pod,
+            nominator: &self.nominator,
+        };
+        let mut found = Found {
+            feasible: &mut feasible,
+            resolvable: &mut self.resolvable,
+            diag: &mut diag,
+            log: (!self.feedback[profile].is_empty()).then_some(&mut self.filter_log),
+            nodes_filtered: &mut self.counters.nodes_filtered,
+        };
+        for &idx in preferred
             .iter()
             .filter(|i| subset.as_ref().is_none_or(|s| s.contains(i)))
-            .map(|&i| (i, false));
-        // The rotation as two slices: no modulo per node.
-        let (before, after) = candidates.split_at(start.min(n));
-        let sample = after.iter().chain(before).map(|&i| (i, true));
-        for (idx, sampled) in first.chain(sample) {
-            if feasible.len() >= to_find {
+        {
+            if found.feasible.len() >= to_find {
                 break;
             }
-            if sampled {
-                processed += 1;
-                if preferred.binary_search(&idx).is_ok() {
-                    continue;
-                }
-            }
             let Some(node) = cx.node(idx) else { continue };
-            self.counters.nodes_filtered += 1;
-            let st = run_filter_plugins_with_nominated_pods(
-                &plan,
-                cx,
-                &state,
-                pod,
-                node,
-                &self.nominator,
-            );
-            if !self.feedback[profile].is_empty() {
-                let by = if st.is_success() { "" } else { st.plugin() };
-                self.filter_log.push((idx, by));
-            }
-            if st.is_success() {
-                feasible.push(idx);
-            } else {
-                if st.code() == Code::Unschedulable {
-                    self.resolvable.push(idx);
-                }
-                diag.add(&st);
-            }
+            *found.nodes_filtered += 1;
+            found.record(idx, filtering.one(node).as_ref());
         }
+        // The rotation as two slices: no modulo per node.
+        let (before, after) = candidates.split_at(start.min(n));
+        let processed = filtering.rotation(
+            after.iter().chain(before).copied(),
+            &preferred,
+            to_find,
+            &mut found,
+            &mut self.rejected,
+        );
+        drop(filtering);
         drop(plan);
         if subset.is_none() && n > 0 {
             self.next_start = (start + processed) % n;

@@ -17,6 +17,32 @@ use crate::framework::status::Status;
 use crate::model::node::NodeInfo;
 use crate::model::pod::PodInfo;
 
+/// How many nodes [`FilterPlan::run_batch`] filters together: one bit each in a `u64`.
+pub const BATCH: usize = 64;
+
+/// The positions of the set bits of `mask`, lowest first.
+#[inline]
+pub fn ones(mut mask: u64) -> impl Iterator<Item = usize> {
+    std::iter::from_fn(move || {
+        if mask == 0 {
+            return None;
+        }
+        let i = mask.trailing_zeros() as usize;
+        mask &= mask - 1;
+        Some(i)
+    })
+}
+
+/// The mask of the first `n` positions (`n <= BATCH`).
+#[inline]
+pub fn first(n: usize) -> u64 {
+    if n >= BATCH {
+        u64::MAX
+    } else {
+        (1u64 << n) - 1
+    }
+}
+
 /// The Filter plugins a cycle runs, in order.
 pub struct FilterPlan<'a> {
     steps: SmallVec<[(&'a dyn Plugin, bool); 16]>,
@@ -56,6 +82,56 @@ impl<'a> FilterPlan<'a> {
             }
         }
         Status::success()
+    }
+
+    /// [`FilterPlan::run`] on up to [`BATCH`] nodes at once, plugin by plugin: each plugin
+    /// is asked about the nodes every earlier plugin let through, so every node meets the
+    /// same plugins in the same order as one at a time, and the first rejection still
+    /// wins. Fast-path plugins answer the whole batch in one call
+    /// ([`Plugin::passes_each`]); `filter` runs only where they say no. Returns the mask of
+    /// the nodes that pass; pushes each rejected node's position and status onto
+    /// `rejected`, in no particular order.
+    pub fn run_batch(
+        &self,
+        cx: &Cluster,
+        state: &CycleState,
+        pod: &PodInfo,
+        nodes: &[&NodeInfo],
+        rejected: &mut Vec<(usize, Status)>,
+    ) -> u64 {
+        let mut pass = first(nodes.len());
+        for &(p, fast) in &self.steps {
+            if pass == 0 {
+                break;
+            }
+            // The nodes this plugin must give a full Filter verdict on.
+            let ask = if fast {
+                let before = pass;
+                p.passes_each(cx, state, pod, nodes, &mut pass);
+                #[cfg(debug_assertions)]
+                for i in ones(pass & before) {
+                    assert!(
+                        p.filter(cx, state, pod, nodes[i]).is_success(),
+                        "{}: passes_each() let through a node filter() rejects",
+                        p.name()
+                    );
+                }
+                before & !pass
+            } else {
+                pass
+            };
+            for i in ones(ask) {
+                let Some(node) = nodes.get(i) else { continue };
+                let st = p.filter(cx, state, pod, node);
+                if st.is_success() {
+                    pass |= 1u64 << i;
+                } else {
+                    pass &= !(1u64 << i);
+                    rejected.push((i, st.with_plugin(p.name())));
+                }
+            }
+        }
+        pass
     }
 }
 

@@ -209,6 +209,26 @@ pub trait Plugin: std::fmt::Debug + Send + Sync {
         self.filter(cx, state, pod, node).is_success()
     }
 
+    /// [`Plugin::passes`] over a batch of nodes ([`crate::framework::filter_plan::Batch`]):
+    /// clears bit `i` of `pass` where `nodes[i]` does not pass; only set bits are asked. One
+    /// dynamic call per plugin per batch instead of one per node: this default is compiled
+    /// for each plugin, so its `passes` is called directly and inlined. An override must
+    /// clear exactly what `passes` would.
+    fn passes_each(
+        &self,
+        cx: &Cluster,
+        state: &CycleState,
+        pod: &PodInfo,
+        nodes: &[&NodeInfo],
+        pass: &mut u64,
+    ) {
+        for i in crate::framework::filter_plan::ones(*pass) {
+            if !nodes.get(i).is_some_and(|n| self.passes(cx, state, pod, n)) {
+                *pass &= !(1u64 << i);
+            }
+        }
+    }
+
     /// Learns the verdicts of this plugin's Filter in the cycle that just ran: `(node,
     /// passed)` in the order Filter ran (only with [`Points::FILTER_FEEDBACK`]). Filter itself
     /// cannot write (it reads `&Cluster`, and preemption re-runs it on copies whose verdicts

@@ -68,6 +68,38 @@ pub struct NodeInfo {
     pub generation: u64,
     /// Why `node.koordinator.sh/reservation` could not be applied, if it could not.
     pub annotation_error: Option<String>,
+    /// The sums the per-node Filter and Score arithmetic reads, kept by [`NodeInfo::touch`].
+    derived: Derived,
+}
+
+/// Sums of [`NodeInfo`]'s resource vectors, worked out when the node changes rather than
+/// on every node filtered and scored (saturating arithmetic per slot per node was a third
+/// of NodeResourcesFit's and BalancedAllocation's cost).
+#[derive(Debug, Clone, Default, PartialEq)]
+struct Derived {
+    /// `allocatable - requested - reserved`.
+    free: Resources,
+    /// `requested + reserved`.
+    used: Resources,
+    /// `non_zero_requested + reserved`.
+    scoring_used: Resources,
+}
+
+impl Derived {
+    fn of(n: &NodeInfo) -> Self {
+        let mut free = n.allocatable;
+        free.sub(&n.requested);
+        free.sub(&n.reserved);
+        let mut used = n.requested;
+        used.add(&n.reserved);
+        let mut scoring_used = n.non_zero_requested;
+        scoring_used.add(&n.reserved);
+        Self {
+            free,
+            used,
+            scoring_used,
+        }
+    }
 }
 
 impl NodeInfo {
@@ -96,6 +128,7 @@ impl NodeInfo {
             pods_with_required_anti_affinity: 0,
             generation: 0,
             annotation_error: None,
+            derived: Derived::default(),
         };
         me.set_node(node, names)?;
         Ok(me)
@@ -186,17 +219,44 @@ impl NodeInfo {
         Some(pod)
     }
 
-    /// Gives the node a fresh [`NodeInfo::generation`]: call after changing it.
+    /// Gives the node a fresh [`NodeInfo::generation`] and works out its sums again: call
+    /// after changing it.
     pub fn touch(&mut self) {
         self.generation = next_generation();
+        self.derived = Derived::of(self);
     }
 
-    /// What is left for a pod that may not use reserved capacity.
-    pub fn free(&self) -> Resources {
-        let mut f = self.allocatable;
-        f.sub(&self.requested);
-        f.sub(&self.reserved);
-        f
+    /// The sums, checked against their fields in debug builds: a change without
+    /// [`NodeInfo::touch`] is caught by every test that filters or scores the node.
+    #[inline]
+    fn derived(&self) -> &Derived {
+        debug_assert_eq!(
+            self.derived,
+            Derived::of(self),
+            "node {} changed without touch()",
+            self.name
+        );
+        &self.derived
+    }
+
+    /// What is left for a pod that may not use reserved capacity: `allocatable - requested
+    /// - reserved`, per slot, saturating.
+    #[inline]
+    pub fn free(&self) -> &Resources {
+        &self.derived().free
+    }
+
+    /// What the node's pods and reservations take: `requested + reserved`, saturating.
+    #[inline]
+    pub fn used(&self) -> &Resources {
+        &self.derived().used
+    }
+
+    /// [`NodeInfo::used`] with scoring requests (the 100m/200Mi defaults):
+    /// `non_zero_requested + reserved`, saturating.
+    #[inline]
+    pub fn scoring_used(&self) -> &Resources {
+        &self.derived().scoring_used
     }
 }
 

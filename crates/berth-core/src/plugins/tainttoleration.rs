@@ -121,7 +121,11 @@ impl Plugin for TaintToleration {
         Status::success()
     }
 
+    #[inline]
     fn score(&self, _cx: &Cluster, _state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> i64 {
+        if node.taints.is_empty() {
+            return 0;
+        }
         let prefer = pod_tolerations(pod).iter().filter(|t| {
             let e = t.effect.as_deref().unwrap_or("");
             e.is_empty() || e == PREFER_NO_SCHEDULE

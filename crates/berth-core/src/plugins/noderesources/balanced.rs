@@ -59,6 +59,26 @@ impl BalancedAllocation {
             .collect()
     }
 
+    /// The usage fraction of one term on `node`, capped at 1; `None` when the node does
+    /// not have the resource.
+    #[inline(always)]
+    fn fraction(
+        id: ResourceId,
+        want: i64,
+        node: &NodeInfo,
+        restored: Option<&Resources>,
+    ) -> Option<f64> {
+        let alloc = node.allocatable[id];
+        if alloc == 0 {
+            return None;
+        }
+        let mut used = node.used()[id].saturating_add(want);
+        if let Some(back) = restored {
+            used = used.saturating_sub(back[id]).max(0);
+        }
+        Some((used as f64 / alloc as f64).min(1.0))
+    }
+
     /// The usage fraction of each of `terms` the node has, capped at 1, written into `out`
     /// in configuration order (a stack array: nothing is allocated per node); returns how
     /// many.
@@ -71,20 +91,13 @@ impl BalancedAllocation {
     ) -> usize {
         let mut n = 0;
         for &(id, want) in terms {
-            let alloc = node.allocatable[id];
-            if alloc == 0 {
+            let Some(f) = Self::fraction(id, want, node, restored) else {
                 continue;
-            }
-            let mut used = node.requested[id]
-                .saturating_add(node.reserved[id])
-                .saturating_add(want);
-            if let Some(back) = restored {
-                used = used.saturating_sub(back[id]).max(0);
-            }
+            };
             // More configured names than slots can only repeat a slot: the extra ones
             // are dropped rather than indexed out of bounds.
             if let Some(slot) = out.get_mut(n) {
-                *slot = (used as f64 / alloc as f64).min(1.0);
+                *slot = f;
                 n += 1;
             }
         }
@@ -93,12 +106,24 @@ impl BalancedAllocation {
 
     /// The score from the fractions (same operations in the same order as
     /// kube-scheduler, so the same floats).
-    #[inline]
+    #[inline(always)]
     fn score_terms(
         terms: &[(ResourceId, i64)],
         node: &NodeInfo,
         restored: Option<&Resources>,
     ) -> i64 {
+        // The default two resources without a buffer: the standard deviation of two
+        // fractions is half their distance (one fraction or none: 0).
+        if let &[(a, wa), (b, wb)] = terms {
+            let std = match (
+                Self::fraction(a, wa, node, restored),
+                Self::fraction(b, wb, node, restored),
+            ) {
+                (Some(fa), Some(fb)) => ((fa - fb) / 2.0).abs(),
+                _ => 0.0,
+            };
+            return ((1.0 - std) * MAX_NODE_SCORE as f64) as i64;
+        }
         // A buffer as small as the usual pod needs: zeroing all MAX_RESOURCES slots per
         // node was a tenth of this function.
         if terms.len() <= 4 {
@@ -330,6 +355,7 @@ mod tests {
         let mut cx = Cluster::default();
         let mut n = sized("a", "4", "10000Mi").build_info_with(&mut cx.names);
         n.reserved[ResourceId::CPU] = 1000;
+        n.touch();
         let p = cpu_mem("1", "5000Mi").build_info_with(&mut cx.names);
         let pl = BalancedAllocation::new(None).unwrap();
         // cpu (1000 + 1000) / 4000 = 0.5, memory 0.5.

@@ -10,7 +10,7 @@ use std::borrow::Cow;
 
 use crate::cache::Cluster;
 use crate::framework::config::ConfigError;
-use crate::framework::plugin::score_each;
+use crate::framework::filter_plan::ones;
 use crate::framework::{Code, CycleState, Plugin, Points, Status};
 use crate::model::node::{NodeIdx, NodeInfo};
 use crate::model::pod::PodInfo;
@@ -69,6 +69,56 @@ impl Fit {
     }
 }
 
+/// The resources a pod requests (slot, amount): a basic pod's two among the cluster's
+/// slots, so the per-node check does not walk every slot.
+struct Wants {
+    len: usize,
+    slots: [(usize, i64); MAX_RESOURCES],
+}
+
+impl Wants {
+    fn of(cx: &Cluster, pod: &PodInfo) -> Self {
+        let mut me = Self {
+            len: 0,
+            slots: [(0, 0); MAX_RESOURCES],
+        };
+        let n = cx.names.len().min(MAX_RESOURCES);
+        for (i, &want) in pod.requests.0[..n].iter().enumerate() {
+            if want > 0 {
+                me.slots[me.len % MAX_RESOURCES] = (i, want);
+                me.len += 1;
+            }
+        }
+        me
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (usize, i64)> + '_ {
+        self.slots[..self.len.min(MAX_RESOURCES)].iter().copied()
+    }
+}
+
+/// Filter's arithmetic without its reasons ([`Plugin::passes`]): a pod slot, and every
+/// request within allocatable minus requested minus reserved, plus what the pod's
+/// reservations give back.
+#[inline]
+fn fits(state: &CycleState, pod: &PodInfo, wants: &Wants, node: &NodeInfo) -> bool {
+    let reservation = state.reservation.as_ref();
+    let slots_back = reservation.map_or(0, |r| r.restored_pods(node));
+    if node.pods.len() as i64 - slots_back + 1 > node.allowed_pods {
+        return false;
+    }
+    let free = &node.free().0;
+    match reservation.and_then(|r| r.restored(pod, node.idx)) {
+        None => wants
+            .iter()
+            .all(|(i, want)| want <= free[i % MAX_RESOURCES]),
+        Some(back) => wants.iter().all(|(i, want)| {
+            let i = i % MAX_RESOURCES;
+            want <= free[i].saturating_add(back.0[i])
+        }),
+    }
+}
+
 /// Extended resources (`v1helper.IsExtendedResourceName`): a domain-prefixed name that is
 /// not native (no `kubernetes.io/` anywhere in it, so `subdomain.kubernetes.io/x` is native
 /// too) and not a quota `requests.` name. Only these can be ignored by the args.
@@ -93,28 +143,24 @@ impl Plugin for Fit {
     /// without its reasons. A request that does not fit says no even when Filter would let
     /// it through (an ignored or `pods` resource): Filter decides those.
     fn passes(&self, cx: &Cluster, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> bool {
-        let reservation = state.reservation.as_ref();
-        let slots_back = reservation.map_or(0, |r| r.restored_pods(node));
-        if node.pods.len() as i64 - slots_back + 1 > node.allowed_pods {
-            return false;
-        }
-        let back = reservation.and_then(|r| r.restored(pod, node.idx));
-        let n = cx.names.len().min(MAX_RESOURCES);
-        let (want, alloc) = (&pod.requests.0[..n], &node.allocatable.0[..n]);
-        let (used, held) = (&node.requested.0[..n], &node.reserved.0[..n]);
-        for i in 0..n {
-            if want[i] <= 0 {
-                continue;
-            }
-            let mut free = alloc[i].saturating_sub(used[i]).saturating_sub(held[i]);
-            if let Some(b) = back {
-                free = free.saturating_add(b.0[i]);
-            }
-            if want[i] > free {
-                return false;
+        fits(state, pod, &Wants::of(cx, pod), node)
+    }
+
+    /// [`Plugin::passes`] with the pod's requests listed once per batch.
+    fn passes_each(
+        &self,
+        cx: &Cluster,
+        state: &CycleState,
+        pod: &PodInfo,
+        nodes: &[&NodeInfo],
+        pass: &mut u64,
+    ) {
+        let wants = Wants::of(cx, pod);
+        for i in ones(*pass) {
+            if !nodes.get(i).is_some_and(|n| fits(state, pod, &wants, n)) {
+                *pass &= !(1u64 << i);
             }
         }
-        true
     }
 
     fn pre_filter(&self, _cx: &Cluster, _state: &mut CycleState, _pod: &PodInfo) -> Status {
@@ -210,9 +256,8 @@ impl Plugin for Fit {
     ) {
         let terms = self.scorer.terms(&cx.names, pod);
         let reservation = state.reservation.as_ref();
-        score_each(cx, nodes, out, |node| {
-            let back = reservation.and_then(|r| r.restored(pod, node.idx));
-            self.scorer.score_terms(&terms, node, back)
+        self.scorer.score_nodes(&terms, cx, nodes, out, |idx| {
+            reservation.and_then(|r| r.restored(pod, idx))
         });
     }
 }
@@ -558,6 +603,7 @@ mod tests {
             &[],
         );
         n.reserved[ResourceId::CPU] = 3000;
+        n.touch();
         let pl = fit(json!({}));
         let p = pod("p").req("cpu", "2").build_info_with(&mut cx.names);
         assert_eq!(
@@ -839,6 +885,7 @@ mod tests {
         let mut cx = Cluster::default();
         let mut n = node_with(&mut cx, sized("a", "4", "10000Mi"), &[]);
         n.reserved[ResourceId::CPU] = 1000;
+        n.touch();
         let p = cpu_mem("2", "5000Mi").build_info_with(&mut cx.names);
         // cpu (4000 - 3000) / 4000 = 25, memory 50.
         assert_eq!(

@@ -4,8 +4,10 @@
 
 use smallvec::SmallVec;
 
+use crate::cache::Cluster;
+use crate::framework::plugin::score_each;
 use crate::framework::MAX_NODE_SCORE;
-use crate::model::node::NodeInfo;
+use crate::model::node::{NodeIdx, NodeInfo};
 use crate::model::pod::PodInfo;
 use crate::resources::{ResourceId, ResourceName, ResourceNames, Resources};
 
@@ -36,19 +38,18 @@ pub(crate) struct Term {
 impl Term {
     /// What the node would have requested with the pod on it, and its allocatable, or
     /// `None` when the node does not have the resource (it is left out).
-    #[inline]
+    #[inline(always)]
     fn requested(&self, node: &NodeInfo, back: Option<&Resources>) -> Option<(i64, i64)> {
         let id = self.id;
         let alloc = node.allocatable[id];
         if alloc == 0 {
             return None;
         }
-        let used = if self.non_zero {
-            node.non_zero_requested[id]
+        let mut used = if self.non_zero {
+            node.scoring_used()[id]
         } else {
-            node.requested[id]
+            node.used()[id]
         };
-        let mut used = used.saturating_add(node.reserved[id]);
         if let Some(b) = back {
             used = used.saturating_sub(b[id]).max(0);
         }
@@ -197,6 +198,31 @@ impl Scorer {
         }
     }
 
+    /// [`Scorer::score_terms`] for each of `nodes` (appended to `out`), with the strategy
+    /// matched once rather than per node; `back(node)` is what the pod's reservations give
+    /// back there.
+    #[inline]
+    pub(crate) fn score_nodes<'a>(
+        &self,
+        terms: &[Term],
+        cx: &Cluster,
+        nodes: &[NodeIdx],
+        out: &mut Vec<i64>,
+        back: impl Fn(NodeIdx) -> Option<&'a Resources>,
+    ) {
+        match self.kind {
+            ScoringStrategyType::LeastAllocated => {
+                score_each(cx, nodes, out, |n| weighted(terms, n, back(n.idx), least))
+            }
+            ScoringStrategyType::MostAllocated => {
+                score_each(cx, nodes, out, |n| weighted(terms, n, back(n.idx), most))
+            }
+            ScoringStrategyType::RequestedToCapacityRatio => {
+                score_each(cx, nodes, out, |n| self.score_terms(terms, n, back(n.idx)))
+            }
+        }
+    }
+
     fn ratio(&self, req: i64, alloc: i64) -> i64 {
         if alloc == 0 || req > alloc {
             return piecewise(&self.shape, MAX_UTILIZATION);
@@ -206,6 +232,7 @@ impl Scorer {
 }
 
 /// `(capacity - requested) * 100 / capacity`, 0 when over capacity.
+#[inline(always)]
 pub(crate) fn least(requested: i64, capacity: i64) -> i64 {
     if capacity == 0 || requested > capacity {
         return 0;
@@ -214,6 +241,7 @@ pub(crate) fn least(requested: i64, capacity: i64) -> i64 {
 }
 
 /// `requested * 100 / capacity`, with requested capped at capacity.
+#[inline(always)]
 pub(crate) fn most(requested: i64, capacity: i64) -> i64 {
     if capacity == 0 {
         return 0;

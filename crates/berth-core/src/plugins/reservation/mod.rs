@@ -92,7 +92,12 @@ impl State {
     /// node's free capacity by NodeResourcesFit). For an owner: the largest remainder of one
     /// matched reservation per resource (the Reservation Filter checks the exact rule, one
     /// reservation at a time); for a reservation-ignored pod: everything reserved there.
+    #[inline]
     pub fn restored(&self, _pod: &PodInfo, node: NodeIdx) -> Option<&Resources> {
+        // Most pods match no reservation: no hashing per node for them.
+        if self.nodes.is_empty() {
+            return None;
+        }
         self.nodes.get(&node).map(|n| &n.restore)
     }
 
@@ -139,12 +144,16 @@ impl State {
     /// Reservation stand-ins on `node` that do not take a pod slot from the pod: those of
     /// its matched reservations (Koordinator removes them from the owner's NodeInfo; the
     /// owner takes the slot its reservation held), every one for a reservation-ignored pod.
+    #[inline]
     pub fn restored_pods(&self, node: &NodeInfo) -> i64 {
         if self.reserve_pod {
             return 0;
         }
         if self.ignored {
             return node.pods.iter().filter(|p| p.is_reserve_pod()).count() as i64;
+        }
+        if self.nodes.is_empty() {
+            return 0;
         }
         self.nodes.get(&node.idx).map_or(0, |n| n.slots)
     }
@@ -582,7 +591,9 @@ impl Plugin for Reservation {
     fn passes(&self, _cx: &Cluster, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> bool {
         state.reservation.as_deref().is_some_and(|st| {
             !st.reserve_pod
-                && (st.ignored || (!st.has_affinity && !st.nodes.contains_key(&node.idx)))
+                && (st.ignored
+                    || (!st.has_affinity
+                        && (st.nodes.is_empty() || !st.nodes.contains_key(&node.idx))))
         })
     }
 

@@ -1,0 +1,151 @@
+//! The Filter loop over the sampled nodes (kube-scheduler's `findNodesThatPassFilters`).
+//!
+//! Nodes are filtered in batches of up to [`BATCH`], never more than are still needed:
+//! kube-scheduler stops at `numFeasibleNodesToFind`, and so does this loop, at the same
+//! node, so the nodes filtered, the rotation's next start and the diagnosis are the same
+//! as one node at a time. A batch lets each Filter plugin answer for all its nodes in one
+//! call ([`FilterPlan::run_batch`]) instead of one dynamic call per plugin per node.
+
+use crate::cache::Cluster;
+use crate::framework::filter_plan::BATCH;
+use crate::framework::nominator::{run_filter_plugins_with_nominated_pods, Nominator};
+use crate::framework::{Code, CycleState, Diagnosis, FilterPlan, Status};
+use crate::model::node::{NodeIdx, NodeInfo};
+use crate::model::pod::PodInfo;
+
+/// Where the Filter loop writes its verdicts.
+pub(super) struct Found<'a> {
+    /// Nodes that passed, in the order filtered.
+    pub feasible: &'a mut Vec<NodeIdx>,
+    /// Nodes rejected as `Unschedulable` (preemption may help there).
+    pub resolvable: &'a mut Vec<NodeIdx>,
+    /// Why nodes were rejected.
+    pub diag: &'a mut Diagnosis,
+    /// Each node's verdict (the rejecting plugin, `""` when it passed), when the profile
+    /// has Filter feedback plugins.
+    pub log: Option<&'a mut Vec<(NodeIdx, &'static str)>>,
+    /// Nodes filtered, counted.
+    pub nodes_filtered: &'a mut u64,
+}
+
+impl Found<'_> {
+    /// Records one node's verdict: `None` when it passed.
+    pub fn record(&mut self, idx: NodeIdx, rejection: Option<&Status>) {
+        match rejection {
+            None => {
+                if let Some(log) = self.log.as_deref_mut() {
+                    log.push((idx, ""));
+                }
+                self.feasible.push(idx);
+            }
+            Some(st) => {
+                if let Some(log) = self.log.as_deref_mut() {
+                    log.push((idx, st.plugin()));
+                }
+                if st.code() == Code::Unschedulable {
+                    self.resolvable.push(idx);
+                }
+                self.diag.add(st);
+            }
+        }
+    }
+}
+
+/// The cycle's inputs to the Filter loop.
+pub(super) struct Filtering<'a, 'p> {
+    pub plan: &'a FilterPlan<'p>,
+    pub cx: &'a Cluster,
+    pub state: &'a CycleState,
+    pub pod: &'a PodInfo,
+    pub nominator: &'a Nominator,
+}
+
+impl Filtering<'_, '_> {
+    /// Filters one node (preferred and nominated nodes go one at a time); `None` when it
+    /// passes.
+    pub fn one(&self, node: &NodeInfo) -> Option<Status> {
+        let st = run_filter_plugins_with_nominated_pods(
+            self.plan,
+            self.cx,
+            self.state,
+            self.pod,
+            node,
+            self.nominator,
+        );
+        (!st.is_success()).then_some(st)
+    }
+
+    /// Filters the nodes of `rotation` in order, leaving out those in `skip` (sorted) and
+    /// those no longer in the cluster, until `found` holds `to_find` feasible nodes or the
+    /// rotation ends. Returns how many positions of the rotation it used, skipped ones
+    /// included. `rejected` is a reusable buffer.
+    pub fn rotation(
+        &self,
+        rotation: impl Iterator<Item = NodeIdx>,
+        skip: &[NodeIdx],
+        to_find: usize,
+        found: &mut Found<'_>,
+        rejected: &mut Vec<(usize, Status)>,
+    ) -> usize {
+        let mut rotation = rotation.fuse();
+        let mut used = 0;
+        // One allocation per cycle, not per node.
+        let mut nodes: Vec<&NodeInfo> = Vec::with_capacity(BATCH.min(to_find));
+        while found.feasible.len() < to_find {
+            // Never more than are still needed: if all pass, the last one is where
+            // one-at-a-time filtering would have stopped.
+            let want = (to_find - found.feasible.len()).min(BATCH);
+            nodes.clear();
+            while nodes.len() < want {
+                let Some(idx) = rotation.next() else { break };
+                used += 1;
+                if !skip.is_empty() && skip.binary_search(&idx).is_ok() {
+                    continue;
+                }
+                if let Some(node) = self.cx.node(idx) {
+                    nodes.push(node);
+                }
+            }
+            if nodes.is_empty() {
+                break;
+            }
+            *found.nodes_filtered += nodes.len() as u64;
+            rejected.clear();
+            let pass = self.batch(&nodes, rejected);
+            if rejected.is_empty() && found.log.is_none() {
+                found.feasible.extend(nodes.iter().map(|n| n.idx));
+                continue;
+            }
+            // Each node not passed was rejected exactly once: record in filtering order.
+            rejected.sort_unstable_by_key(|r| r.0);
+            let mut next = rejected.iter();
+            for (i, node) in nodes.iter().enumerate() {
+                if pass & (1u64 << i) != 0 {
+                    found.record(node.idx, None);
+                } else if let Some((at, st)) = next.next() {
+                    debug_assert_eq!(*at, i, "one rejection per node not passed");
+                    found.record(node.idx, Some(st));
+                }
+            }
+        }
+        used
+    }
+
+    /// One batch: the plan's batch run, or node by node when pods are nominated (each node
+    /// then needs its own copy with them on it).
+    fn batch(&self, nodes: &[&NodeInfo], rejected: &mut Vec<(usize, Status)>) -> u64 {
+        if self.nominator.is_empty() {
+            return self
+                .plan
+                .run_batch(self.cx, self.state, self.pod, nodes, rejected);
+        }
+        let mut pass = 0u64;
+        for (i, node) in nodes.iter().enumerate() {
+            match self.one(node) {
+                None => pass |= 1u64 << i,
+                Some(st) => rejected.push((i, st)),
+            }
+        }
+        pass
+    }
+}
