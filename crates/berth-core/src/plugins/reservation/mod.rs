@@ -15,8 +15,11 @@
 //! reservation stand-ins it must not see ([`State::hides`], [`hidden`]).
 
 pub mod args;
+mod by_node;
 
-use crate::collections::{FastMap, HashMap};
+use by_node::ByNode;
+
+use crate::collections::HashMap;
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -78,8 +81,8 @@ pub struct State {
     has_affinity: bool,
     named: Option<String>,
     pod_mask: u32,
-    /// By node, looked up several times per node filtered and scored: an integer hash.
-    nodes: FastMap<NodeIdx, NodeState>,
+    /// By node, looked up several times per node filtered and scored.
+    nodes: ByNode<NodeState>,
     claims: HashMap<ObjectKey, u32>,
     diag: Diag,
     assumed: Option<(Arc<str>, Arc<str>)>,
@@ -304,7 +307,7 @@ impl Reservation {
                     continue;
                 }
             }
-            let ns = st.nodes.entry(node).or_default();
+            let ns = st.nodes.entry_or_default(node);
             ns.matched.push(idx);
             ns.restore = ns.restore.max(&r.usable());
             ns.ports.extend(r.contrib_ports.iter().cloned());
@@ -332,7 +335,7 @@ impl Reservation {
             .filter(|r| r.phase == ReservationPhase::Waiting)
         {
             if let Some(node) = r.node {
-                let ns = st.nodes.entry(node).or_default();
+                let ns = st.nodes.entry_or_default(node);
                 if !ns.hidden.contains(&r.name) {
                     ns.hidden.push(r.name.clone());
                     ns.slots += 1;
@@ -685,8 +688,8 @@ impl Plugin for Reservation {
         let mut any = false;
         let mut preferred: Option<(i64, NodeIdx)> = None;
         for &n in nodes {
-            let Some(info) = cx.node(n) else { continue };
             let Some(ns) = st.nodes.get(&n) else { continue };
+            let Some(info) = cx.node(n) else { continue };
             let nominated = nominate(cx, st, pod, ns, info, false);
             let order = nominated
                 .and_then(|(i, _)| cx.reservations.get(i))
@@ -720,6 +723,27 @@ impl Plugin for Reservation {
             .as_deref()
             .and_then(|st| st.nodes.get(&node.idx))
             .map_or(0, |ns| ns.score)
+    }
+
+    /// [`Plugin::score`] by node index alone: the score is PreScore's, so the node itself
+    /// (in the cluster for the whole cycle) need not be looked up.
+    fn score_nodes(
+        &self,
+        _cx: &Cluster,
+        state: &CycleState,
+        _pod: &PodInfo,
+        nodes: &[NodeIdx],
+        out: &mut Vec<i64>,
+    ) {
+        let Some(st) = state.reservation.as_deref() else {
+            out.resize(out.len() + nodes.len(), 0);
+            return;
+        };
+        out.extend(
+            nodes
+                .iter()
+                .map(|n| st.nodes.get(n).map_or(0, |ns| ns.score)),
+        );
     }
 
     fn reserve(
