@@ -54,15 +54,40 @@ pub fn mask(r: &Resources) -> u32 {
 /// The node's free capacity for a pod that may not use reservations (may be negative when
 /// reservation-ignored pods took reserved capacity).
 pub fn node_free(node: &NodeInfo) -> Resources {
-    let mut f = node.allocatable;
-    f.sub(&node.requested);
-    f.sub(&node.reserved);
-    f
+    *node.free()
 }
 
 /// Checks the pod against one reservation on its node.
 pub fn fit(pod_req: &Resources, free: &Resources, r: &ReservationInfo) -> Fit {
+    fit_usable(pod_req, free, r, &r.usable())
+}
+
+/// [`considered`] and then [`fit`], with the reservation's [`ReservationInfo::usable`]
+/// worked out once for both: `None` when it is not considered.
+pub fn considered_fit(
+    pod_mask: u32,
+    pod_req: &Resources,
+    free: &Resources,
+    r: &ReservationInfo,
+    has_affinity: bool,
+) -> Option<Fit> {
+    if !has_affinity && pod_mask & r.names == 0 {
+        return None;
+    }
     let usable = r.usable();
+    if !considered_usable(pod_mask, r, has_affinity, &usable) {
+        return None;
+    }
+    Some(fit_usable(pod_req, free, r, &usable))
+}
+
+/// [`fit`] with the reservation's usable remainder given.
+fn fit_usable(
+    pod_req: &Resources,
+    free: &Resources,
+    r: &ReservationInfo,
+    usable: &Resources,
+) -> Fit {
     let mut out = Fit::default();
     for (id, want) in pod_req.non_zero() {
         if want <= 0 {
@@ -87,16 +112,19 @@ pub fn fit(pod_req: &Resources, free: &Resources, r: &ReservationInfo) -> Fit {
 /// `Default`/`Aligned` one with nothing left of them: using it would change nothing but make
 /// the pod an owner.
 pub fn considered(pod_mask: u32, r: &ReservationInfo, has_affinity: bool) -> bool {
-    if has_affinity {
-        return true;
-    }
-    if pod_mask & r.names == 0 {
-        return false;
-    }
-    if r.policy != ReservationAllocatePolicy::Restricted && pod_mask & mask(&r.usable()) == 0 {
-        return false;
-    }
-    true
+    has_affinity || (pod_mask & r.names != 0 && considered_usable(pod_mask, r, false, &r.usable()))
+}
+
+/// [`considered`] with the reservation's usable remainder given.
+fn considered_usable(
+    pod_mask: u32,
+    r: &ReservationInfo,
+    has_affinity: bool,
+    usable: &Resources,
+) -> bool {
+    has_affinity
+        || (pod_mask & r.names != 0
+            && (r.policy == ReservationAllocatePolicy::Restricted || pod_mask & mask(usable) != 0))
 }
 
 /// Koordinator's `ScoreReservation` (MostAllocated over the reservation's allocatable):

@@ -162,9 +162,13 @@ impl ReservationInfo {
 
     /// What is left for owners.
     pub fn usable(&self) -> Resources {
-        let mut u = self.cap();
-        u.sub(&self.taken());
-        u.clamp_non_negative();
+        // `cap - taken`, clamped at 0, in one pass: asked for every matched reservation on
+        // every node an owner's cycle nominates on.
+        let cap = self.cap();
+        let mut u = Resources::ZERO;
+        for ((u, &c), &r) in u.0.iter_mut().zip(&cap.0).zip(&self.requested.0) {
+            *u = c.saturating_sub(r.min(c)).max(0);
+        }
         u
     }
 

@@ -419,11 +419,12 @@ impl Reservation {
         let mut considered = 0;
         for &idx in &ns.matched {
             let Some(r) = store.get(idx) else { continue };
-            if !allocate::considered(st.pod_mask, r, st.has_affinity) {
+            let Some(fit) =
+                allocate::considered_fit(st.pod_mask, &pod.requests, &free, r, st.has_affinity)
+            else {
                 continue;
-            }
+            };
             considered += 1;
-            let fit = allocate::fit(&pod.requests, &free, r);
             if fit.fits() {
                 return Status::success();
             }
@@ -507,8 +508,8 @@ fn nominate(
         // marks it Succeeded it is still in `matched`).
         let used_up = r.allocate_once && !r.owner_pods.is_empty();
         let usable = !used_up
-            && allocate::considered(st.pod_mask, r, st.has_affinity)
-            && allocate::fit(&pod.requests, &free, r).fits();
+            && allocate::considered_fit(st.pod_mask, &pod.requests, &free, r, st.has_affinity)
+                .is_some_and(|f| f.fits());
         usable.then_some((idx, r))
     });
     // Seed 002: of several reusable reservations the pod could use here, only the
