@@ -34,6 +34,8 @@ use crate::error::{Error, FieldError, InputError};
 use crate::scenario::{self, DurationText, NodeAgentConfig, Scenario, ScenarioDoc, Step};
 use crate::strict::{self, Schema};
 
+mod subset;
+
 /// Priority classes every cluster has without anyone creating them (name, value).
 pub const SYSTEM_PRIORITY_CLASSES: [(&str, i32); 2] = [
     ("system-node-critical", 2_000_001_000),
@@ -178,10 +180,13 @@ pub fn parse_config(file: &str, text: &str) -> Result<Vec<Profile>, Error> {
 /// reported before a bad object in it, so once an object is refused the rest of the file is
 /// still read, only for its YAML.
 pub fn parse(files: &[(String, String)]) -> Result<Input, InputError> {
-    let redone = match parse_with(files, Trees::Direct) {
-        Err(Parsed::Redo) => parse_with(files, Trees::ViaYaml),
-        done => done,
-    };
+    let mut redone = parse_with(files, Trees::Subset);
+    if matches!(redone, Err(Parsed::Redo)) {
+        redone = parse_with(files, Trees::Direct);
+    }
+    if matches!(redone, Err(Parsed::Redo)) {
+        redone = parse_with(files, Trees::ViaYaml);
+    }
     redone.map_err(|e| match e {
         Parsed::Bad(e) => e,
         // The two-step read reads every document.
@@ -197,6 +202,10 @@ pub fn parse(files: &[(String, String)]) -> Result<Input, InputError> {
 /// How a YAML document becomes the JSON tree the objects are decoded from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Trees {
+    /// Read by [`subset`], for texts in the plain subset of YAML it reads (most inputs),
+    /// where it gives the trees of [`Trees::Direct`]; any other text has the whole input
+    /// read again with [`Trees::Direct`].
+    Subset,
     /// Straight from the YAML decoder ([`Direct`]), for documents where that gives the
     /// same tree as [`Trees::ViaYaml`]; a document it does not read (or invalid YAML, whose
     /// message is [`Trees::ViaYaml`]'s) has the whole input read again that way.
@@ -210,8 +219,8 @@ enum Trees {
 enum Parsed {
     /// Bad input, as reported to the user.
     Bad(InputError),
-    /// [`Trees::Direct`] met a document it does not read: read everything again with
-    /// [`Trees::ViaYaml`].
+    /// [`Trees::Subset`] or [`Trees::Direct`] met a document it does not read: read
+    /// everything again with the next way.
     Redo,
 }
 
@@ -341,6 +350,14 @@ fn for_each_document(
     if !within_limits_by_shape(text) {
         limits::check_yaml(text).map_err(|e| Parsed::Bad(limit_error(file, &e)))?;
     }
+    if trees == Trees::Subset {
+        return subset::documents(text, |doc, value| {
+            if !value.is_null() {
+                each(doc, value);
+            }
+        })
+        .map_err(|subset::Refused| Parsed::Redo);
+    }
     for (doc, de) in serde_yaml_ng::Deserializer::from_str(text).enumerate() {
         let value = match trees {
             Trees::Direct => match Direct::deserialize(de) {
@@ -348,6 +365,7 @@ fn for_each_document(
                 Err(_) => return Err(Parsed::Redo),
             },
             Trees::ViaYaml => via_yaml(file, doc, de).map_err(Parsed::Bad)?,
+            Trees::Subset => return Err(Parsed::Redo),
         };
         if value.is_null() {
             continue;
