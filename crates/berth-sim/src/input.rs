@@ -94,7 +94,14 @@ pub fn read_files(files: &[String], stdin: &mut dyn Read) -> Result<Input, Error
                 file: file.clone(),
                 source,
             })?;
-            let text = read_limited(file, &mut f)?;
+            // The file's size, to read it into a string of that capacity at once.
+            let size = f.metadata().map_or(0, |m| m.len());
+            let mut text = String::new();
+            let capacity = usize::try_from(size.min(limit_u64())).unwrap_or(0);
+            if text.try_reserve_exact(capacity.saturating_add(1)).is_err() {
+                text = String::new();
+            }
+            let text = read_limited_into(file, &mut f, text)?;
             texts.push((file.clone(), text));
         }
     }
@@ -104,8 +111,16 @@ pub fn read_files(files: &[String], stdin: &mut dyn Read) -> Result<Input, Error
 /// Reads at most one byte more than [`limits::MAX_YAML_BYTES`], so that a huge file (or an
 /// endless pipe) is refused without being held in memory first.
 pub fn read_limited(file: &str, source: &mut dyn Read) -> Result<String, Error> {
-    let mut text = String::new();
-    let limit = u64::try_from(limits::MAX_YAML_BYTES).unwrap_or(u64::MAX);
+    read_limited_into(file, source, String::new())
+}
+
+fn limit_u64() -> u64 {
+    u64::try_from(limits::MAX_YAML_BYTES).unwrap_or(u64::MAX)
+}
+
+/// [`read_limited`], into `text` (empty, of the capacity wanted).
+fn read_limited_into(file: &str, source: &mut dyn Read, mut text: String) -> Result<String, Error> {
+    let limit = limit_u64();
     source
         .take(limit.saturating_add(1))
         .read_to_string(&mut text)

@@ -39,7 +39,7 @@ pub(super) fn documents(text: &str, mut each: impl FnMut(usize, Value)) -> R<()>
     if !s.iter().all(|&b| b == b'\n' || (b' '..=b'~').contains(&b)) {
         return Err(Refused);
     }
-    let mut r = Reader { s, i: 0 };
+    let mut r = Reader { t: text, s, i: 0 };
     let mut doc = 0;
     if r.next_content()?.is_none() && r.i == s.len() {
         // No document at all (the decoder gives one empty document: nothing to hand on).
@@ -69,6 +69,8 @@ pub(super) fn documents(text: &str, mut each: impl FnMut(usize, Value)) -> R<()>
 }
 
 struct Reader<'a> {
+    t: &'a str,
+    /// `t`'s bytes.
     s: &'a [u8],
     /// The position: the start of a line, or within one.
     i: usize,
@@ -79,6 +81,17 @@ fn is_flow_indicator(b: u8) -> bool {
 }
 
 impl Reader<'_> {
+    /// The text from byte `range.start` to `range.end` (the subset is ASCII: any range is
+    /// one of characters).
+    fn text(&self, range: std::ops::Range<usize>) -> &str {
+        self.t.get(range).unwrap_or_default()
+    }
+
+    /// The text from byte `start` to `end`, inclusive.
+    fn text_to(&self, start: usize, end: usize) -> &str {
+        self.t.get(start..=end).unwrap_or_default()
+    }
+
     fn peek(&self) -> Option<u8> {
         self.s.get(self.i).copied()
     }
@@ -239,7 +252,10 @@ impl Reader<'_> {
             let start = self.i;
             let key = self.key(false)?;
             // At `:`, followed by a space or the end of the line.
-            if self.peek() != Some(b':') || self.i - start >= MAX_KEY_BYTES {
+            if self.peek() != Some(b':')
+                || !matches!(self.at(self.i + 1), None | Some(b' ' | b'\n'))
+                || self.i - start >= MAX_KEY_BYTES
+            {
                 return Err(Refused);
             }
             self.i += 1;
@@ -398,12 +414,12 @@ impl Reader<'_> {
                         None | Some(b'\n') => return Err(Refused),
                         Some(b) if b == q => {
                             if q == b'\'' && self.at(j + 1) == Some(b'\'') {
-                                out.push_str(text(&self.s[start..=j]));
+                                out.push_str(self.text_to(start, j));
                                 // The pair stands for one quote: skip the second, keep going
                                 // from after it with a fresh run.
                                 return self.single_quoted_rest(out, j + 2, flow);
                             }
-                            out.push_str(text(&self.s[start..j]));
+                            out.push_str(self.text(start..j));
                             self.i = j + 1;
                             self.after_quoted(flow)?;
                             return Ok(Value::String(out));
@@ -452,7 +468,7 @@ impl Reader<'_> {
                     j += 1;
                 }
                 self.i = end;
-                resolve(text(&self.s[start..end]))
+                resolve(self.text(start..end))
             }
         }
     }
@@ -465,12 +481,12 @@ impl Reader<'_> {
                 None | Some(b'\n') => return Err(Refused),
                 Some(b'\'') => {
                     if self.at(j + 1) == Some(b'\'') {
-                        out.push_str(text(&self.s[run..=j]));
+                        out.push_str(self.text_to(run, j));
                         j += 2;
                         run = j;
                         continue;
                     }
-                    out.push_str(text(&self.s[run..j]));
+                    out.push_str(self.text(run..j));
                     self.i = j + 1;
                     self.after_quoted(flow)?;
                     return Ok(Value::String(out));
@@ -490,10 +506,6 @@ impl Reader<'_> {
     }
 }
 
-/// The subset is ASCII: any run of it is UTF-8.
-fn text(b: &[u8]) -> &str {
-    std::str::from_utf8(b).unwrap_or_default()
-}
 
 /// A plain scalar as the decoder reads it into a `Value` (`serde_yaml_ng`'s
 /// `visit_untagged_scalar`, then [`super::DirectVisitor`]): an integer beyond 64 bits is
@@ -720,6 +732,7 @@ mod tests {
             "a: {b:, c}\n",
             "caf\u{e9}: 1\n",
             "a: 1\r\n",
+            "a: 1\n\"q\":0\n",
         ] {
             assert_eq!(fast(text), Err(Refused), "{text:?}");
         }

@@ -89,7 +89,9 @@ fn entry<M: SerializeMap, T: Serialize + ?Sized>(
 /// `apiVersion` and `kind` first, out of the sorted order; this writes the same fields,
 /// present under the same conditions, in sorted order (every field of an Event is
 /// present when it is `Some`, `involvedObject` and `metadata` always), each field's value
-/// as its `Value` prints (see [`entry`]).
+/// as its `Value` prints: the metadata checked (see [`entry`]); the times (a string each),
+/// object references, series and source (strings, integers and times in fields of sorted
+/// names) without the check, which would format every time once more.
 pub(super) struct SortedEvent<'a>(pub(super) &'a CoreEvent);
 
 impl Serialize for SortedEvent<'_> {
@@ -119,15 +121,15 @@ impl Serialize for SortedEvent<'_> {
             map.serialize_entry("count", v)?;
         }
         if let Some(v) = &e.event_time {
-            entry(&mut map, "eventTime", v)?;
+            map.serialize_entry("eventTime", v)?;
         }
         if let Some(v) = &e.first_timestamp {
-            entry(&mut map, "firstTimestamp", v)?;
+            map.serialize_entry("firstTimestamp", v)?;
         }
-        entry(&mut map, "involvedObject", &e.involved_object)?;
+        map.serialize_entry("involvedObject", &e.involved_object)?;
         map.serialize_entry("kind", "Event")?;
         if let Some(v) = &e.last_timestamp {
-            entry(&mut map, "lastTimestamp", v)?;
+            map.serialize_entry("lastTimestamp", v)?;
         }
         if let Some(v) = &e.message {
             map.serialize_entry("message", v)?;
@@ -137,7 +139,7 @@ impl Serialize for SortedEvent<'_> {
             map.serialize_entry("reason", v)?;
         }
         if let Some(v) = &e.related {
-            entry(&mut map, "related", v)?;
+            map.serialize_entry("related", v)?;
         }
         if let Some(v) = &e.reporting_component {
             map.serialize_entry("reportingComponent", v)?;
@@ -146,10 +148,10 @@ impl Serialize for SortedEvent<'_> {
             map.serialize_entry("reportingInstance", v)?;
         }
         if let Some(v) = &e.series {
-            entry(&mut map, "series", v)?;
+            map.serialize_entry("series", v)?;
         }
         if let Some(v) = &e.source {
-            entry(&mut map, "source", v)?;
+            map.serialize_entry("source", v)?;
         }
         if let Some(v) = &e.type_ {
             map.serialize_entry("type", v)?;
@@ -218,15 +220,21 @@ mod tests {
             prop::option::of(text()),
             prop::option::of(text()),
             prop::option::of(text()),
+            (prop::option::of(text()), prop::option::of(text())),
         )
-            .prop_map(|(api_version, kind, name, namespace, uid)| ObjectReference {
-                api_version,
-                kind,
-                name,
-                namespace,
-                uid,
-                ..Default::default()
-            })
+            .prop_map(
+                |(api_version, kind, name, namespace, uid, (field_path, resource_version))| {
+                    ObjectReference {
+                        api_version,
+                        field_path,
+                        kind,
+                        name,
+                        namespace,
+                        resource_version,
+                        uid,
+                    }
+                },
+            )
     }
 
     fn event() -> impl Strategy<Value = CoreEvent> {
