@@ -40,24 +40,41 @@ struct Items<'a>(&'a Store);
 
 impl Serialize for Items<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let store = self.0;
-        let mut seq = serializer.serialize_seq(Some(store.len()))?;
-        for kind in kinds() {
-            match kind {
-                Some(kind) => {
-                    for obj in store.of_kind(kind) {
-                        object_element(&mut seq, obj)?;
-                    }
+        let mut seq = serializer.serialize_seq(Some(self.0.len()))?;
+        for_each_item(self.0, |item| match item {
+            Item::Object(obj) => object_element(&mut seq, obj),
+            Item::Event(e) => seq.serialize_element(&SortedEvent(e)),
+        })?;
+        seq.end()
+    }
+}
+
+/// An item of the `List`.
+pub(super) enum Item<'a> {
+    Object(&'a Object),
+    Event(&'a CoreEvent),
+}
+
+/// Hands `f` every item of the `List` of `store`, in output order, until it fails.
+pub(super) fn for_each_item<E>(
+    store: &Store,
+    mut f: impl FnMut(Item<'_>) -> Result<(), E>,
+) -> Result<(), E> {
+    for kind in kinds() {
+        match kind {
+            Some(kind) => {
+                for obj in store.of_kind(kind) {
+                    f(Item::Object(obj))?;
                 }
-                None => {
-                    for e in store.events() {
-                        seq.serialize_element(&SortedEvent(&e))?;
-                    }
+            }
+            None => {
+                for e in store.events() {
+                    f(Item::Event(&e))?;
                 }
             }
         }
-        seq.end()
     }
+    Ok(())
 }
 
 /// Serializes `value` as its `Value` prints: straight, when [`in_value_order`] says that
