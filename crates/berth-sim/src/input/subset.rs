@@ -209,7 +209,8 @@ impl Reader<'_> {
             match self.next_content()? {
                 Some(indent) if indent == col => {
                     let j = self.i + indent;
-                    if self.at(j) == Some(b'-') && matches!(self.at(j + 1), None | Some(b' ' | b'\n'))
+                    if self.at(j) == Some(b'-')
+                        && matches!(self.at(j + 1), None | Some(b' ' | b'\n'))
                     {
                         self.i = j;
                         continue;
@@ -506,7 +507,6 @@ impl Reader<'_> {
     }
 }
 
-
 /// A plain scalar as the decoder reads it into a `Value` (`serde_yaml_ng`'s
 /// `visit_untagged_scalar`, then [`super::DirectVisitor`]): an integer beyond 64 bits is
 /// refused, as the direct read refuses it.
@@ -682,9 +682,7 @@ mod tests {
             Err(Refused) => Ok(false),
             Ok(got) => match reference(text) {
                 Some(want) if want == got => Ok(true),
-                want => Err(format!(
-                    "{text:?}\nfast read: {got:?}\ndecoder:   {want:?}"
-                )),
+                want => Err(format!("{text:?}\nfast read: {got:?}\ndecoder:   {want:?}")),
             },
         }
     }
@@ -749,15 +747,83 @@ mod tests {
     }
 
     const SCALARS: &[&str] = &[
-        "a", "web", "100m", "500Mi", "32Gi", "4", "0", "-1", "+1", "007", "0x1F", "0o17",
-        "0b101", "-0x1A", "1e3", "1.5", "-.inf", ".nan", ".inf", "1_000", "0.", ".5", "+.5",
-        "99999999999999999999", "-99999999999999999999", "18446744073709551615",
-        "-9223372036854775808", "true", "False", "null", "~", "NULL", "yes", "a b", "a:b",
-        "http://x:80/p", "a#b", "a #b", "a,b", "a]b", "registry.k8s.io/pause:3.10", "-x",
-        ".x", "_a", "~x", "12:30", "1.2.3", "-", "a'b", "a\"b", "\"4\"", "\"\"", "\"a: b\"",
-        "\"# c\"", "'x'", "''", "'it''s'", "'''", "\"a\\nb\"", "'a\"b'", "\"a\" b", "*x",
-        "&a b", "!t x", "|", ">", "@a", "%a", "`a", "a:", "?a", "-1:2", "a: b", "{}", "[]",
-        "a\tb", "é",
+        "a",
+        "web",
+        "100m",
+        "500Mi",
+        "32Gi",
+        "4",
+        "0",
+        "-1",
+        "+1",
+        "007",
+        "0x1F",
+        "0o17",
+        "0b101",
+        "-0x1A",
+        "1e3",
+        "1.5",
+        "-.inf",
+        ".nan",
+        ".inf",
+        "1_000",
+        "0.",
+        ".5",
+        "+.5",
+        "99999999999999999999",
+        "-99999999999999999999",
+        "18446744073709551615",
+        "-9223372036854775808",
+        "true",
+        "False",
+        "null",
+        "~",
+        "NULL",
+        "yes",
+        "a b",
+        "a:b",
+        "http://x:80/p",
+        "a#b",
+        "a #b",
+        "a,b",
+        "a]b",
+        "registry.k8s.io/pause:3.10",
+        "-x",
+        ".x",
+        "_a",
+        "~x",
+        "12:30",
+        "1.2.3",
+        "-",
+        "a'b",
+        "a\"b",
+        "\"4\"",
+        "\"\"",
+        "\"a: b\"",
+        "\"# c\"",
+        "'x'",
+        "''",
+        "'it''s'",
+        "'''",
+        "\"a\\nb\"",
+        "'a\"b'",
+        "\"a\" b",
+        "*x",
+        "&a b",
+        "!t x",
+        "|",
+        ">",
+        "@a",
+        "%a",
+        "`a",
+        "a:",
+        "?a",
+        "-1:2",
+        "a: b",
+        "{}",
+        "[]",
+        "a\tb",
+        "é",
     ];
     const KEYS: &[&str] = &[
         "a", "b", "c", "name", "a b", "1", "true", "<<", "\"q\"", "'k'", "x.y/z", "-k", "~",
@@ -924,7 +990,11 @@ mod tests {
                 }
                 for (i, d) in docs.iter().enumerate() {
                     if i > 0 {
-                        let sep = if w.choose(6) == 0 { "---\n---\n" } else { "---\n" };
+                        let sep = if w.choose(6) == 0 {
+                            "---\n---\n"
+                        } else {
+                            "---\n"
+                        };
                         w.out.push_str(sep);
                     }
                     w.document(d);

@@ -7,9 +7,8 @@
 //! passes every call on to `serde_json`'s pretty printer; when a check fails, the buffer is
 //! thrown away and the object written through its `Value`, as before.
 //!
-//! The buffer holds the item as printed at the top level; in the `List` it sits two levels
-//! down, so each of its lines after the first is indented by four more spaces (a JSON text
-//! has no line break but those between its tokens: in strings they are escaped).
+//! The buffer holds the item as `serde_json`'s pretty printer prints it two levels down,
+//! where it sits in the `List` ([`Nested`]).
 
 use std::cell::Cell;
 use std::io::{self, Write};
@@ -34,12 +33,12 @@ pub(super) fn write(store: &Store, out: &mut dyn Write) -> Result<(), OutputErro
         buf.clear();
         match item {
             Item::Object(obj) => object(obj, &mut buf)?,
-            Item::Event(e) => pretty(&SortedEvent(e), &mut buf)?,
+            Item::Event(e) => pretty(&SortedEvent(e), &mut buf, ITEM_DEPTH)?,
         }
         out.write_all(if first { b"\n    " } else { b",\n    " })
             .map_err(OutputError::Write)?;
         first = false;
-        indented(&buf, out).map_err(OutputError::Write)
+        out.write_all(&buf).map_err(OutputError::Write)
     })?;
     out.write_all(if first { b"]" } else { b"\n  ]" })
         .map_err(OutputError::Write)?;
@@ -47,57 +46,135 @@ pub(super) fn write(store: &Store, out: &mut dyn Write) -> Result<(), OutputErro
         .map_err(OutputError::Write)
 }
 
-/// `text` with four spaces after each line break.
-fn indented(text: &[u8], out: &mut dyn Write) -> io::Result<()> {
-    let mut lines = text.split(|&b| b == b'\n');
-    if let Some(line) = lines.next() {
-        out.write_all(line)?;
-    }
-    for line in lines {
-        out.write_all(b"\n    ")?;
-        out.write_all(line)?;
-    }
-    Ok(())
+/// How deep the items sit in the `List`: in the object, in `items`.
+const ITEM_DEPTH: usize = 2;
+
+/// `serde_json`'s `PrettyFormatter` (two spaces a level), starting `depth` levels down:
+/// what it prints for a value at that depth of a larger text.
+struct Nested {
+    depth: usize,
+    has_value: bool,
 }
 
-fn pretty<T: Serialize + ?Sized>(value: &T, buf: &mut Vec<u8>) -> Result<(), OutputError> {
-    value.serialize(&mut serde_json::Serializer::pretty(buf))?;
+impl Nested {
+    fn at(depth: usize) -> Self {
+        Nested {
+            depth,
+            has_value: false,
+        }
+    }
+
+    fn indent<W: ?Sized + Write>(&self, w: &mut W) -> io::Result<()> {
+        const SPACES: &[u8; 64] =
+            b"                                                                ";
+        let mut n = 2 * self.depth;
+        while n > 0 {
+            let k = n.min(SPACES.len());
+            w.write_all(&SPACES[..k])?;
+            n -= k;
+        }
+        Ok(())
+    }
+
+    fn open<W: ?Sized + Write>(&mut self, w: &mut W, bracket: &[u8]) -> io::Result<()> {
+        self.depth += 1;
+        self.has_value = false;
+        w.write_all(bracket)
+    }
+
+    fn close<W: ?Sized + Write>(&mut self, w: &mut W, bracket: &[u8]) -> io::Result<()> {
+        self.depth -= 1;
+        if self.has_value {
+            w.write_all(b"\n")?;
+            self.indent(w)?;
+        }
+        w.write_all(bracket)
+    }
+
+    fn next<W: ?Sized + Write>(&mut self, w: &mut W, first: bool) -> io::Result<()> {
+        w.write_all(if first { b"\n" } else { b",\n" })?;
+        self.indent(w)
+    }
+}
+
+impl serde_json::ser::Formatter for Nested {
+    fn begin_array<W: ?Sized + Write>(&mut self, w: &mut W) -> io::Result<()> {
+        self.open(w, b"[")
+    }
+    fn end_array<W: ?Sized + Write>(&mut self, w: &mut W) -> io::Result<()> {
+        self.close(w, b"]")
+    }
+    fn begin_array_value<W: ?Sized + Write>(&mut self, w: &mut W, first: bool) -> io::Result<()> {
+        self.next(w, first)
+    }
+    fn end_array_value<W: ?Sized + Write>(&mut self, _: &mut W) -> io::Result<()> {
+        self.has_value = true;
+        Ok(())
+    }
+    fn begin_object<W: ?Sized + Write>(&mut self, w: &mut W) -> io::Result<()> {
+        self.open(w, b"{")
+    }
+    fn end_object<W: ?Sized + Write>(&mut self, w: &mut W) -> io::Result<()> {
+        self.close(w, b"}")
+    }
+    fn begin_object_key<W: ?Sized + Write>(&mut self, w: &mut W, first: bool) -> io::Result<()> {
+        self.next(w, first)
+    }
+    fn begin_object_value<W: ?Sized + Write>(&mut self, w: &mut W) -> io::Result<()> {
+        w.write_all(b": ")
+    }
+    fn end_object_value<W: ?Sized + Write>(&mut self, _: &mut W) -> io::Result<()> {
+        self.has_value = true;
+        Ok(())
+    }
+}
+
+fn pretty<T: Serialize + ?Sized>(
+    value: &T,
+    buf: &mut Vec<u8>,
+    depth: usize,
+) -> Result<(), OutputError> {
+    value.serialize(&mut serde_json::Serializer::with_formatter(
+        buf,
+        Nested::at(depth),
+    ))?;
     Ok(())
 }
 
 fn object(obj: &Object, buf: &mut Vec<u8>) -> Result<(), OutputError> {
     let _direct = match obj {
-        Object::Pod(o) => checked(&**o, buf),
-        Object::Node(o) => checked(&**o, buf),
-        Object::Reservation(o) => checked(&**o, buf),
-        Object::NodeResourceTopology(o) => checked(&**o, buf),
-        Object::PersistentVolumeClaim(o) => checked(&**o, buf),
-        Object::CsiNode(o) => checked(&**o, buf),
-        Object::PriorityClass(o) => checked(&**o, buf),
-        Object::PodDisruptionBudget(o) => checked(&**o, buf),
-        Object::Namespace(o) => checked(&**o, buf),
-        Object::PersistentVolume(o) => checked(&**o, buf),
-        Object::StorageClass(o) => checked(&**o, buf),
+        Object::Pod(o) => checked(&**o, buf, ITEM_DEPTH),
+        Object::Node(o) => checked(&**o, buf, ITEM_DEPTH),
+        Object::Reservation(o) => checked(&**o, buf, ITEM_DEPTH),
+        Object::NodeResourceTopology(o) => checked(&**o, buf, ITEM_DEPTH),
+        Object::PersistentVolumeClaim(o) => checked(&**o, buf, ITEM_DEPTH),
+        Object::CsiNode(o) => checked(&**o, buf, ITEM_DEPTH),
+        Object::PriorityClass(o) => checked(&**o, buf, ITEM_DEPTH),
+        Object::PodDisruptionBudget(o) => checked(&**o, buf, ITEM_DEPTH),
+        Object::Namespace(o) => checked(&**o, buf, ITEM_DEPTH),
+        Object::PersistentVolume(o) => checked(&**o, buf, ITEM_DEPTH),
+        Object::StorageClass(o) => checked(&**o, buf, ITEM_DEPTH),
     }?;
     Ok(())
 }
 
-/// Writes `value` into `buf` as its `Value` prints, pretty: directly when every check of
+/// Writes `value` into `buf` as its `Value` prints, pretty, `depth` levels down: directly when every check of
 /// [`Checked`] passes (then true), else through the `Value`.
 pub(super) fn checked<T: Serialize + ?Sized>(
     value: &T,
     buf: &mut Vec<u8>,
+    depth: usize,
 ) -> Result<bool, OutputError> {
     let differs = Cell::new(false);
     let direct = value.serialize(Checked {
-        inner: &mut serde_json::Serializer::pretty(&mut *buf),
+        inner: &mut serde_json::Serializer::with_formatter(&mut *buf, Nested::at(depth)),
         differs: &differs,
     });
     match direct {
         Ok(()) => Ok(true),
         Err(_) if differs.get() => {
             buf.clear();
-            pretty(&serde_json::to_value(value)?, buf)?;
+            pretty(&serde_json::to_value(value)?, buf, depth)?;
             Ok(false)
         }
         Err(e) => Err(e.into()),
@@ -485,7 +562,7 @@ mod tests {
                     return Ok(());
                 };
                 let mut buf = Vec::new();
-                let direct = checked(&shape, &mut buf).unwrap();
+                let direct = checked(&shape, &mut buf, 0).unwrap();
                 prop_assert_eq!(
                     String::from_utf8(buf).unwrap(),
                     serde_json::to_string_pretty(&value).unwrap()
@@ -495,13 +572,29 @@ mod tests {
                 Ok(())
             })
             .unwrap();
-        assert!(direct_seen.get() > 300, "direct only {} times", direct_seen.get());
+        assert!(
+            direct_seen.get() > 300,
+            "direct only {} times",
+            direct_seen.get()
+        );
     }
 
     #[test]
-    fn items_are_indented_two_levels_down() {
-        let mut out = Vec::new();
-        indented(b"{\n  \"a\": \"x\\ny\"\n}", &mut out).unwrap();
-        assert_eq!(out, b"{\n      \"a\": \"x\\ny\"\n    }");
+    fn nested_prints_what_pretty_prints_deeper_down() {
+        let value = serde_json::json!({"a": [1, {"b": "x\ny", "c": []}, {}], "d": {"e": null}});
+        let whole =
+            serde_json::to_string_pretty(&serde_json::json!({"k": [value.clone()]})).unwrap();
+        let mut buf = Vec::new();
+        pretty(&value, &mut buf, 2).unwrap();
+        let part = String::from_utf8(buf).unwrap();
+        assert!(
+            whole.contains(&format!("\n    {part}\n")),
+            "{whole}\n{part}"
+        );
+        let mut deep = Vec::new();
+        pretty(&value, &mut deep, 40).unwrap();
+        assert!(String::from_utf8(deep)
+            .unwrap()
+            .contains(&format!("\n{}\"b\"", " ".repeat(86))));
     }
 }

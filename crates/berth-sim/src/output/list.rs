@@ -208,9 +208,7 @@ fn kinds() -> Vec<Option<Kind>> {
 mod tests {
     use super::*;
     use berth_api::k8s_openapi::api::core::v1::{EventSeries, EventSource, ObjectReference};
-    use berth_api::k8s_openapi::apimachinery::pkg::apis::meta::v1::{
-        MicroTime, ObjectMeta, Time,
-    };
+    use berth_api::k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
     use berth_api::k8s_openapi::jiff::Timestamp;
     use proptest::prelude::*;
     use std::collections::BTreeMap;
@@ -218,16 +216,17 @@ mod tests {
     /// Strings that print differently in YAML (quoted, or not), and plain ones.
     fn text() -> impl Strategy<Value = String> {
         prop_oneof![
-            prop::sample::select(&["", "yes", "1", "a: b", "- x", "x\ny", "é", "null", "web-0"][..])
-                .prop_map(str::to_string),
+            prop::sample::select(
+                &["", "yes", "1", "a: b", "- x", "x\ny", "é", "null", "web-0"][..]
+            )
+            .prop_map(str::to_string),
             "[a-z0-9 .:#'\"-]{0,12}",
         ]
     }
 
     fn time() -> impl Strategy<Value = Timestamp> {
-        (0i64..4_000_000_000, 0i32..1_000_000_000).prop_map(|(s, ns)| {
-            Timestamp::new(s, ns).unwrap_or(Timestamp::UNIX_EPOCH)
-        })
+        (0i64..4_000_000_000, 0i32..1_000_000_000)
+            .prop_map(|(s, ns)| Timestamp::new(s, ns).unwrap_or(Timestamp::UNIX_EPOCH))
     }
 
     fn reference() -> impl Strategy<Value = ObjectReference> {
@@ -292,7 +291,15 @@ mod tests {
             .prop_map(
                 |(
                     (action, count, event_time, first, involved_object, last, message, metadata),
-                    (reason, related, reporting_component, reporting_instance, series, source, type_),
+                    (
+                        reason,
+                        related,
+                        reporting_component,
+                        reporting_instance,
+                        series,
+                        source,
+                        type_,
+                    ),
                 )| CoreEvent {
                     action,
                     count,
