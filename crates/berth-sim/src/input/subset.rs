@@ -442,8 +442,7 @@ impl Reader<'_> {
                 }
                 let mut end = start;
                 let mut j = start;
-                loop {
-                    let Some(b) = self.at(j) else { break };
+                while let Some(b) = self.at(j) {
                     match b {
                         b'\n' => break,
                         b' ' => {}
