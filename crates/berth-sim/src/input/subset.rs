@@ -703,6 +703,47 @@ mod tests {
         assert_eq!(docs[1].0, 2, "empty documents keep their index");
     }
 
+    /// Every YAML file of the repository (scenarios, examples) is read fast as the decoder
+    /// reads it, or refused; most are read fast.
+    #[test]
+    fn the_repository_s_yaml_files_read_as_the_decoder_reads_them() {
+        fn yaml_files(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+            let Ok(entries) = std::fs::read_dir(dir) else {
+                return;
+            };
+            for p in entries.filter_map(|e| e.ok().map(|e| e.path())) {
+                if p.is_dir() {
+                    yaml_files(&p, out);
+                } else if p.extension().is_some_and(|e| e == "yaml" || e == "yml") {
+                    out.push(p);
+                }
+            }
+        }
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let mut files = Vec::new();
+        yaml_files(&root.join("tests"), &mut files);
+        yaml_files(&root.join("examples"), &mut files);
+        let (mut fast_read, mut all) = (0, 0);
+        for file in &files {
+            let Ok(text) = std::fs::read_to_string(file) else {
+                continue;
+            };
+            if !limits_ok(&text) {
+                continue;
+            }
+            all += 1;
+            match agrees(&text) {
+                Ok(read) => fast_read += usize::from(read),
+                Err(e) => panic!("{}: {e}", file.display()),
+            }
+        }
+        eprintln!("{fast_read} of {all} files read fast");
+        assert!(
+            all > 50 && fast_read * 10 > all * 8,
+            "{fast_read} of {all} read fast"
+        );
+    }
+
     #[test]
     fn what_the_decoder_could_read_otherwise_is_refused() {
         for text in [
