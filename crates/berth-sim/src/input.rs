@@ -410,7 +410,7 @@ fn for_each_document(
 fn within_limits_by_shape(text: &str) -> bool {
     if text.len() > limits::MAX_YAML_BYTES
         || text.bytes().any(|b| matches!(b, b'*' | b'\r'))
-        || text.contains(['\u{85}', '\u{2028}', '\u{2029}'])
+        || (!text.is_ascii() && text.contains(['\u{85}', '\u{2028}', '\u{2029}']))
     {
         return false;
     }

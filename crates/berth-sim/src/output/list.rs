@@ -106,7 +106,8 @@ fn entry<M: SerializeMap, T: Serialize + ?Sized>(
 /// `apiVersion` and `kind` first, out of the sorted order; this writes the same fields,
 /// present under the same conditions, in sorted order (every field of an Event is
 /// present when it is `Some`, `involvedObject` and `metadata` always), each field's value
-/// as its `Value` prints: the metadata checked (see [`entry`]); the times (a string each),
+/// as its `Value` prints: metadata with managed fields or owner references checked (see
+/// [`entry`]); other metadata (strings, integers, times, string maps); the times (a string each),
 /// object references, series and source (strings, integers and times in fields of sorted
 /// names) without the check, which would format every time once more.
 pub(super) struct SortedEvent<'a>(pub(super) &'a CoreEvent);
@@ -151,7 +152,13 @@ impl Serialize for SortedEvent<'_> {
         if let Some(v) = &e.message {
             map.serialize_entry("message", v)?;
         }
-        entry(&mut map, "metadata", &e.metadata)?;
+        // Metadata of strings, integers, times and string maps (a recorded event's) prints
+        // as its `Value` by construction; managed fields and owner references are checked.
+        if e.metadata.managed_fields.is_none() && e.metadata.owner_references.is_none() {
+            map.serialize_entry("metadata", &e.metadata)?;
+        } else {
+            entry(&mut map, "metadata", &e.metadata)?;
+        }
         if let Some(v) = &e.reason {
             map.serialize_entry("reason", v)?;
         }
@@ -211,7 +218,6 @@ mod tests {
     use berth_api::k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
     use berth_api::k8s_openapi::jiff::Timestamp;
     use proptest::prelude::*;
-    use std::collections::BTreeMap;
 
     /// Strings that print differently in YAML (quoted, or not), and plain ones.
     fn text() -> impl Strategy<Value = String> {
@@ -254,19 +260,48 @@ mod tests {
     }
 
     fn event() -> impl Strategy<Value = CoreEvent> {
+        let map = || prop::option::of(prop::collection::btree_map(text(), text(), 0..3));
         let meta = (
-            prop::option::of(text()),
-            prop::option::of(text()),
-            prop::option::of(time()),
-            prop::option::of(prop::collection::btree_map(text(), text(), 0..3)),
+            (
+                prop::option::of(text()),
+                prop::option::of(text()),
+                prop::option::of(time()),
+                map(),
+                map(),
+                prop::option::of(any::<i64>()),
+                prop::option::of(time()),
+            ),
+            (
+                prop::option::of(prop::collection::vec(text(), 0..3)),
+                prop::option::of(text()),
+                prop::option::of(any::<i64>()),
+                prop::option::of(text()),
+                prop::option::of(text()),
+                prop::option::of(text()),
+            ),
         )
-            .prop_map(|(name, namespace, created, labels)| ObjectMeta {
-                name,
-                namespace,
-                creation_timestamp: created.map(Time),
-                labels: labels.map(|l: BTreeMap<String, String>| l),
-                ..Default::default()
-            });
+            .prop_map(
+                |(
+                    (name, namespace, created, labels, annotations, grace, deleted),
+                    (finalizers, generate_name, generation, resource_version, self_link, uid),
+                )| ObjectMeta {
+                    annotations,
+                    creation_timestamp: created.map(Time),
+                    deletion_grace_period_seconds: grace,
+                    deletion_timestamp: deleted.map(Time),
+                    finalizers,
+                    generate_name,
+                    generation,
+                    labels,
+                    managed_fields: None,
+                    name,
+                    namespace,
+                    owner_references: None,
+                    resource_version,
+                    self_link,
+                    uid,
+                },
+            );
         (
             (
                 prop::option::of(text()),
