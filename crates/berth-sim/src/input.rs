@@ -10,7 +10,7 @@
 //! `Value` first (so their error names the exact field), then the typed read reports wrong
 //! types and missing required fields with the path `serde_path_to_error` tracked.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeSet, HashMap};
 use std::io::Read;
 use std::sync::Arc;
 
@@ -306,7 +306,7 @@ fn decode_document(
 /// second create with `AlreadyExists`; replacing an object is what a Scenario `apply` step
 /// is for.
 #[derive(Default)]
-struct Created(BTreeMap<(&'static str, String, String), (Source, String)>);
+struct Created(HashMap<(&'static str, String, String), (Source, String)>);
 
 impl Created {
     fn insert(&mut self, source: &Source, path: &str, item: &Item) -> Result<(), InputError> {
@@ -355,23 +355,28 @@ pub fn parse_str(file: &str, text: &str) -> Result<Input, InputError> {
 /// user counts between `---`.
 ///
 /// The text is first held to [`limits`] (size, nesting, alias expansion), which the YAML
-/// decoder is slow on.
+/// decoder is slow on (the subset reader only reads texts within them).
 fn for_each_document(
     file: &str,
     text: &str,
     trees: Trees,
     mut each: impl FnMut(usize, Value),
 ) -> Result<(), Parsed> {
-    if !within_limits_by_shape(text) {
-        limits::check_yaml(text).map_err(|e| Parsed::Bad(limit_error(file, &e)))?;
-    }
     if trees == Trees::Subset {
+        // What the subset reader reads is within the limits: no alias, nesting at most
+        // half the limit's. A text it does not read is read again, after the check.
+        if text.len() > limits::MAX_YAML_BYTES {
+            return Err(Parsed::Redo);
+        }
         return subset::documents(text, |doc, value| {
             if !value.is_null() {
                 each(doc, value);
             }
         })
         .map_err(|subset::Refused| Parsed::Redo);
+    }
+    if !within_limits_by_shape(text) {
+        limits::check_yaml(text).map_err(|e| Parsed::Bad(limit_error(file, &e)))?;
     }
     for (doc, de) in serde_yaml_ng::Deserializer::from_str(text).enumerate() {
         let value = match trees {
