@@ -10,7 +10,7 @@
 //! `Value` first (so their error names the exact field), then the typed read reports wrong
 //! types and missing required fields with the path `serde_path_to_error` tracked.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeSet, HashMap};
 use std::io::Read;
 use std::sync::Arc;
 
@@ -33,6 +33,8 @@ use berth_core::{Kind, Object, ObjectKey, Profile};
 use crate::error::{Error, FieldError, InputError};
 use crate::scenario::{self, DurationText, NodeAgentConfig, Scenario, ScenarioDoc, Step};
 use crate::strict::{self, Schema};
+
+mod subset;
 
 /// Priority classes every cluster has without anyone creating them (name, value).
 pub const SYSTEM_PRIORITY_CLASSES: [(&str, i32); 2] = [
@@ -92,7 +94,14 @@ pub fn read_files(files: &[String], stdin: &mut dyn Read) -> Result<Input, Error
                 file: file.clone(),
                 source,
             })?;
-            let text = read_limited(file, &mut f)?;
+            // The file's size, to read it into a string of that capacity at once.
+            let size = f.metadata().map_or(0, |m| m.len());
+            let mut text = String::new();
+            let capacity = usize::try_from(size.min(limit_u64())).unwrap_or(0);
+            if text.try_reserve_exact(capacity.saturating_add(1)).is_err() {
+                text = String::new();
+            }
+            let text = read_limited_into(file, &mut f, text)?;
             texts.push((file.clone(), text));
         }
     }
@@ -102,8 +111,16 @@ pub fn read_files(files: &[String], stdin: &mut dyn Read) -> Result<Input, Error
 /// Reads at most one byte more than [`limits::MAX_YAML_BYTES`], so that a huge file (or an
 /// endless pipe) is refused without being held in memory first.
 pub fn read_limited(file: &str, source: &mut dyn Read) -> Result<String, Error> {
-    let mut text = String::new();
-    let limit = u64::try_from(limits::MAX_YAML_BYTES).unwrap_or(u64::MAX);
+    read_limited_into(file, source, String::new())
+}
+
+fn limit_u64() -> u64 {
+    u64::try_from(limits::MAX_YAML_BYTES).unwrap_or(u64::MAX)
+}
+
+/// [`read_limited`], into `text` (empty, of the capacity wanted).
+fn read_limited_into(file: &str, source: &mut dyn Read, mut text: String) -> Result<String, Error> {
+    let limit = limit_u64();
     source
         .take(limit.saturating_add(1))
         .read_to_string(&mut text)
@@ -178,10 +195,13 @@ pub fn parse_config(file: &str, text: &str) -> Result<Vec<Profile>, Error> {
 /// reported before a bad object in it, so once an object is refused the rest of the file is
 /// still read, only for its YAML.
 pub fn parse(files: &[(String, String)]) -> Result<Input, InputError> {
-    let redone = match parse_with(files, Trees::Direct) {
-        Err(Parsed::Redo) => parse_with(files, Trees::ViaYaml),
-        done => done,
-    };
+    let mut redone = parse_with(files, Trees::Subset);
+    if matches!(redone, Err(Parsed::Redo)) {
+        redone = parse_with(files, Trees::Direct);
+    }
+    if matches!(redone, Err(Parsed::Redo)) {
+        redone = parse_with(files, Trees::ViaYaml);
+    }
     redone.map_err(|e| match e {
         Parsed::Bad(e) => e,
         // The two-step read reads every document.
@@ -197,6 +217,10 @@ pub fn parse(files: &[(String, String)]) -> Result<Input, InputError> {
 /// How a YAML document becomes the JSON tree the objects are decoded from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Trees {
+    /// Read by [`subset`], for texts in the plain subset of YAML it reads (most inputs),
+    /// where it gives the trees of [`Trees::Direct`]; any other text has the whole input
+    /// read again with [`Trees::Direct`].
+    Subset,
     /// Straight from the YAML decoder ([`Direct`]), for documents where that gives the
     /// same tree as [`Trees::ViaYaml`]; a document it does not read (or invalid YAML, whose
     /// message is [`Trees::ViaYaml`]'s) has the whole input read again that way.
@@ -210,8 +234,8 @@ enum Trees {
 enum Parsed {
     /// Bad input, as reported to the user.
     Bad(InputError),
-    /// [`Trees::Direct`] met a document it does not read: read everything again with
-    /// [`Trees::ViaYaml`].
+    /// [`Trees::Subset`] or [`Trees::Direct`] met a document it does not read: read
+    /// everything again with the next way.
     Redo,
 }
 
@@ -282,7 +306,7 @@ fn decode_document(
 /// second create with `AlreadyExists`; replacing an object is what a Scenario `apply` step
 /// is for.
 #[derive(Default)]
-struct Created(BTreeMap<(&'static str, String, String), (Source, String)>);
+struct Created(HashMap<(&'static str, String, String), (Source, String)>);
 
 impl Created {
     fn insert(&mut self, source: &Source, path: &str, item: &Item) -> Result<(), InputError> {
@@ -331,13 +355,26 @@ pub fn parse_str(file: &str, text: &str) -> Result<Input, InputError> {
 /// user counts between `---`.
 ///
 /// The text is first held to [`limits`] (size, nesting, alias expansion), which the YAML
-/// decoder is slow on.
+/// decoder is slow on (the subset reader only reads texts within them).
 fn for_each_document(
     file: &str,
     text: &str,
     trees: Trees,
     mut each: impl FnMut(usize, Value),
 ) -> Result<(), Parsed> {
+    if trees == Trees::Subset {
+        // What the subset reader reads is within the limits: no alias, nesting at most
+        // half the limit's. A text it does not read is read again, after the check.
+        if text.len() > limits::MAX_YAML_BYTES {
+            return Err(Parsed::Redo);
+        }
+        return subset::documents(text, |doc, value| {
+            if !value.is_null() {
+                each(doc, value);
+            }
+        })
+        .map_err(|subset::Refused| Parsed::Redo);
+    }
     if !within_limits_by_shape(text) {
         limits::check_yaml(text).map_err(|e| Parsed::Bad(limit_error(file, &e)))?;
     }
@@ -348,6 +385,7 @@ fn for_each_document(
                 Err(_) => return Err(Parsed::Redo),
             },
             Trees::ViaYaml => via_yaml(file, doc, de).map_err(Parsed::Bad)?,
+            Trees::Subset => return Err(Parsed::Redo),
         };
         if value.is_null() {
             continue;
@@ -377,7 +415,7 @@ fn for_each_document(
 fn within_limits_by_shape(text: &str) -> bool {
     if text.len() > limits::MAX_YAML_BYTES
         || text.bytes().any(|b| matches!(b, b'*' | b'\r'))
-        || text.contains(['\u{85}', '\u{2028}', '\u{2029}'])
+        || (!text.is_ascii() && text.contains(['\u{85}', '\u{2028}', '\u{2029}']))
     {
         return false;
     }

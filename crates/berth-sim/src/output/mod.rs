@@ -3,9 +3,11 @@
 //!
 //! Output is a pure function of the final state, with objects sorted by kind, namespace and
 //! name and map keys sorted, so equal runs print equal bytes. [`write`] streams it to the
-//! output as it is produced ([`list`] for the JSON and YAML, [`table`] for the summary),
+//! output as it is produced ([`json`] for the JSON, [`list`] for the YAML, [`table`] for
+//! the summary),
 //! so printing a large cluster holds no second copy of it in memory.
 
+mod json;
 mod list;
 mod sorted;
 mod table;
@@ -13,7 +15,6 @@ mod table;
 use std::io::{self, BufWriter, Write};
 use std::str::FromStr;
 
-use serde::Serialize;
 use serde_json::{json, Value};
 
 use berth_core::Object;
@@ -90,13 +91,8 @@ pub fn write(sim: &Simulation, format: Format, out: &mut dyn Write) -> Result<()
     );
     let result = match format {
         Format::Table => table::write(sim, &mut w).map_err(OutputError::Write),
-        Format::Json => {
-            let mut ser = serde_json::Serializer::pretty(&mut w);
-            list::List(sim.store())
-                .serialize(&mut ser)
-                .map_err(OutputError::from)
-                .and_then(|()| w.write_all(b"\n").map_err(OutputError::Write))
-        }
+        Format::Json => json::write(sim.store(), &mut w)
+            .and_then(|()| w.write_all(b"\n").map_err(OutputError::Write)),
         Format::Yaml => {
             serde_yaml_ng::to_writer(&mut w, &list::List(sim.store())).map_err(OutputError::from)
         }
@@ -223,6 +219,15 @@ mod tests {
         assert_eq!(got[4].1, "a");
         assert_eq!(v["apiVersion"], "v1");
         assert_eq!(v["kind"], "List");
+    }
+
+    #[test]
+    fn an_empty_cluster_prints_as_its_tree() {
+        let s = sim("");
+        let mut want = serde_json::to_string_pretty(&list(&s).unwrap()).unwrap();
+        want.push('\n');
+        assert_eq!(render(&s, Format::Json).unwrap(), want);
+        assert!(want.contains("\"items\": [],"), "{want}");
     }
 
     #[test]

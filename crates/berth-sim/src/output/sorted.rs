@@ -19,6 +19,11 @@ pub(super) fn in_value_order<T: Serialize + ?Sized>(value: &T) -> bool {
     value.serialize(Check).is_ok()
 }
 
+/// `key` as a map key's text, when it is a string (see [`KeyText`]).
+pub(super) fn key_text<T: Serialize + ?Sized>(key: &T) -> Option<String> {
+    key.serialize(KeyText).ok()
+}
+
 /// The walk found something the `Value` would print otherwise.
 #[derive(Debug)]
 pub(super) struct Differs;
