@@ -15,7 +15,7 @@ use crate::framework::{Code, CycleState, Plugin, Points, Status};
 use crate::model::node::{NodeIdx, NodeInfo};
 use crate::model::pod::PodInfo;
 use crate::plugins::args::decode;
-use crate::resources::{ResourceId, MAX_RESOURCES};
+use crate::resources::{ResourceId, Resources, MAX_RESOURCES};
 
 use super::args::{FitArgs, ScoringStrategy};
 use super::scoring::Scorer;
@@ -103,12 +103,23 @@ impl Wants {
 #[inline]
 fn fits(state: &CycleState, pod: &PodInfo, wants: &Wants, node: &NodeInfo) -> bool {
     let reservation = state.reservation.as_ref();
-    let slots_back = reservation.map_or(0, |r| r.restored_pods(node));
+    fits_in(
+        wants,
+        node,
+        reservation.map_or(0, |r| r.restored_pods(node)),
+        reservation.and_then(|r| r.restored(pod, node.idx)),
+    )
+}
+
+/// [`fits`] with what the pod gets back on the node given: `slots_back` pod slots and
+/// `back` resources.
+#[inline(always)]
+fn fits_in(wants: &Wants, node: &NodeInfo, slots_back: i64, back: Option<&Resources>) -> bool {
     if node.pods.len() as i64 - slots_back + 1 > node.allowed_pods {
         return false;
     }
     let free = &node.free().0;
-    match reservation.and_then(|r| r.restored(pod, node.idx)) {
+    match back {
         None => wants
             .iter()
             .all(|(i, want)| want <= free[i % MAX_RESOURCES]),
@@ -156,8 +167,21 @@ impl Plugin for Fit {
         pass: &mut u64,
     ) {
         let wants = Wants::of(cx, pod);
+        // Most pods get nothing back from reservations, and owners only on a few nodes:
+        // no lookups per node for them.
+        let reservation = state
+            .reservation
+            .as_ref()
+            .filter(|r| !r.gives_back_nothing());
         for i in ones(*pass) {
-            if !nodes.get(i).is_some_and(|n| fits(state, pod, &wants, n)) {
+            let ok = nodes.get(i).is_some_and(|n| {
+                if reservation.is_some_and(|r| r.gives_back_on(n.idx)) {
+                    fits(state, pod, &wants, n)
+                } else {
+                    fits_in(&wants, n, 0, None)
+                }
+            });
+            if !ok {
                 *pass &= !(1u64 << i);
             }
         }

@@ -32,6 +32,7 @@ use smallvec::SmallVec;
 
 use crate::cache::Cluster;
 use crate::framework::config::ConfigError;
+use crate::framework::filter_plan::ones;
 use crate::framework::plugin::{PostFilterContext, PostFilterResult};
 use crate::framework::{CycleState, Plugin, Points, Status};
 use crate::model::node::{NodeIdx, NodeInfo};
@@ -117,6 +118,20 @@ impl State {
     pub fn nominee(&self, cx: &Cluster, pod: &PodInfo, node: &NodeInfo) -> Option<RIdx> {
         let ns = self.nodes.get(&node.idx)?;
         nominate(cx, self, pod, ns, node, false).map(|(i, _)| i)
+    }
+
+    /// Whether the pod gets nothing back on any node: no pod slot, no resources
+    /// ([`State::restored_pods`] and [`State::restored`] are 0 and `None` everywhere).
+    #[inline]
+    pub fn gives_back_nothing(&self) -> bool {
+        !self.ignored && self.nodes.is_empty()
+    }
+
+    /// Whether the pod may get something back on `node` (otherwise [`State::restored_pods`]
+    /// is 0 and [`State::restored`] `None` there): one bit test.
+    #[inline]
+    pub fn gives_back_on(&self, node: NodeIdx) -> bool {
+        self.ignored || self.nodes.contains_key(&node)
     }
 
     /// Whether [`Self::hides`] is false for every pod on every node: the pod is neither a
@@ -599,6 +614,32 @@ impl Plugin for Reservation {
                     || (!st.has_affinity
                         && (st.nodes.is_empty() || !st.nodes.contains_key(&node.idx))))
         })
+    }
+
+    /// [`Plugin::passes`] with the pod's part decided once per batch: only an owner
+    /// without reservation affinity asks per node, with a bit test.
+    fn passes_each(
+        &self,
+        _cx: &Cluster,
+        state: &CycleState,
+        _pod: &PodInfo,
+        nodes: &[&NodeInfo],
+        pass: &mut u64,
+    ) {
+        match state.reservation.as_deref() {
+            Some(st) if !st.reserve_pod && st.ignored => {}
+            Some(st) if !st.reserve_pod && !st.has_affinity => {
+                if st.nodes.is_empty() {
+                    return;
+                }
+                for i in ones(*pass) {
+                    if nodes.get(i).is_none_or(|n| st.nodes.contains_key(&n.idx)) {
+                        *pass &= !(1u64 << i);
+                    }
+                }
+            }
+            _ => *pass = 0,
+        }
     }
 
     fn filter(&self, cx: &Cluster, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
