@@ -22,11 +22,13 @@ pub enum Code {
     Skip,
 }
 
-/// A plugin's verdict with its reasons. `Status::success()` allocates nothing.
+/// A plugin's verdict with its reasons. `Status::success()` allocates nothing, nor does a
+/// rejection with up to two reasons (NodeResourceTopologyMatch adds a second one on every
+/// node whose data may be stale: a heap allocation per node when only one was inline).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Status {
     code: Code,
-    reasons: SmallVec<[Cow<'static, str>; 1]>,
+    reasons: SmallVec<[Cow<'static, str>; 2]>,
     plugin: &'static str,
 }
 

@@ -32,7 +32,7 @@ pub use args::{ArgsError, FieldError, NodeResourceTopologyMatchArgs, NumaPluginC
 pub use fingerprint::{Fingerprint, FingerprintError, FingerprintMethod};
 pub use policy::{filter, AnyResource, NodeAllocatable, NumaReject};
 pub use reserve_cache::{
-    filter_node, score_node, CacheConfig, CacheMode, ForeignPodsDetect, NodeNumaView,
+    filter_node, score_node, CacheConfig, CacheMode, ForeignPodsDetect, NodeNumaView, NodeSlot,
     NumaCacheMetrics, PodIdent, PodKey, ReserveCache, ResyncCheck, ResyncMethod, ResyncOutcome,
     ResyncScope, UnusableReason,
 };

@@ -200,7 +200,7 @@ impl<'a> Availability<'a> {
 
     /// Available amount of resource `idx` in the zone at position `pos`.
     fn get(&self, pos: usize, idx: usize) -> Option<i64> {
-        let base = self.zones.zones().get(pos)?.available_at(idx)?;
+        let base = self.zones.available_at(pos, idx)?;
         let used = self
             .used
             .get(pos * self.zones.resource_names().len() + idx)
@@ -220,7 +220,7 @@ impl<'a> Availability<'a> {
     ) -> Result<(), NumaReject> {
         let nres = self.zones.resource_names().len();
         for pos in 0..self.zones.len() {
-            if self.zones.zones()[pos].id != numa_id {
+            if self.zones.ids().get(pos) != Some(&numa_id) {
                 continue;
             }
             for (name, amount) in request.iter() {
@@ -276,14 +276,14 @@ fn align(
         let mut has_numa_affinity = false;
         let mut resource_mask: u64 = 0;
         if let Some(idx) = zones.resource_index(n) {
-            for (pos, zone) in zones.zones().iter().enumerate() {
+            for (pos, &zone_id) in zones.ids().iter().enumerate() {
                 let Some(avail) = view.get(pos, idx) else {
                     continue;
                 };
                 has_numa_affinity = true;
                 let fits = (qos != QosClass::Guaranteed && is_numa_affine(n)) || avail >= amount;
                 if fits {
-                    resource_mask |= 1u64 << zone.id;
+                    resource_mask |= 1u64 << zone_id;
                 }
             }
         }

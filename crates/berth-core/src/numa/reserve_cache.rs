@@ -298,12 +298,106 @@ impl NodeEntry {
     }
 }
 
+/// Where a node's entry lives in a [`ReserveCache`] (or that it has none), as
+/// [`ReserveCache::slot`] answered for a node name. It stays right for that name as long as
+/// [`ReserveCache::layout`] is unchanged, so a caller that can identify a node without its
+/// name (the scheduler's node index) may remember it and skip the name lookup: hashing and
+/// comparing the name was over a third of a NUMA scheduling cycle, mostly cache misses on
+/// the key's heap bytes, five to seven times per node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct NodeSlot(u32);
+
+impl NodeSlot {
+    /// No entry for the node (no NRT, never reserved on).
+    pub const NONE: NodeSlot = NodeSlot(u32::MAX);
+
+    /// Whether the node has no entry.
+    pub fn is_none(self) -> bool {
+        self == Self::NONE
+    }
+}
+
+/// The cache's entries by slot, and the node names' slots.
+#[derive(Debug, Clone, Default)]
+struct Entries {
+    /// Node name to slot in `entries`: the same keys, hasher and insertion history as the
+    /// name-keyed map of entries it replaced, so it iterates in the same order.
+    names: FastMap<String, u32>,
+    /// The entries, by slot; freed slots (in `free`) hold a default entry.
+    entries: Vec<NodeEntry>,
+    free: Vec<u32>,
+    /// Bumped whenever a name gains or loses a slot (see [`NodeSlot`]).
+    layout: u64,
+}
+
+impl Entries {
+    fn slot(&self, node: &str) -> NodeSlot {
+        self.names
+            .get(node)
+            .map_or(NodeSlot::NONE, |&s| NodeSlot(s))
+    }
+
+    /// Names and their entries, in the names' map order.
+    fn iter(&self) -> impl Iterator<Item = (&String, &NodeEntry)> + '_ {
+        self.names
+            .iter()
+            .filter_map(|(n, &s)| Some((n, self.entries.get(s as usize)?)))
+    }
+
+    fn at(&self, slot: NodeSlot) -> Option<&NodeEntry> {
+        self.entries.get(slot.0 as usize)
+    }
+
+    fn at_mut(&mut self, slot: NodeSlot) -> Option<&mut NodeEntry> {
+        self.entries.get_mut(slot.0 as usize)
+    }
+
+    fn get(&self, node: &str) -> Option<&NodeEntry> {
+        self.at(self.slot(node))
+    }
+
+    fn get_mut(&mut self, node: &str) -> Option<&mut NodeEntry> {
+        self.at_mut(self.slot(node))
+    }
+
+    /// `node`'s entry, created (default) if it has none.
+    fn get_or_insert(&mut self, node: &str) -> &mut NodeEntry {
+        let slot = match self.names.get(node) {
+            Some(&s) => s,
+            None => {
+                let s = match self.free.pop() {
+                    Some(s) => s,
+                    None => {
+                        self.entries.push(NodeEntry::default());
+                        (self.entries.len() - 1) as u32
+                    }
+                };
+                self.names.insert(node.to_string(), s);
+                self.layout += 1;
+                s
+            }
+        };
+        let i = slot as usize;
+        if i >= self.entries.len() {
+            self.entries.resize_with(i + 1, NodeEntry::default);
+        }
+        &mut self.entries[i]
+    }
+
+    /// Removes `node`'s entry, returning it.
+    fn remove(&mut self, node: &str) -> Option<NodeEntry> {
+        let s = self.names.remove(node)?;
+        self.layout += 1;
+        self.free.push(s);
+        self.entries.get_mut(s as usize).map(std::mem::take)
+    }
+}
+
 /// Per-node NUMA cache keyed by node name.
 #[derive(Debug, Clone)]
 pub struct ReserveCache {
     config: CacheConfig,
-    /// By node name, looked up per node filtered and scored: a fast string hash.
-    nodes: FastMap<String, NodeEntry>,
+    nodes: Entries,
     metrics: NumaCacheMetrics,
     last_resync_ms: Option<i64>,
 }
@@ -315,7 +409,7 @@ impl ReserveCache {
         config.filtered_out_threshold = config.filtered_out_threshold.max(1);
         Self {
             config,
-            nodes: FastMap::default(),
+            nodes: Entries::default(),
             metrics: NumaCacheMetrics::default(),
             last_resync_ms: None,
         }
@@ -324,6 +418,17 @@ impl ReserveCache {
     /// The configuration.
     pub fn config(&self) -> &CacheConfig {
         &self.config
+    }
+
+    /// Where `node`'s entry is ([`NodeSlot::NONE`] if it has none).
+    pub fn slot(&self, node: &str) -> NodeSlot {
+        self.nodes.slot(node)
+    }
+
+    /// Changes whenever a node name gains or loses its slot: a [`NodeSlot`] obtained for a
+    /// name under one layout is that name's slot for as long as the layout is the same.
+    pub fn layout(&self) -> u64 {
+        self.nodes.layout
     }
 
     /// Counters.
@@ -347,7 +452,7 @@ impl ReserveCache {
             received_at_ms: now_ms,
         };
         let track_attrs = self.config.resync_scope == ResyncScope::All;
-        let entry = self.nodes.entry(node.to_string()).or_default();
+        let entry = self.nodes.get_or_insert(node);
         let apply_now =
             self.config.mode != CacheMode::OverReserve || entry.base.is_none() || entry.is_clean();
         if apply_now {
@@ -411,7 +516,7 @@ impl ReserveCache {
         match self.config.mode {
             CacheMode::Passthrough => {}
             CacheMode::DiscardReserved => {
-                let entry = self.nodes.entry(node.to_string()).or_default();
+                let entry = self.nodes.get_or_insert(node);
                 if !entry.in_flight.contains(&pod.uid) {
                     entry.in_flight.push(pod.uid.clone());
                 }
@@ -504,11 +609,16 @@ impl ReserveCache {
     /// The filter rejected `node` (not for unusable data). After
     /// `filtered_out_threshold` rejections in a row the node is dirty.
     pub fn filtered_out(&mut self, node: &str) {
+        self.filtered_out_at(self.slot(node));
+    }
+
+    /// [`ReserveCache::filtered_out`] by slot.
+    pub fn filtered_out_at(&mut self, slot: NodeSlot) {
         if self.config.mode != CacheMode::OverReserve {
             return;
         }
         let threshold = self.config.filtered_out_threshold;
-        let Some(entry) = self.nodes.get_mut(node) else {
+        let Some(entry) = self.nodes.at_mut(slot) else {
             return;
         };
         if entry.base.is_none() {
@@ -523,7 +633,12 @@ impl ReserveCache {
 
     /// The filter accepted `node`: the rejection streak restarts.
     pub fn filter_passed(&mut self, node: &str) {
-        if let Some(entry) = self.nodes.get_mut(node) {
+        self.filter_passed_at(self.slot(node));
+    }
+
+    /// [`ReserveCache::filter_passed`] by slot.
+    pub fn filter_passed_at(&mut self, slot: NodeSlot) {
+        if let Some(entry) = self.nodes.at_mut(slot) {
             entry.filtered_out_streak = 0;
         }
     }
@@ -546,7 +661,12 @@ impl ReserveCache {
 
     /// What filter and score see for `node`.
     pub fn view(&self, node: &str) -> NodeNumaView<'_> {
-        let Some(entry) = self.nodes.get(node) else {
+        self.view_at(self.slot(node))
+    }
+
+    /// [`ReserveCache::view`] by slot.
+    pub fn view_at(&self, slot: NodeSlot) -> NodeNumaView<'_> {
+        let Some(entry) = self.nodes.at(slot) else {
             return NodeNumaView::NoTopology;
         };
         match self.config.mode {
@@ -582,20 +702,35 @@ impl ReserveCache {
 
     /// Whether `node` is dirty for any reason.
     pub fn is_dirty(&self, node: &str) -> bool {
-        self.nodes.get(node).is_some_and(NodeEntry::is_dirty)
+        self.is_dirty_at(self.slot(node))
+    }
+
+    /// [`ReserveCache::is_dirty`] by slot.
+    pub fn is_dirty_at(&self, slot: NodeSlot) -> bool {
+        self.nodes.at(slot).is_some_and(NodeEntry::is_dirty)
     }
 
     /// The last resync check of `node` that did not flush it, while it stays unflushed.
     pub fn resync_check(&self, node: &str) -> Option<ResyncCheck> {
-        self.nodes.get(node)?.check
+        self.resync_check_at(self.slot(node))
+    }
+
+    /// [`ReserveCache::resync_check`] by slot.
+    pub fn resync_check_at(&self, slot: NodeSlot) -> Option<ResyncCheck> {
+        self.nodes.at(slot)?.check
     }
 
     /// Whether what filter and score see for `node` may differ from what the node has:
     /// pods are assumed on it (pessimistically subtracted from every zone) or a newer NRT
     /// is held back until the node resyncs. A rejection there may go away at a resync.
     pub fn is_stale(&self, node: &str) -> bool {
+        self.is_stale_at(self.slot(node))
+    }
+
+    /// [`ReserveCache::is_stale`] by slot.
+    pub fn is_stale_at(&self, slot: NodeSlot) -> bool {
         self.nodes
-            .get(node)
+            .at(slot)
             .is_some_and(|e| !e.assumed.is_empty() || e.pending.is_some())
     }
 
@@ -642,7 +777,7 @@ impl ReserveCache {
 
         let mut maybe_overreserved: Vec<String> = Vec::new();
         let mut config_changed: Vec<String> = Vec::new();
-        for (name, e) in &self.nodes {
+        for (name, e) in self.nodes.iter() {
             if e.dirty_overreserved || e.dirty_foreign {
                 maybe_overreserved.push(name.clone());
             } else if e.dirty_attr {
@@ -666,7 +801,7 @@ impl ReserveCache {
                 out.missing_fingerprint += 1;
                 // A pure attribute change can still be applied below.
                 let attr = entry.dirty_attr;
-                out.checks_changed += set_check(&mut self.nodes, &node, ResyncCheck::NoFingerprint);
+                out.checks_changed += self.set_check(&node, ResyncCheck::NoFingerprint);
                 if attr {
                     config_changed.push(node);
                 }
@@ -697,8 +832,8 @@ impl ReserveCache {
                 | Err(FingerprintError::IncompatibleVersion) => {
                     self.metrics.fingerprint_mismatches += 1;
                     out.mismatched += 1;
-                    out.checks_changed += set_check(&mut self.nodes, &node, ResyncCheck::Mismatch);
-                    if entry_has_attr_change(&self.nodes, &node) {
+                    out.checks_changed += self.set_check(&node, ResyncCheck::Mismatch);
+                    if self.nodes.get(&node).is_some_and(|e| e.dirty_attr) {
                         config_changed.push(node);
                     }
                 }
@@ -756,6 +891,17 @@ impl ReserveCache {
         entry.recompute();
     }
 
+    /// Records `check` for `node`; 1 if it changed.
+    fn set_check(&mut self, node: &str, check: ResyncCheck) -> usize {
+        match self.nodes.get_mut(node) {
+            Some(e) if e.check != Some(check) => {
+                e.check = Some(check);
+                1
+            }
+            _ => 0,
+        }
+    }
+
     /// Debug helper: whether the assumed pod `uid` on `node` was reported bound.
     pub fn is_assumed_bound(&self, node: &str, uid: &str) -> Option<bool> {
         self.nodes
@@ -765,21 +911,6 @@ impl ReserveCache {
             .find(|a| a.uid == uid)
             .map(|a| a.bound)
     }
-}
-
-/// Records `check` for `node`; 1 if it changed.
-fn set_check(nodes: &mut FastMap<String, NodeEntry>, node: &str, check: ResyncCheck) -> usize {
-    match nodes.get_mut(node) {
-        Some(e) if e.check != Some(check) => {
-            e.check = Some(check);
-            1
-        }
-        _ => 0,
-    }
-}
-
-fn entry_has_attr_change(nodes: &FastMap<String, NodeEntry>, node: &str) -> bool {
-    nodes.get(node).is_some_and(|e| e.dirty_attr)
 }
 
 #[cfg(test)]

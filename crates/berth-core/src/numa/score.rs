@@ -103,7 +103,11 @@ impl ScoringStrategy {
 
     /// The weight of `resource`.
     pub fn weight(&self, resource: &str) -> i64 {
-        match self.weights.iter().find(|(n, _)| n.as_str() == resource) {
+        match self
+            .weights
+            .iter()
+            .find(|(n, _)| super::types::same_name(n.as_str(), resource))
+        {
             Some((_, w)) if *w >= 1 => *w,
             _ => 1,
         }
@@ -215,11 +219,10 @@ impl ZoneTerms {
             }
             ScoringStrategyType::LeastNUMANodes => return 0,
         };
-        let zone = zones.zones().get(pos);
         let mut total: i128 = 0;
         let mut weights: i128 = 0;
         for t in &self.0 {
-            let avail = t.slot.and_then(|i| zone?.available_at(i)).unwrap_or(0);
+            let avail = t.slot.and_then(|i| zones.available_at(pos, i)).unwrap_or(0);
             let s = allocated(most, t.cpu, t.req, avail);
             total += i128::from(s) * t.weight;
             weights += t.weight;
@@ -236,7 +239,7 @@ impl ZoneTerms {
 fn zone_available(zones: &NumaZones, pos: usize, name: &str) -> i64 {
     zones
         .resource_index(name)
-        .and_then(|idx| zones.zones().get(pos)?.available_at(idx))
+        .and_then(|idx| zones.available_at(pos, idx))
         .unwrap_or(0)
 }
 
@@ -387,9 +390,9 @@ impl<'a> ZoneState<'a> {
     fn new(zones: &'a NumaZones) -> Self {
         let nres = zones.resource_names().len();
         let mut avail = SmallVec::with_capacity(zones.flat_len());
-        for z in zones.zones() {
+        for pos in 0..zones.len() {
             for idx in 0..nres {
-                avail.push(z.available_at(idx));
+                avail.push(zones.available_at(pos, idx));
             }
         }
         Self { zones, avail }

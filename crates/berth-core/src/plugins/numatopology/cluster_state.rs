@@ -8,14 +8,17 @@
 //! serves every profile: the first profile that enables the plugin configures it (upstream
 //! builds one per profile; berth profiles share one view of the cluster).
 
+use std::sync::Arc;
+
 use berth_api::nrt::NodeResourceTopology;
 
 use crate::cache::{Cluster, PodEntry, PodState};
+use crate::model::node::{NodeIdx, NodeInfo};
 use crate::model::pod::PodInfo;
 use crate::numa::args::InformerMode;
 use crate::numa::{
-    CacheMode, NodeNumaView, NodeTopology, NumaCacheMetrics, NumaConvertError, NumaPluginConfig,
-    PodIdent, PodKey, PodNumaRequest, ReserveCache, ResyncOutcome,
+    CacheMode, NodeNumaView, NodeSlot, NodeTopology, NumaCacheMetrics, NumaConvertError,
+    NumaPluginConfig, PodIdent, PodKey, PodNumaRequest, ReserveCache, ResyncOutcome,
 };
 use crate::time::Time;
 
@@ -70,6 +73,18 @@ pub struct NumaCluster {
     nrt_updates: u64,
     filter_lookups: u64,
     score_lookups: u64,
+    /// By node index: the cache slot of the node's name, remembered so Filter and Score
+    /// find a node's entry without hashing and comparing its name (see [`NodeSlot`]).
+    slots: Vec<SlotMemo>,
+}
+
+/// A node's remembered cache slot: valid while the node's name is this very `Arc` (held,
+/// so its address cannot be reused by another name) and the cache's layout is `layout`.
+#[derive(Debug, Clone)]
+struct SlotMemo {
+    name: Option<Arc<str>>,
+    slot: NodeSlot,
+    layout: u64,
 }
 
 impl Default for NumaCluster {
@@ -84,6 +99,7 @@ impl Default for NumaCluster {
             nrt_updates: 0,
             filter_lookups: 0,
             score_lookups: 0,
+            slots: Vec::new(),
         }
     }
 }
@@ -117,6 +133,59 @@ impl NumaCluster {
     /// What Filter and Score see for `node`.
     pub fn view(&self, node: &str) -> NodeNumaView<'_> {
         self.cache.view(node)
+    }
+
+    /// The remembered slot of `node`, if it is still right.
+    fn remembered(&self, node: &NodeInfo) -> Option<NodeSlot> {
+        let m = self.slots.get(node.idx.index())?;
+        let same = m.layout == self.cache.layout()
+            && m.name.as_ref().is_some_and(|n| Arc::ptr_eq(n, &node.name));
+        same.then_some(m.slot)
+    }
+
+    /// The cache slot of `node`: remembered, or looked up by name.
+    pub fn slot(&self, node: &NodeInfo) -> NodeSlot {
+        self.remembered(node)
+            .unwrap_or_else(|| self.cache.slot(&node.name))
+    }
+
+    /// Remembers the slot of the node at `idx` named `name` (its `NodeInfo::name`) for
+    /// later cycles: [`NumaCluster::slot`] then needs no name lookup while the node and the
+    /// cache layout stay the same.
+    pub fn remember(&mut self, idx: NodeIdx, name: &Arc<str>) -> NodeSlot {
+        let slot = self.cache.slot(name);
+        let i = idx.index();
+        if i >= self.slots.len() {
+            self.slots.resize(
+                i + 1,
+                SlotMemo {
+                    name: None,
+                    slot: NodeSlot::NONE,
+                    layout: 0,
+                },
+            );
+        }
+        self.slots[i] = SlotMemo {
+            name: Some(name.clone()),
+            slot,
+            layout: self.cache.layout(),
+        };
+        slot
+    }
+
+    /// Test hook: trusts every remembered slot under the current layout, right or not (a
+    /// deliberately stale memo, to show the property test catches one).
+    #[cfg(test)]
+    pub(crate) fn trust_stale_memos(&mut self) {
+        let layout = self.cache.layout();
+        for m in &mut self.slots {
+            m.layout = layout;
+        }
+    }
+
+    /// [`NumaCluster::view`] of the node, through its remembered slot when there is one.
+    pub fn view_node(&self, node: &NodeInfo) -> NodeNumaView<'_> {
+        self.cache.view_at(self.slot(node))
     }
 
     /// When [`resync`] has work next.
@@ -235,6 +304,37 @@ impl NumaCluster {
         }
         self.cache.filtered_out(node);
         self.arm_if_dirty(node, now);
+    }
+
+    /// [`NumaCluster::record_filter`] for the node at `idx` of `cx`, through its remembered
+    /// slot (remembering it if it was not).
+    pub fn record_filter_node(cx: &mut Cluster, idx: NodeIdx, passed: bool, now: Time) {
+        let Some(node) = cx.node(idx) else {
+            return;
+        };
+        let slot = match cx.numa.remembered(node) {
+            Some(s) => s,
+            None => {
+                let name = node.name.clone();
+                cx.numa.remember(idx, &name)
+            }
+        };
+        cx.numa.record_filter_at(slot, passed, now);
+    }
+
+    fn record_filter_at(&mut self, slot: NodeSlot, passed: bool, now: Time) {
+        self.filter_lookups += 1;
+        if passed {
+            self.cache.filter_passed_at(slot);
+            return;
+        }
+        if matches!(self.cache.view_at(slot), NodeNumaView::Unusable(_)) {
+            return;
+        }
+        self.cache.filtered_out_at(slot);
+        if self.cache.is_dirty_at(slot) {
+            self.arm(now);
+        }
     }
 
     /// Score looked `n` nodes up for a pod that was then placed.

@@ -30,7 +30,7 @@ use crate::model::node::{NodeIdx, NodeInfo};
 use crate::model::pod::{PodInfo, QosClass as PodQos};
 use crate::numa::{
     filter_node, score_node, NodeAllocatable, NodeNumaView, NodeResourceTopologyMatchArgs,
-    NumaPluginConfig, NumaReject, PodNumaRequest, QosClass, ResyncCheck, UnusableReason,
+    NodeSlot, NumaPluginConfig, NumaReject, PodNumaRequest, QosClass, ResyncCheck, UnusableReason,
 };
 use crate::resources::ResourceNames;
 use crate::time::Time;
@@ -118,22 +118,22 @@ pub fn may_fit(cx: &Cluster, pod: &PodInfo, node: &NodeInfo) -> bool {
         names: &cx.names,
         node,
     };
-    match filter_node(cx.numa.view(&node.name), &request, &alloc) {
+    match filter_node(cx.numa.view_node(node), &request, &alloc) {
         Ok(()) => true,
         Err(r) => r.is_internal_error(),
     }
 }
 
-fn reject(cx: &Cluster, node: &str, r: &NumaReject) -> Status {
+fn reject(cx: &Cluster, slot: NodeSlot, r: &NumaReject) -> Status {
     if r.is_internal_error() {
         return Status::error(r.reason());
     }
     let status = Status::unschedulable(r.reason());
     let cache = cx.numa.cache();
-    if !cache.is_stale(node) {
+    if !cache.is_stale_at(slot) {
         return status;
     }
-    status.with_reason(match cache.resync_check(node) {
+    status.with_reason(match cache.resync_check_at(slot) {
         Some(ResyncCheck::Mismatch) => REASON_FINGERPRINT_MISMATCH,
         Some(ResyncCheck::NoFingerprint) => REASON_NO_FINGERPRINT,
         None => REASON_RESYNC_PENDING,
@@ -244,7 +244,8 @@ impl Plugin for NodeResourceTopologyMatch {
         let Some(request) = request(state) else {
             return Status::error("NodeResourceTopologyMatch: no PreFilter state");
         };
-        let view = cx.numa.view(&node.name);
+        let slot = cx.numa.slot(node);
+        let view = cx.numa.cache().view_at(slot);
         let alloc = Allocatable {
             names: &cx.names,
             node,
@@ -257,7 +258,7 @@ impl Plugin for NodeResourceTopologyMatch {
                 }
                 _ => REASON_FOREIGN_PODS,
             }),
-            Err(r) => reject(cx, &node.name, &r),
+            Err(r) => reject(cx, slot, &r),
         }
     }
 
@@ -269,10 +270,7 @@ impl Plugin for NodeResourceTopologyMatch {
         now: Time,
     ) {
         for &(idx, passed) in verdicts {
-            let Some(name) = cx.node(idx).map(|n| n.name.clone()) else {
-                continue;
-            };
-            cx.numa.record_filter(&name, passed, now);
+            NumaCluster::record_filter_node(cx, idx, passed, now);
         }
     }
 
@@ -305,7 +303,7 @@ impl Plugin for NodeResourceTopologyMatch {
 
     fn score(&self, cx: &Cluster, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> i64 {
         match request(state) {
-            Some(r) => score_node(&self.config.scoring, cx.numa.view(&node.name), r),
+            Some(r) => score_node(&self.config.scoring, cx.numa.view_node(node), r),
             None => 0,
         }
     }
@@ -346,5 +344,7 @@ impl Plugin for NodeResourceTopologyMatch {
     }
 }
 
+#[cfg(test)]
+mod slot_tests;
 #[cfg(test)]
 mod tests;
