@@ -9,7 +9,7 @@ use smallvec::SmallVec;
 
 use crate::model::pod::{HostPort, PodInfo};
 use crate::model::selector::Labels;
-use crate::resources::{ResourceNames, Resources, TooManyResources};
+use crate::resources::{ResourceNames, Resources, TooManyResources, MAX_RESOURCES};
 
 /// Pods a node takes when its status does not say (kubelet's default `maxPods`).
 pub const DEFAULT_MAX_PODS: i64 = 110;
@@ -68,14 +68,16 @@ pub struct NodeInfo {
     pub generation: u64,
     /// Why `node.koordinator.sh/reservation` could not be applied, if it could not.
     pub annotation_error: Option<String>,
-    /// The sums the per-node Filter and Score arithmetic reads, kept by [`NodeInfo::touch`].
+    /// The sums the per-node Filter and Score arithmetic reads, kept by [`NodeInfo::touch`]
+    /// (worked out eagerly: a lazy cell's check on every read cost the basic cycle more than
+    /// it saved preemption's dry run).
     derived: Derived,
 }
 
-/// Sums of [`NodeInfo`]'s resource vectors, worked out when the node changes rather than
-/// on every node filtered and scored (saturating arithmetic per slot per node was a third
+/// Sums of [`NodeInfo`]'s resource vectors (and its pods' lowest priority), worked out when
+/// the node changes rather than on every node filtered and scored (saturating arithmetic per slot per node was a third
 /// of NodeResourcesFit's and BalancedAllocation's cost).
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 struct Derived {
     /// `allocatable - requested - reserved`.
     free: Resources,
@@ -83,22 +85,42 @@ struct Derived {
     used: Resources,
     /// `non_zero_requested + reserved`.
     scoring_used: Resources,
+    /// The lowest priority of the node's pods (`i32::MAX` without pods): preemption's dry
+    /// run on a full cluster asks every node whether it has anything to evict, and this
+    /// answers without reading each pod.
+    lowest_priority: i32,
+}
+
+impl Default for Derived {
+    fn default() -> Self {
+        Self {
+            free: Resources::ZERO,
+            used: Resources::ZERO,
+            scoring_used: Resources::ZERO,
+            lowest_priority: i32::MAX,
+        }
+    }
 }
 
 impl Derived {
+    /// Worked out on every change (preemption's dry run changes node copies thousands of
+    /// times per attempt), so only over the slots in use: past the last slot any of the
+    /// node's vectors uses, every sum is 0.
     fn of(n: &NodeInfo) -> Self {
-        let mut free = n.allocatable;
-        free.sub(&n.requested);
-        free.sub(&n.reserved);
-        let mut used = n.requested;
-        used.add(&n.reserved);
-        let mut scoring_used = n.non_zero_requested;
-        scoring_used.add(&n.reserved);
-        Self {
-            free,
-            used,
-            scoring_used,
+        let (alloc, req) = (&n.allocatable.0, &n.requested.0);
+        let (nz, held) = (&n.non_zero_requested.0, &n.reserved.0);
+        let in_use = (0..MAX_RESOURCES)
+            .rev()
+            .find(|&i| alloc[i] | req[i] | nz[i] | held[i] != 0)
+            .map_or(0, |i| i + 1);
+        let mut me = Self::default();
+        for i in 0..in_use {
+            me.free.0[i] = alloc[i].saturating_sub(req[i]).saturating_sub(held[i]);
+            me.used.0[i] = req[i].saturating_add(held[i]);
+            me.scoring_used.0[i] = nz[i].saturating_add(held[i]);
         }
+        me.lowest_priority = n.pods.iter().map(|p| p.priority).min().unwrap_or(i32::MAX);
+        me
     }
 }
 
@@ -250,6 +272,12 @@ impl NodeInfo {
     #[inline]
     pub fn used(&self) -> &Resources {
         &self.derived().used
+    }
+
+    /// The lowest priority among the node's pods, `i32::MAX` when it has none.
+    #[inline]
+    pub fn lowest_priority(&self) -> i32 {
+        self.derived().lowest_priority
     }
 
     /// [`NodeInfo::used`] with scoring requests (the 100m/200Mi defaults):

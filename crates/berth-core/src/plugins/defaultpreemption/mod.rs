@@ -353,6 +353,10 @@ impl DryRun<'_> {
             return Err(Status::error("node vanished during preemption"));
         };
         let priority = self.fit.pod.priority;
+        // Nothing of lower priority here: no pod needs reading to know there is no victim.
+        if node.lowest_priority() >= priority {
+            return Err(Status::unresolvable(NO_VICTIMS));
+        }
         let inside_allowed = self.reservation_preemption;
         let potential: Vec<Arc<PodInfo>> = node
             .pods
