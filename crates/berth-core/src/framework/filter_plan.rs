@@ -184,4 +184,68 @@ mod tests {
         let fits = pod("fits").req("cpu", "1").build_info();
         assert!(plan.run(&cx, &state, &fits, &small).is_success());
     }
+
+    /// A batch gives every node the verdict, and the rejecting plugin and reasons, that
+    /// one-at-a-time filtering gives it, with passing and rejected nodes interleaved and
+    /// plugins with and without a fast path.
+    #[test]
+    fn a_batch_gives_each_node_its_one_at_a_time_verdict() {
+        let profile = Profile::default_profile();
+        let mut state = CycleState::default();
+        // Only plugins that need no PreFilter state.
+        let keep = [
+            crate::plugins::names::NODE_RESOURCES_FIT,
+            crate::plugins::names::TAINT_TOLERATION,
+            crate::plugins::names::NODE_UNSCHEDULABLE,
+            crate::plugins::names::NODE_NAME,
+        ];
+        for &i in &profile.filter {
+            if !keep.contains(&profile.plugins[i].name()) {
+                state.skip_filter |= 1 << i;
+            }
+        }
+        let plan = FilterPlan::new(&profile, &state);
+        let cx = Cluster::default();
+        let nodes: Vec<NodeInfo> = (0..70)
+            .map(|i| {
+                let mut b = node(&format!("n{i}")).alloc("cpu", if i % 3 == 0 { "1" } else { "4" });
+                if i % 5 == 0 {
+                    b = b.taint("dedicated", "x", "NoSchedule");
+                }
+                if i % 7 == 0 {
+                    b = b.unschedulable();
+                }
+                b.build_info()
+            })
+            .collect();
+        let p = pod("p").req("cpu", "2").build_info();
+        for chunk in [&nodes[..64], &nodes[64..]] {
+            let refs: Vec<&NodeInfo> = chunk.iter().collect();
+            let mut rejected = Vec::new();
+            let pass = plan.run_batch(&cx, &state, &p, &refs, &mut rejected);
+            let mut passed = 0;
+            for (i, n) in chunk.iter().enumerate() {
+                let one = plan.run(&cx, &state, &p, n);
+                assert_eq!(pass & (1u64 << i) != 0, one.is_success(), "{}", n.name);
+                passed += usize::from(one.is_success());
+                if !one.is_success() {
+                    let (_, st) = rejected
+                        .iter()
+                        .find(|(at, _)| *at == i)
+                        .expect("a rejected node has its status");
+                    assert_eq!(st.plugin(), one.plugin(), "{}", n.name);
+                    assert_eq!(st.reasons(), one.reasons(), "{}", n.name);
+                }
+            }
+            assert!(
+                passed > 0 && !rejected.is_empty(),
+                "both kinds in each batch"
+            );
+            assert_eq!(
+                rejected.len() + passed,
+                chunk.len(),
+                "one status per rejection"
+            );
+        }
+    }
 }
