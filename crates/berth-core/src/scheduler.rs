@@ -1299,7 +1299,6 @@ impl Scheduler {
             &mut found,
             &mut self.rejected,
         );
-        drop(filtering);
         drop(plan);
         if subset.is_none() && n > 0 {
             self.next_start = (start + processed) % n;
