@@ -4,36 +4,11 @@
 //! A counting global allocator sees every allocation of this test binary, so the file holds
 //! a single test (no other test thread allocates while it counts).
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use berth_core::{fixtures, Config, Effect, Event, Object, Profile, Scheduler};
 
-struct Counting;
-
-static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
-
-// SAFETY: forwards to the system allocator unchanged; only counts.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: same contract as the caller's.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: same contract as the caller's.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: same contract as the caller's.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
-#[global_allocator]
-static GLOBAL: Counting = Counting;
+mod counting;
 
 /// A cluster of `nodes` default nodes with `pods` pending default pods, after `warm`
 /// cycles (scratch buffers grown to their working size).
@@ -77,9 +52,9 @@ fn allocations(s: &mut Scheduler, cycles: usize) -> (u64, u64) {
     let mut total = 0;
     let filtered = s.counters.nodes_filtered;
     for _ in 0..cycles {
-        let before = ALLOCATIONS.load(Ordering::Relaxed);
+        let before = counting::allocations();
         assert!(s.schedule_next(0));
-        total += ALLOCATIONS.load(Ordering::Relaxed) - before;
+        total += counting::allocations() - before;
         confirm(s);
     }
     (total, s.counters.nodes_filtered - filtered)

@@ -6,8 +6,6 @@
 //! A counting global allocator sees every allocation of this test binary, so the file holds
 //! a single test (no other test thread allocates while it counts).
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use berth_api::k8s_openapi::api::core::v1::{Node, Pod};
@@ -15,30 +13,7 @@ use berth_api::nrt::NodeResourceTopology;
 use berth_core::{Config, Effect, Event, Object, Profile, Scheduler};
 use serde_json::json;
 
-struct Counting;
-
-static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
-
-// SAFETY: forwards to the system allocator unchanged; only counts.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: same contract as the caller's.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: same contract as the caller's.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: same contract as the caller's.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
-#[global_allocator]
-static GLOBAL: Counting = Counting;
+mod counting;
 
 fn node(name: &str) -> Arc<Node> {
     let v = json!({
@@ -137,9 +112,9 @@ fn allocations(s: &mut Scheduler, cycles: usize) -> (u64, u64) {
     let filtered = s.counters.nodes_filtered;
     let bound = s.counters.attempts;
     for _ in 0..cycles {
-        let before = ALLOCATIONS.load(Ordering::Relaxed);
+        let before = counting::allocations();
         assert!(s.schedule_next(0));
-        total += ALLOCATIONS.load(Ordering::Relaxed) - before;
+        total += counting::allocations() - before;
         while s.poll_effect().is_some() {}
     }
     assert_eq!(s.counters.attempts - bound, cycles as u64, "one cycle each");
