@@ -52,9 +52,7 @@ fn allocations(s: &mut Scheduler, cycles: usize) -> (u64, u64) {
     let mut total = 0;
     let filtered = s.counters.nodes_filtered;
     for _ in 0..cycles {
-        let before = counting::allocations();
-        assert!(s.schedule_next(0));
-        total += counting::allocations() - before;
+        total += counting::during(|| assert!(s.schedule_next(0)));
         confirm(s);
     }
     (total, s.counters.nodes_filtered - filtered)

@@ -112,9 +112,7 @@ fn allocations(s: &mut Scheduler, cycles: usize) -> (u64, u64) {
     let filtered = s.counters.nodes_filtered;
     let bound = s.counters.attempts;
     for _ in 0..cycles {
-        let before = counting::allocations();
-        assert!(s.schedule_next(0));
-        total += counting::allocations() - before;
+        total += counting::during(|| assert!(s.schedule_next(0)));
         while s.poll_effect().is_some() {}
     }
     assert_eq!(s.counters.attempts - bound, cycles as u64, "one cycle each");

@@ -33,6 +33,17 @@ pub fn ones(mut mask: u64) -> impl Iterator<Item = usize> {
     })
 }
 
+/// Clears the bit of each node of `pass` (positions in `nodes`) that `passes` says no to:
+/// the loop of every [`Plugin::passes_each`].
+#[inline(always)]
+pub fn keep(pass: &mut u64, nodes: &[&NodeInfo], mut passes: impl FnMut(&NodeInfo) -> bool) {
+    for i in ones(*pass) {
+        if !nodes.get(i).is_some_and(|n| passes(n)) {
+            *pass &= !(1u64 << i);
+        }
+    }
+}
+
 /// The mask of the first `n` positions (`n <= BATCH`).
 #[inline]
 pub fn first(n: usize) -> u64 {

@@ -209,7 +209,7 @@ pub trait Plugin: std::fmt::Debug + Send + Sync {
         self.filter(cx, state, pod, node).is_success()
     }
 
-    /// [`Plugin::passes`] over a batch of nodes ([`crate::framework::filter_plan::Batch`]):
+    /// [`Plugin::passes`] over a batch of nodes (at most [`crate::framework::filter_plan::BATCH`]):
     /// clears bit `i` of `pass` where `nodes[i]` does not pass; only set bits are asked. One
     /// dynamic call per plugin per batch instead of one per node: this default is compiled
     /// for each plugin, so its `passes` is called directly and inlined. An override must
@@ -222,11 +222,7 @@ pub trait Plugin: std::fmt::Debug + Send + Sync {
         nodes: &[&NodeInfo],
         pass: &mut u64,
     ) {
-        for i in crate::framework::filter_plan::ones(*pass) {
-            if !nodes.get(i).is_some_and(|n| self.passes(cx, state, pod, n)) {
-                *pass &= !(1u64 << i);
-            }
-        }
+        crate::framework::filter_plan::keep(pass, nodes, |n| self.passes(cx, state, pod, n));
     }
 
     /// Learns the verdicts of this plugin's Filter in the cycle that just ran: `(node,

@@ -34,3 +34,10 @@ static GLOBAL: Counting = Counting;
 pub fn allocations() -> u64 {
     ALLOCATIONS.load(Ordering::Relaxed)
 }
+
+/// Heap allocations made while `f` ran.
+pub fn during(f: impl FnOnce()) -> u64 {
+    let before = allocations();
+    f();
+    allocations() - before
+}

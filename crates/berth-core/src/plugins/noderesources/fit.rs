@@ -10,7 +10,7 @@ use std::borrow::Cow;
 
 use crate::cache::Cluster;
 use crate::framework::config::ConfigError;
-use crate::framework::filter_plan::ones;
+use crate::framework::filter_plan::keep;
 use crate::framework::{Code, CycleState, Plugin, Points, Status};
 use crate::model::node::{NodeIdx, NodeInfo};
 use crate::model::pod::PodInfo;
@@ -173,18 +173,13 @@ impl Plugin for Fit {
             .reservation
             .as_ref()
             .filter(|r| !r.gives_back_nothing());
-        for i in ones(*pass) {
-            let ok = nodes.get(i).is_some_and(|n| {
-                if reservation.is_some_and(|r| r.gives_back_on(n.idx)) {
-                    fits(state, pod, &wants, n)
-                } else {
-                    fits_in(&wants, n, 0, None)
-                }
-            });
-            if !ok {
-                *pass &= !(1u64 << i);
+        keep(pass, nodes, |n| {
+            if reservation.is_some_and(|r| r.gives_back_on(n.idx)) {
+                fits(state, pod, &wants, n)
+            } else {
+                fits_in(&wants, n, 0, None)
             }
-        }
+        });
     }
 
     fn pre_filter(&self, _cx: &Cluster, _state: &mut CycleState, _pod: &PodInfo) -> Status {

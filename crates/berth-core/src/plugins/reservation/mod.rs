@@ -32,7 +32,7 @@ use smallvec::SmallVec;
 
 use crate::cache::Cluster;
 use crate::framework::config::ConfigError;
-use crate::framework::filter_plan::ones;
+use crate::framework::filter_plan::keep;
 use crate::framework::plugin::{PostFilterContext, PostFilterResult};
 use crate::framework::{CycleState, Plugin, Points, Status};
 use crate::model::node::{NodeIdx, NodeInfo};
@@ -632,11 +632,7 @@ impl Plugin for Reservation {
                 if st.nodes.is_empty() {
                     return;
                 }
-                for i in ones(*pass) {
-                    if nodes.get(i).is_none_or(|n| st.nodes.contains_key(&n.idx)) {
-                        *pass &= !(1u64 << i);
-                    }
-                }
+                keep(pass, nodes, |n| !st.nodes.contains_key(&n.idx));
             }
             _ => *pass = 0,
         }
