@@ -28,6 +28,21 @@ impl ResourceId {
     pub fn index(self) -> usize {
         usize::from(self.0)
     }
+
+    /// The slots whose bit is set in `mask` (bit `i` is slot `i`), in increasing order:
+    /// for the paths that visit a pod's or a reservation's few resources, not all
+    /// [`MAX_RESOURCES`] slots.
+    pub fn in_mask(mask: u32) -> impl Iterator<Item = ResourceId> {
+        let mut rest = mask & ((1u64 << MAX_RESOURCES) - 1) as u32;
+        std::iter::from_fn(move || {
+            if rest == 0 {
+                return None;
+            }
+            let i = rest.trailing_zeros();
+            rest &= rest - 1;
+            Some(ResourceId(i as u8))
+        })
+    }
 }
 
 /// Too many distinct resource names were seen.
@@ -232,6 +247,18 @@ impl Resources {
             *a = (*a).max(*b);
         }
         out
+    }
+
+    /// `self = max(self, other)` over the slots of `mask` alone: the other slots of
+    /// `other` must be 0 and those of `self` at least 0, where both ways agree.
+    pub fn max_in(&mut self, other: &Self, mask: u32) {
+        debug_assert!(
+            (0..MAX_RESOURCES).all(|i| mask & (1 << i) != 0 || (other.0[i] == 0 && self.0[i] >= 0)),
+            "max_in outside its mask: {self:?} {other:?} {mask:#b}"
+        );
+        for id in ResourceId::in_mask(mask) {
+            self[id] = self[id].max(other[id]);
+        }
     }
 
     /// Clamps every slot at zero from below.

@@ -1279,16 +1279,19 @@ impl Scheduler {
             log: (!self.feedback[profile].is_empty()).then_some(&mut self.filter_log),
             nodes_filtered: &mut self.counters.nodes_filtered,
         };
-        for &idx in preferred
-            .iter()
-            .filter(|i| subset.as_ref().is_none_or(|s| s.contains(i)))
-        {
-            if found.feasible.len() >= to_find {
-                break;
-            }
-            let Some(node) = cx.node(idx) else { continue };
-            *found.nodes_filtered += 1;
-            found.record(idx, filtering.one(node).as_ref());
+        // The preferred nodes go through the same batched loop as the sample: in order,
+        // stopping once enough are feasible.
+        if !preferred.is_empty() {
+            filtering.rotation(
+                preferred
+                    .iter()
+                    .copied()
+                    .filter(|i| subset.as_ref().is_none_or(|s| s.contains(i))),
+                &[],
+                to_find,
+                &mut found,
+                &mut self.rejected,
+            );
         }
         // The rotation as two slices: no modulo per node.
         let (before, after) = candidates.split_at(start.min(n));

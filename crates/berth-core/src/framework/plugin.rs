@@ -25,7 +25,12 @@ pub fn score_each(
     out: &mut Vec<i64>,
     mut score: impl FnMut(&NodeInfo) -> i64,
 ) {
-    out.extend(nodes.iter().map(|&idx| cx.node(idx).map_or(0, &mut score)));
+    // `score` called directly, not handed on as `&mut F`: the compiler then inlines it
+    // into the loop whatever else the crate holds (through `map_or` it sometimes did not).
+    out.extend(nodes.iter().map(|&idx| match cx.node(idx) {
+        Some(node) => score(node),
+        None => 0,
+    }));
 }
 
 /// Scores plugins return are within `0..=MAX_NODE_SCORE` after normalisation.

@@ -44,7 +44,7 @@ impl Fit {
     }
 }
 
-/// Bit mask of the resources `r` has a non-zero amount of.
+/// Bit mask of the resources `r` has a positive amount of.
 pub fn mask(r: &Resources) -> u32 {
     r.non_zero()
         .filter(|(_, v)| *v > 0)
@@ -59,7 +59,7 @@ pub fn node_free(node: &NodeInfo) -> Resources {
 
 /// Checks the pod against one reservation on its node.
 pub fn fit(pod_req: &Resources, free: &Resources, r: &ReservationInfo) -> Fit {
-    fit_usable(pod_req, free, r, &r.usable())
+    fit_usable(mask(pod_req), pod_req, free, r, &r.usable())
 }
 
 /// [`considered`] and then [`fit`], with the reservation's [`ReservationInfo::usable`]
@@ -78,21 +78,22 @@ pub fn considered_fit(
     if !considered_usable(pod_mask, r, has_affinity, &usable) {
         return None;
     }
-    Some(fit_usable(pod_req, free, r, &usable))
+    Some(fit_usable(pod_mask, pod_req, free, r, &usable))
 }
 
-/// [`fit`] with the reservation's usable remainder given.
+/// [`fit`] with the pod's [`mask`] and the reservation's usable remainder given: only the
+/// resources the pod asks a positive amount of can fall short.
 fn fit_usable(
+    pod_mask: u32,
     pod_req: &Resources,
     free: &Resources,
     r: &ReservationInfo,
     usable: &Resources,
 ) -> Fit {
+    debug_assert_eq!(pod_mask, mask(pod_req));
     let mut out = Fit::default();
-    for (id, want) in pod_req.non_zero() {
-        if want <= 0 {
-            continue;
-        }
+    for id in ResourceId::in_mask(pod_mask) {
+        let want = pod_req[id];
         let bit = 1u32 << id.0;
         if want > free[id].saturating_add(usable[id]) {
             out.node_short |= bit;

@@ -30,6 +30,11 @@ pub use store::{Owner, RIdx, ReservationInfo, ReservationStore};
 
 use crate::time::Time;
 
+/// How the reservations preemption makes to hold what it freed are named
+/// (`preempt-<namespace>-<pod>`): the store counts the reservations so named, so an owner's
+/// cycle asks for its pod's hold only when there may be one.
+pub const HOLD_NAME_PREFIX: &str = "preempt-";
+
 /// Koordinator's default `gcDurationSeconds`: terminal reservations are deleted a day after
 /// they ended.
 pub const DEFAULT_GC_DURATION: Time = 24 * 60 * 60 * 1000;

@@ -21,7 +21,7 @@ use crate::model::node::NodeIdx;
 use crate::model::pod::{HostPort, PodInfo};
 use crate::model::selector::Labels;
 use crate::object::ObjectKey;
-use crate::resources::Resources;
+use crate::resources::{ResourceId, Resources};
 use crate::time::Time;
 
 use super::owner::{IndexKey, OwnerIndex, OwnerMatcher};
@@ -162,12 +162,24 @@ impl ReservationInfo {
 
     /// What is left for owners.
     pub fn usable(&self) -> Resources {
-        // `cap - taken`, clamped at 0, in one pass: asked for every matched reservation on
-        // every node an owner's cycle nominates on.
-        let cap = self.cap();
+        // `cap - taken`, clamped at 0, in one pass over the reservation's own resources:
+        // asked for every matched reservation on every node an owner's cycle nominates on.
+        // Elsewhere `allocatable` is 0 (`names` is its mask) and `inner_reserved` at least
+        // 0, so the capacity, and what is left of it, is 0.
         let mut u = Resources::ZERO;
-        for ((u, &c), &r) in u.0.iter_mut().zip(&cap.0).zip(&self.requested.0) {
-            *u = c.saturating_sub(r.min(c)).max(0);
+        for id in ResourceId::in_mask(self.names) {
+            let c = self.allocatable[id]
+                .saturating_sub(self.inner_reserved[id])
+                .max(0);
+            u[id] = c.saturating_sub(self.requested[id].min(c)).max(0);
+        }
+        #[cfg(debug_assertions)]
+        {
+            let mut every = self.cap();
+            for (c, &r) in every.0.iter_mut().zip(&self.requested.0) {
+                *c = c.saturating_sub(r.min(*c)).max(0);
+            }
+            assert_eq!(u, every, "usable() over `names` alone for {}", self.name);
         }
         u
     }
@@ -262,6 +274,8 @@ pub struct ReservationStore {
     pub(crate) to_report: Vec<(Arc<str>, String)>,
     /// Settings from the Reservation plugin's args.
     pub settings: Settings,
+    /// How many reservations are named as preemption's holds ([`super::HOLD_NAME_PREFIX`]).
+    hold_named: usize,
 }
 
 impl ReservationStore {
@@ -357,8 +371,15 @@ impl ReservationStore {
         self.timers.iter().next().map(|(t, _)| *t)
     }
 
+    /// Whether any reservation is named as a preemption hold: when none is, no pod has
+    /// one, and its name need not be built and looked up.
+    pub fn may_hold(&self) -> bool {
+        self.hold_named > 0
+    }
+
     pub(crate) fn insert(&mut self, info: ReservationInfo) -> RIdx {
         let idx = self.free.pop().unwrap_or(self.slots.len() as RIdx);
+        self.hold_named += usize::from(info.name.starts_with(super::HOLD_NAME_PREFIX));
         self.by_name.insert(info.name.clone(), idx);
         if !info.uid.is_empty() {
             self.by_uid.insert(info.uid.clone(), idx);
@@ -373,6 +394,7 @@ impl ReservationStore {
 
     pub(crate) fn remove(&mut self, idx: RIdx) -> Option<ReservationInfo> {
         let info = self.slots.get_mut(idx as usize)?.take()?;
+        self.hold_named -= usize::from(info.name.starts_with(super::HOLD_NAME_PREFIX));
         self.by_name.remove(&info.name);
         if self.by_uid.get(&info.uid) == Some(&idx) {
             self.by_uid.remove(&info.uid);
@@ -590,5 +612,24 @@ mod tests {
         assert!(!r.matchable());
         r.phase = ReservationPhase::Waiting;
         assert!(r.hold().is_zero() && r.is_active());
+    }
+
+    #[test]
+    fn may_hold_while_a_reservation_is_named_as_a_preemption_hold() {
+        let mut store = ReservationStore::default();
+        let plain = store.insert(info("plain", &[], ReservationAllocatePolicy::Default));
+        assert!(!store.may_hold());
+        let holds: Vec<RIdx> = ["preempt-default-a", "preempt-default-b"]
+            .into_iter()
+            .map(|n| store.insert(info(n, &[], ReservationAllocatePolicy::Restricted)))
+            .collect();
+        assert!(store.may_hold());
+        store.remove(holds[0]);
+        assert!(store.may_hold(), "one hold is left");
+        store.remove(plain);
+        store.remove(holds[1]);
+        assert!(!store.may_hold());
+        store.remove(holds[1]);
+        assert!(!store.may_hold(), "a second removal changes nothing");
     }
 }

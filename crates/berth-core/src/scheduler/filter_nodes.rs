@@ -62,9 +62,8 @@ pub(super) struct Filtering<'a, 'p> {
 }
 
 impl Filtering<'_, '_> {
-    /// Filters one node (preferred and nominated nodes go one at a time); `None` when it
-    /// passes.
-    pub fn one(&self, node: &NodeInfo) -> Option<Status> {
+    /// Filters one node with the pods nominated to it on it; `None` when it passes.
+    fn one(&self, node: &NodeInfo) -> Option<Status> {
         let st = run_filter_plugins_with_nominated_pods(
             self.plan,
             self.cx,
@@ -76,10 +75,11 @@ impl Filtering<'_, '_> {
         (!st.is_success()).then_some(st)
     }
 
-    /// Filters the nodes of `rotation` in order, leaving out those in `skip` and
-    /// those no longer in the cluster, until `found` holds `to_find` feasible nodes or the
-    /// rotation ends. Returns how many positions of the rotation it used, skipped ones
-    /// included. `rejected` is a reusable buffer.
+    /// Filters the nodes of `rotation` (the pod's preferred nodes, then the rotating
+    /// sample) in order, leaving out those in `skip` and those no longer in the cluster,
+    /// until `found` holds `to_find` feasible nodes or the rotation ends. Returns how many
+    /// positions of the rotation it used, skipped ones included. `rejected` is a reusable
+    /// buffer.
     pub fn rotation(
         &self,
         rotation: impl Iterator<Item = NodeIdx>,

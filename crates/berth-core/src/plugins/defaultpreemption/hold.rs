@@ -27,7 +27,7 @@ use crate::cache::Cluster;
 use crate::model::node::NodeIdx;
 use crate::model::pod::PodInfo;
 use crate::object::ObjectKey;
-use crate::reservation::{RIdx, ReservationInfo};
+use crate::reservation::{RIdx, ReservationInfo, HOLD_NAME_PREFIX};
 use crate::time::Time;
 
 /// Annotation naming the preemptor (`namespace/name`) on a reservation preemption made.
@@ -43,7 +43,7 @@ const MAX_NAME: usize = 253;
 /// `preempt-<namespace>-<name>`, shortened with a hash of the full name when that would be
 /// longer than an object name may be.
 pub fn name_for(pod: &ObjectKey) -> String {
-    let full = format!("preempt-{}-{}", pod.namespace, pod.name);
+    let full = format!("{HOLD_NAME_PREFIX}{}-{}", pod.namespace, pod.name);
     if full.len() <= MAX_NAME {
         return full;
     }
@@ -68,6 +68,9 @@ fn fnv1a(bytes: &[u8]) -> u32 {
 /// The reservation of `pod`'s preemption in the store, when there is one for this
 /// incarnation of the pod (same name, owned by its UID).
 pub fn of(cx: &Cluster, pod: &ObjectKey, uid: &str) -> Option<RIdx> {
+    if !cx.reservations.may_hold() {
+        return None;
+    }
     let idx = cx.reservations.idx(&name_for(pod))?;
     let r = cx.reservations.get(idx)?;
     is_hold_for(r, uid).then_some(idx)

@@ -65,6 +65,17 @@ impl<T> ByNode<T> {
         self.map.insert(node, value);
     }
 
+    /// Room for `additional` more entries.
+    pub fn reserve(&mut self, additional: usize) {
+        self.map.reserve(additional);
+    }
+
+    /// How many nodes have an entry.
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
     /// Whether no node has an entry.
     #[inline]
     pub fn is_empty(&self) -> bool {
@@ -131,6 +142,7 @@ mod tests {
                 }
             }
             prop_assert_eq!(by.is_empty(), plain.is_empty());
+            prop_assert_eq!(by.len(), plain.len());
         }
     }
 }

@@ -297,6 +297,9 @@ impl Reservation {
             }
         };
         candidates.retain(|i| store.get(*i).is_some_and(|r| r.matchable()));
+        // Room for a node each, made once: growing the map entry by entry moved the
+        // entries several times over.
+        st.nodes.reserve(candidates.len());
         for idx in candidates {
             let Some(r) = store.get(idx) else { continue };
             if !r.owners.matches(pod) {
@@ -324,7 +327,9 @@ impl Reservation {
             }
             let ns = st.nodes.entry_or_default(node);
             ns.matched.push(idx);
-            ns.restore = ns.restore.max(&r.usable());
+            // `usable` is 0 outside the reservation's resources and `restore` never
+            // negative: the max over `names` is the max over every slot.
+            ns.restore.max_in(&r.usable(), r.names);
             ns.ports.extend(r.contrib_ports.iter().cloned());
             ns.hidden.push(r.name.clone());
             if r.allocate_once {
@@ -725,8 +730,15 @@ impl Plugin for Reservation {
         }
         let mut any = false;
         let mut preferred: Option<(i64, NodeIdx)> = None;
+        // The pod's few reservation nodes are filtered first, so they lead `nodes`: the
+        // walk ends once it has met all of them, not at the end of the sample.
+        let mut left = st.nodes.len();
         for &n in nodes {
+            if left == 0 {
+                break;
+            }
             let Some(ns) = st.nodes.get(&n) else { continue };
+            left -= 1;
             let Some(info) = cx.node(n) else { continue };
             let nominated = nominate(cx, st, pod, ns, info, false);
             let order = nominated
@@ -777,11 +789,20 @@ impl Plugin for Reservation {
             out.resize(out.len() + nodes.len(), 0);
             return;
         };
-        out.extend(
-            nodes
-                .iter()
-                .map(|n| st.nodes.get(n).map_or(0, |ns| ns.score)),
-        );
+        // As in PreScore, the nodes holding the pod's reservations lead `nodes`: once all
+        // are met, the rest score 0 without a look.
+        let end = out.len() + nodes.len();
+        let mut left = st.nodes.len();
+        for n in nodes {
+            if left == 0 {
+                break;
+            }
+            out.push(st.nodes.get(n).map_or(0, |ns| {
+                left -= 1;
+                ns.score
+            }));
+        }
+        out.resize(end, 0);
     }
 
     fn reserve(
