@@ -1276,7 +1276,13 @@ impl Scheduler {
             feasible: &mut feasible,
             resolvable: &mut self.resolvable,
             diag: &mut diag,
-            log: (!self.feedback[profile].is_empty()).then_some(&mut self.filter_log),
+            // Kept only when a feedback plugin is to be handed it: one whose PreFilter
+            // skipped it this cycle learns nothing (`filter_feedback`), and most pods are
+            // not NUMA pods.
+            log: self.feedback[profile]
+                .iter()
+                .any(|&j| state.skip_filter & (1 << prof.filter[j]) == 0)
+                .then_some(&mut self.filter_log),
             nodes_filtered: &mut self.counters.nodes_filtered,
         };
         // The preferred nodes go through the same batched loop as the sample: in order,

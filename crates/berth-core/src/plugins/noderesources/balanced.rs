@@ -201,11 +201,13 @@ impl Plugin for BalancedAllocation {
         out: &mut Vec<i64>,
     ) {
         let terms = self.terms(&cx.names, pod);
-        let reservation = state.reservation.as_ref();
-        score_each(cx, nodes, out, |node| {
-            let restored = reservation.and_then(|r| r.restored(pod, node.idx));
-            Self::score_terms(&terms, node, restored)
-        });
+        // As in NodeResourcesFit: the common loop asks nothing about reservations per node.
+        match super::gives_back(state) {
+            None => score_each(cx, nodes, out, |node| Self::score_terms(&terms, node, None)),
+            Some(r) => score_each(cx, nodes, out, |node| {
+                Self::score_terms(&terms, node, r.restored(pod, node.idx))
+            }),
+        }
     }
 }
 

@@ -274,10 +274,14 @@ impl Plugin for Fit {
         out: &mut Vec<i64>,
     ) {
         let terms = self.scorer.terms(&cx.names, pod);
-        let reservation = state.reservation.as_ref();
-        self.scorer.score_nodes(&terms, cx, nodes, out, |idx| {
-            reservation.and_then(|r| r.restored(pod, idx))
-        });
+        // Two loops, so that the common one (no reservation gives anything back) asks
+        // nothing per node.
+        match super::gives_back(state) {
+            None => self.scorer.score_nodes(&terms, cx, nodes, out, |_| None),
+            Some(r) => self
+                .scorer
+                .score_nodes(&terms, cx, nodes, out, |idx| r.restored(pod, idx)),
+        }
     }
 }
 

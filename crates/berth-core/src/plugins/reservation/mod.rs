@@ -105,6 +105,13 @@ impl State {
         self.nodes.get(&node).map(|n| &n.restore)
     }
 
+    /// Whether [`State::restored`] is `None` on every node: score loops then leave the
+    /// question out of their per-node work.
+    #[inline]
+    pub fn restores_nothing(&self) -> bool {
+        self.nodes.is_empty()
+    }
+
     /// Host ports held on `node` by reservations the pod may use: NodePorts must not count
     /// them against the pod (they are in `NodeInfo::reserved_ports`).
     pub fn restored_ports(&self, _pod: &PodInfo, node: NodeIdx) -> &[HostPort] {
