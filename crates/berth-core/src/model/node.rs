@@ -9,7 +9,7 @@ use smallvec::SmallVec;
 
 use crate::model::pod::{HostPort, PodInfo};
 use crate::model::selector::Labels;
-use crate::resources::{ResourceNames, Resources, TooManyResources, MAX_RESOURCES};
+use crate::resources::{ResourceId, ResourceNames, Resources, TooManyResources, MAX_RESOURCES};
 
 /// Pods a node takes when its status does not say (kubelet's default `maxPods`).
 pub const DEFAULT_MAX_PODS: i64 = 110;
@@ -115,13 +115,38 @@ impl Derived {
             .map_or(0, |i| i + 1);
         let mut me = Self::default();
         for i in 0..in_use {
-            me.free.0[i] = alloc[i].saturating_sub(req[i]).saturating_sub(held[i]);
-            me.used.0[i] = req[i].saturating_add(held[i]);
-            me.scoring_used.0[i] = nz[i].saturating_add(held[i]);
+            me.set_slot(i, alloc[i], req[i], nz[i], held[i]);
         }
-        me.lowest_priority = n.pods.iter().map(|p| p.priority).min().unwrap_or(i32::MAX);
+        me.lowest_priority = lowest_priority(&n.pods);
         me
     }
+
+    /// Works out slot `i` from the vectors' values there: [`Derived::of`] does this for
+    /// every slot in use, [`NodeInfo::touch_slots`] for the slots a pod changed, so both
+    /// give the same sums.
+    #[inline]
+    fn set_slot(&mut self, i: usize, alloc: i64, req: i64, nz: i64, held: i64) {
+        self.free.0[i] = alloc.saturating_sub(req).saturating_sub(held);
+        self.used.0[i] = req.saturating_add(held);
+        self.scoring_used.0[i] = nz.saturating_add(held);
+    }
+}
+
+/// The lowest priority of `pods`, `i32::MAX` for none.
+fn lowest_priority(pods: &[Arc<PodInfo>]) -> i32 {
+    pods.iter().map(|p| p.priority).min().unwrap_or(i32::MAX)
+}
+
+/// Bit `i`: slot `i` of the pod's requests or scoring requests is not 0. Only these slots
+/// change when the pod comes or goes (adding or taking away 0 changes nothing, saturated or
+/// not).
+fn pod_slots(pod: &PodInfo) -> u32 {
+    let mut mask = 0u32;
+    for (i, (r, nz)) in pod.requests.0.iter().zip(&pod.non_zero.0).enumerate() {
+        // `|` rather than `||`: no branch per slot, so the loop is a few vector steps.
+        mask |= u32::from((*r | *nz) != 0) << i;
+    }
+    mask
 }
 
 impl NodeInfo {
@@ -213,22 +238,35 @@ impl NodeInfo {
 
     /// Accounts a pod on this node.
     pub fn add_pod(&mut self, pod: Arc<PodInfo>) {
-        self.requested.add(&pod.requests);
-        self.non_zero_requested.add(&pod.non_zero);
-        self.used_ports.extend(pod.host_ports.iter().cloned());
+        // Preemption's dry run adds and removes pods on node copies millions of times: only
+        // the pod's slots are summed and worked out again.
+        let slots = pod_slots(&pod);
+        for id in ResourceId::in_mask(slots) {
+            self.requested[id] = self.requested[id].saturating_add(pod.requests[id]);
+            self.non_zero_requested[id] =
+                self.non_zero_requested[id].saturating_add(pod.non_zero[id]);
+        }
+        if !pod.host_ports.is_empty() {
+            self.used_ports.extend(pod.host_ports.iter().cloned());
+        }
         let (any, anti) = affinity_flags(&pod);
         self.pods_with_affinity += u32::from(any);
         self.pods_with_required_anti_affinity += u32::from(anti);
+        let lowest = self.derived.lowest_priority.min(pod.priority);
         self.pods.push(pod);
-        self.touch();
+        self.touch_slots(slots, lowest);
     }
 
     /// Removes a pod by key; returns it if it was here.
     pub fn remove_pod(&mut self, key: &crate::object::ObjectKey) -> Option<Arc<PodInfo>> {
         let pos = self.pods.iter().position(|p| &p.key == key)?;
         let pod = self.pods.swap_remove(pos);
-        self.requested.sub(&pod.requests);
-        self.non_zero_requested.sub(&pod.non_zero);
+        let slots = pod_slots(&pod);
+        for id in ResourceId::in_mask(slots) {
+            self.requested[id] = self.requested[id].saturating_sub(pod.requests[id]);
+            self.non_zero_requested[id] =
+                self.non_zero_requested[id].saturating_sub(pod.non_zero[id]);
+        }
         for hp in &pod.host_ports {
             if let Some(i) = self.used_ports.iter().position(|u| u == hp) {
                 self.used_ports.swap_remove(i);
@@ -237,8 +275,31 @@ impl NodeInfo {
         let (any, anti) = affinity_flags(&pod);
         self.pods_with_affinity -= u32::from(any);
         self.pods_with_required_anti_affinity -= u32::from(anti);
-        self.touch();
+        // Only a pod at the lowest priority can raise it by leaving.
+        let lowest = if pod.priority > self.derived.lowest_priority {
+            self.derived.lowest_priority
+        } else {
+            lowest_priority(&self.pods)
+        };
+        self.touch_slots(slots, lowest);
         Some(pod)
+    }
+
+    /// [`NodeInfo::touch`] after a change to `slots` of the resource vectors alone, with
+    /// the pods' lowest priority given.
+    fn touch_slots(&mut self, slots: u32, lowest_priority: i32) {
+        self.generation = next_generation();
+        for id in ResourceId::in_mask(slots) {
+            let i = id.index();
+            self.derived.set_slot(
+                i,
+                self.allocatable.0[i],
+                self.requested.0[i],
+                self.non_zero_requested.0[i],
+                self.reserved.0[i],
+            );
+        }
+        self.derived.lowest_priority = lowest_priority;
     }
 
     /// Gives the node a fresh [`NodeInfo::generation`] and works out its sums again: call
