@@ -331,7 +331,13 @@ pub trait Plugin: std::fmt::Debug + Send + Sync {
 /// Normalises scores to `0..=MAX_NODE_SCORE` by the maximum (kube-scheduler's
 /// `DefaultNormalizeScore`), optionally reversed.
 pub fn default_normalize(scores: &mut [i64], reverse: bool) {
-    let max = scores.iter().copied().max().unwrap_or(0);
+    // All 0 (TaintToleration on a cluster without PreferNoSchedule taints) is told by an
+    // OR over the scores, a few vector steps, before the max is looked for.
+    let max = if scores.iter().fold(0, |any, &s| any | s) == 0 {
+        0
+    } else {
+        scores.iter().copied().max().unwrap_or(0)
+    };
     if max == 0 {
         if reverse {
             scores.iter_mut().for_each(|s| *s = MAX_NODE_SCORE);

@@ -210,14 +210,18 @@ impl Scorer {
         out: &mut Vec<i64>,
         back: impl Fn(NodeIdx) -> Option<&'a Resources>,
     ) {
-        match self.kind {
-            ScoringStrategyType::LeastAllocated => {
+        match (self.kind, terms) {
+            // The default two resources as an array: the loop over them unrolls.
+            (ScoringStrategyType::LeastAllocated, &[a, b]) => {
+                score_each(cx, nodes, out, |n| weighted(&[a, b], n, back(n.idx), least))
+            }
+            (ScoringStrategyType::LeastAllocated, _) => {
                 score_each(cx, nodes, out, |n| weighted(terms, n, back(n.idx), least))
             }
-            ScoringStrategyType::MostAllocated => {
+            (ScoringStrategyType::MostAllocated, _) => {
                 score_each(cx, nodes, out, |n| weighted(terms, n, back(n.idx), most))
             }
-            ScoringStrategyType::RequestedToCapacityRatio => {
+            (ScoringStrategyType::RequestedToCapacityRatio, _) => {
                 score_each(cx, nodes, out, |n| self.score_terms(terms, n, back(n.idx)))
             }
         }
