@@ -1271,6 +1271,7 @@ impl Scheduler {
             state: &state,
             pod,
             nominator: &self.nominator,
+            nominated_nodes: (!self.nominator.is_empty()).then(|| self.nominator.nodes_in(cx)),
         };
         let mut found = Found {
             feasible: &mut feasible,

@@ -6,8 +6,9 @@
 //! the nominated pods of a node that are at least as important as the pod being filtered are
 //! added to a copy of the node, and the pod must fit both with and without them.
 //!
-//! The common case (nobody nominated) costs one `is_empty` check per node and allocates
-//! nothing.
+//! The common case (nobody nominated) costs one `is_empty` check per cycle and allocates
+//! nothing; otherwise only the nodes with nominated pods are copied and filtered one at a
+//! time, and the rest are filtered in batches as usual.
 
 use crate::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -19,6 +20,7 @@ use crate::framework::profile::Profile;
 use crate::framework::status::Status;
 use crate::model::node::NodeInfo;
 use crate::model::pod::PodInfo;
+use crate::model::NodeSet;
 use crate::object::ObjectKey;
 
 /// `status.nominatedNodeName` of a pod object, when set.
@@ -62,6 +64,19 @@ impl Nominator {
     /// The pods nominated to a node, in nomination order.
     pub fn pods_on(&self, node: &str) -> &[Arc<PodInfo>] {
         self.by_node.get(node).map_or(&[], Vec::as_slice)
+    }
+
+    /// The nodes of `cx` with pods nominated to them, as a set of indices: the Filter loop
+    /// copies only these nodes with their nominated pods on them ([`Nominator::with_nominated`]
+    /// leaves every other node as it is) and filters the rest in batches.
+    pub fn nodes_in(&self, cx: &Cluster) -> NodeSet {
+        let mut set = NodeSet::default();
+        for name in self.by_node.keys() {
+            if let Some(idx) = cx.node_idx(name) {
+                set.insert(idx);
+            }
+        }
+        set
     }
 
     /// Nominates `pod` to `node`, replacing any earlier nomination (kube's `ModeOverride`).

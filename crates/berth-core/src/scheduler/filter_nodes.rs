@@ -7,7 +7,7 @@
 //! call ([`FilterPlan::run_batch`]) instead of one dynamic call per plugin per node.
 
 use crate::cache::Cluster;
-use crate::framework::filter_plan::BATCH;
+use crate::framework::filter_plan::{ones, BATCH};
 use crate::framework::nominator::{run_filter_plugins_with_nominated_pods, Nominator};
 use crate::framework::{Code, CycleState, Diagnosis, FilterPlan, Status};
 use crate::model::node::{NodeIdx, NodeInfo};
@@ -59,6 +59,9 @@ pub(super) struct Filtering<'a, 'p> {
     pub state: &'a CycleState,
     pub pod: &'a PodInfo,
     pub nominator: &'a Nominator,
+    /// The nodes with pods nominated to them ([`Nominator::nodes_in`]), `None` when no pod
+    /// is nominated anywhere.
+    pub nominated_nodes: Option<NodeSet>,
 }
 
 impl Filtering<'_, '_> {
@@ -134,19 +137,34 @@ impl Filtering<'_, '_> {
         used
     }
 
-    /// One batch: the plan's batch run, or node by node when pods are nominated (each node
-    /// then needs its own copy with them on it).
+    /// One batch: the plan's batch run, with the nodes that have pods nominated to them
+    /// filtered again one at a time (each needs its own copy with those pods on it); their
+    /// batch verdicts are dropped.
     fn batch(&self, nodes: &[&NodeInfo], rejected: &mut Vec<(usize, Status)>) -> u64 {
-        if self.nominator.is_empty() {
-            return self
-                .plan
-                .run_batch(self.cx, self.state, self.pod, nodes, rejected);
-        }
-        let mut pass = 0u64;
+        let mut pass = self
+            .plan
+            .run_batch(self.cx, self.state, self.pod, nodes, rejected);
+        let Some(nominated) = &self.nominated_nodes else {
+            return pass;
+        };
+        let mut again = 0u64;
         for (i, node) in nodes.iter().enumerate() {
+            if nominated.contains(node.idx) {
+                again |= 1u64 << i;
+            }
+        }
+        if again == 0 {
+            return pass;
+        }
+        rejected.retain(|(i, _)| again & (1u64 << i) == 0);
+        for i in ones(again) {
+            let Some(node) = nodes.get(i) else { continue };
             match self.one(node) {
                 None => pass |= 1u64 << i,
-                Some(st) => rejected.push((i, st)),
+                Some(st) => {
+                    pass &= !(1u64 << i);
+                    rejected.push((i, st));
+                }
             }
         }
         pass

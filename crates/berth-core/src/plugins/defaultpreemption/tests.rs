@@ -978,6 +978,54 @@ fn a_lower_priority_pod_cannot_take_the_room_freed_for_a_nominated_pod() {
 }
 
 #[test]
+fn in_a_batch_only_the_nominated_node_keeps_its_room_for_the_preemptor() {
+    // Three nodes are filtered in one batch: the nominated one must turn the mid pod away
+    // (its batch verdict, without the nominated pod, would let it in, and it would score
+    // best: it is the largest), the full one rejects it and the one with room takes it.
+    // Without a hold (kube-scheduler's preemption) the nomination alone keeps the room.
+    let mut s = Scheduler::new(
+        vec![profile(&[], Some(json!({"reservationBacked": false})))],
+        Config::default(),
+    );
+    for (n, cpu) in [("n1", "8"), ("n2", "2"), ("n3", "2")] {
+        s.handle(
+            0,
+            Event::Applied(Object::Node(node(n).alloc("cpu", cpu).build())),
+        );
+    }
+    apply(
+        &mut s,
+        0,
+        &pod("low").req("cpu", "8").priority(LOW).node_name("n1"),
+    );
+    apply(
+        &mut s,
+        0,
+        &pod("keeper").req("cpu", "2").priority(HIGH).node_name("n2"),
+    );
+    apply(
+        &mut s,
+        0,
+        &pod("filler").req("cpu", "2").priority(HIGH).node_name("n3"),
+    );
+    apply(&mut s, 0, &pod("high").req("cpu", "8").priority(HIGH));
+    run(&mut s, 0);
+    assert_eq!(
+        s.nominator()
+            .node_of(&ObjectKey::pod("default", "high"))
+            .map(|n| &**n),
+        Some("n1")
+    );
+    // The victim leaves and n3 frees up before the preemptor's retry.
+    s.handle(0, Event::Deleted(ObjectKey::pod("default", "filler")));
+    apply(&mut s, 0, &pod("mid").req("cpu", "1").priority(MID));
+    s.handle(0, Event::Deleted(ObjectKey::pod("default", "low")));
+    let effects = run(&mut s, 0);
+    assert_eq!(bound(&s, "mid").as_deref(), Some("n3"), "{effects:?}");
+    assert_eq!(bound(&s, "high").as_deref(), Some("n1"));
+}
+
+#[test]
 fn a_pod_that_cannot_preempt_says_why_and_evicts_nothing() {
     let mut s = Scheduler::new(vec![Profile::default_profile()], Config::default());
     s.handle(
