@@ -8,7 +8,7 @@
 use berth_api::k8s_openapi::api::core::v1::{Taint, Toleration};
 
 use crate::cache::Cluster;
-use crate::framework::plugin::default_normalize;
+use crate::framework::plugin::{default_normalize, score_each};
 use crate::framework::{CycleState, Plugin, Points, Status};
 use crate::model::node::{NodeIdx, NodeInfo};
 use crate::model::pod::PodInfo;
@@ -135,6 +135,25 @@ impl Plugin for TaintToleration {
             .filter(|t| t.effect == PREFER_NO_SCHEDULE)
             .filter(|t| !tolerated_by(prefer.clone(), t))
             .count() as i64
+    }
+
+    /// [`Plugin::score`] with its "no taints, 0" answered in the loop: most nodes have no
+    /// taint, and a call per node for that cost more than the rest of the work.
+    fn score_nodes(
+        &self,
+        cx: &Cluster,
+        state: &CycleState,
+        pod: &PodInfo,
+        nodes: &[NodeIdx],
+        out: &mut Vec<i64>,
+    ) {
+        score_each(cx, nodes, out, |node| {
+            if node.taints.is_empty() {
+                0
+            } else {
+                self.score(cx, state, pod, node)
+            }
+        });
     }
 
     fn normalize_scores(&self, _state: &CycleState, _pod: &PodInfo, scores: &mut [i64]) {
