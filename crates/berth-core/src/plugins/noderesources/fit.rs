@@ -92,8 +92,12 @@ impl Wants {
         me
     }
 
+    fn as_slice(&self) -> &[(usize, i64)] {
+        &self.slots[..self.len.min(MAX_RESOURCES)]
+    }
+
     fn iter(&self) -> impl Iterator<Item = (usize, i64)> + '_ {
-        self.slots[..self.len.min(MAX_RESOURCES)].iter().copied()
+        self.as_slice().iter().copied()
     }
 }
 
@@ -173,13 +177,24 @@ impl Plugin for Fit {
             .reservation
             .as_ref()
             .filter(|r| !r.gives_back_nothing());
-        keep(pass, nodes, |n| {
-            if reservation.is_some_and(|r| r.gives_back_on(n.idx)) {
-                fits(state, pod, &wants, n)
-            } else {
-                fits_in(&wants, n, 0, None)
-            }
-        });
+        match (reservation, wants.as_slice()) {
+            // The usual pod (cpu and memory) on nodes that give nothing back: two
+            // comparisons and the pod slot per node, the loop over resources unrolled.
+            (None, &[(a, wa), (b, wb)]) => keep(pass, nodes, |n| {
+                let free = &n.free().0;
+                n.pods.len() as i64 + 1 <= n.allowed_pods
+                    && wa <= free[a % MAX_RESOURCES]
+                    && wb <= free[b % MAX_RESOURCES]
+            }),
+            (None, _) => keep(pass, nodes, |n| fits_in(&wants, n, 0, None)),
+            (Some(r), _) => keep(pass, nodes, |n| {
+                if r.gives_back_on(n.idx) {
+                    fits(state, pod, &wants, n)
+                } else {
+                    fits_in(&wants, n, 0, None)
+                }
+            }),
+        }
     }
 
     fn pre_filter(&self, _cx: &Cluster, _state: &mut CycleState, _pod: &PodInfo) -> Status {
