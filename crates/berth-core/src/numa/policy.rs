@@ -175,9 +175,17 @@ fn filter_container_scope(
         align(&view, &ic.requests, qos, node)
             .map_err(|resource| NumaReject::InitContainer { index, resource })?;
     }
+    let last = pod.containers().len().saturating_sub(1);
     for (index, c) in pod.containers().iter().enumerate() {
         let numa_id = align(&view, c, qos, node)
             .map_err(|resource| NumaReject::Container { index, resource })?;
+        // What the last container takes is never read again, and with distinct NUMA ids
+        // the taking cannot fail: the zone `align` chose fits each resource it takes
+        // (a non-Guaranteed pod's cpu/memory/hugepages are not taken). With two zones
+        // sharing an id, one of them may not fit, and the accounting error must show.
+        if index == last && zones.ids_distinct() {
+            break;
+        }
         view.subtract(numa_id, c, qos)?;
     }
     Ok(())
@@ -276,14 +284,28 @@ fn align(
         let mut has_numa_affinity = false;
         let mut resource_mask: u64 = 0;
         if let Some(idx) = zones.resource_index(n) {
-            for (pos, &zone_id) in zones.ids().iter().enumerate() {
-                let Some(avail) = view.get(pos, idx) else {
-                    continue;
-                };
-                has_numa_affinity = true;
-                let fits = (qos != QosClass::Guaranteed && is_numa_affine(n)) || avail >= amount;
-                if fits {
-                    resource_mask |= 1u64 << zone_id;
+            // A non-Guaranteed pod's cpu, memory and hugepages fit every zone listing them
+            // (not pinned): decided once per resource, not per zone.
+            let unpinned = qos != QosClass::Guaranteed && is_numa_affine(n);
+            if view.used.is_empty() {
+                // Nothing taken yet (the first container, or the pod): the zones' amounts
+                // as they are, read down one column of the node's flat array.
+                for (avail, &zone_id) in zones.column(idx).zip(zones.ids()) {
+                    let Some(avail) = avail else { continue };
+                    has_numa_affinity = true;
+                    if unpinned || avail >= amount {
+                        resource_mask |= 1u64 << zone_id;
+                    }
+                }
+            } else {
+                for (pos, &zone_id) in zones.ids().iter().enumerate() {
+                    let Some(avail) = view.get(pos, idx) else {
+                        continue;
+                    };
+                    has_numa_affinity = true;
+                    if unpinned || avail >= amount {
+                        resource_mask |= 1u64 << zone_id;
+                    }
                 }
             }
         }
