@@ -31,7 +31,8 @@
 use crate::collections::FastMap;
 
 use super::fingerprint::{Fingerprint, FingerprintError, FingerprintMethod};
-use super::policy::{filter, NodeAllocatable, NumaReject};
+use super::policy::{filter, filter_kind, NodeAllocatable, NumaReject};
+use super::reject_kind::RejectKind;
 use super::score::{score, ScoringStrategy, MAX_NODE_SCORE};
 use super::types::{NodeTopology, NumaZones, PodNumaRequest, QosClass, Resources};
 
@@ -187,6 +188,23 @@ pub fn filter_node(
         NodeNumaView::NoTopology => Ok(()),
         NodeNumaView::Unusable(_) => Err(NumaReject::InvalidTopologyData),
         NodeNumaView::Ready { topology, zones } => filter(&topology.tm, zones, pod, node),
+    }
+}
+
+/// [`filter_node`] without naming the container and resource (see [`RejectKind`]): the
+/// plugin's per-node Filter.
+pub fn filter_node_kind(
+    view: NodeNumaView<'_>,
+    pod: &PodNumaRequest,
+    node: &impl NodeAllocatable,
+) -> Result<(), RejectKind> {
+    if pod.qos() == QosClass::BestEffort && !pod.includes_non_native() {
+        return Ok(());
+    }
+    match view {
+        NodeNumaView::NoTopology => Ok(()),
+        NodeNumaView::Unusable(_) => Err(RejectKind::InvalidTopologyData),
+        NodeNumaView::Ready { topology, zones } => filter_kind(&topology.tm, zones, pod, node),
     }
 }
 
