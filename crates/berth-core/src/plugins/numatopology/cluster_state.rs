@@ -328,7 +328,7 @@ impl NumaCluster {
             self.cache.filter_passed_at(slot);
             return;
         }
-        if matches!(self.cache.view_at(slot), NodeNumaView::Unusable(_)) {
+        if self.cache.is_unusable_at(slot) {
             return;
         }
         self.cache.filtered_out_at(slot);
