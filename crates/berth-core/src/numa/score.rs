@@ -239,6 +239,11 @@ impl ZoneTerms {
         }
         Some(if weights == 0 {
             0
+        } else if total >= 0 && weights > 0 && weights & (weights - 1) == 0 {
+            // A power-of-two weight sum (the default `cpu: 1, memory: 1` sums to 2): a
+            // shift, the same as truncating division of a non-negative total, where a
+            // division per zone per node was most of a zone score.
+            total >> weights.trailing_zeros()
         } else {
             // Both non-negative here unless a request was negative; `checked_div` is
             // `None` only for `i64::MIN / -1`, which the wide path answers.
