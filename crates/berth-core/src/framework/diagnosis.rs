@@ -38,9 +38,7 @@ impl Diagnosis {
     /// Records a node's rejection.
     pub fn add(&mut self, status: &Status) {
         self.nodes_rejected += 1;
-        for r in status.reasons() {
-            self.reasons.add(r, 1);
-        }
+        self.reasons.add_each(status.reasons());
         if status.code() == Code::Unschedulable {
             self.any_resolvable = true;
         }

@@ -25,6 +25,10 @@ pub struct ReasonCounts {
     index: FastMap<Cow<'static, str>, usize>,
     /// Position of the reason counted last (the next node most likely gives it again).
     last: usize,
+    /// The static reasons of the last [`ReasonCounts::add_each`] (address, length) with
+    /// their positions; the first `prev_len` are valid.
+    prev: [(usize, usize, usize); 2],
+    prev_len: usize,
 }
 
 /// `a == b`, answered from the addresses when both are the same string.
@@ -41,6 +45,42 @@ impl ReasonCounts {
     #[inline]
     pub fn add(&mut self, reason: &Cow<'static, str>, n: u32) {
         self.add_by(reason, n, same_text);
+    }
+
+    /// Counts one more node for each of `reasons` (one node's). A node giving the very
+    /// reasons the previous one gave, as the same static strings, is counted from the
+    /// positions remembered then: a stale NUMA rejection carries two reasons, so the
+    /// last-reason check alone missed on every one of them. Only static strings qualify:
+    /// their text can never change at an address, where a freed string's address may be
+    /// reused by another text.
+    pub fn add_each(&mut self, reasons: &[Cow<'static, str>]) {
+        if reasons.len() == self.prev_len {
+            let same = reasons.iter().zip(&self.prev).all(|(r, &(addr, len, _))| {
+                matches!(r, Cow::Borrowed(s) if s.as_ptr() as usize == addr && s.len() == len)
+            });
+            if same {
+                for &(_, _, pos) in self.prev.iter().take(self.prev_len) {
+                    if let Some((_, c)) = self.entries.get_mut(pos) {
+                        *c += 1;
+                    }
+                }
+                return;
+            }
+        }
+        self.prev_len = 0;
+        let mut prev = [(0, 0, 0); 2];
+        let mut remember = reasons.len() <= prev.len();
+        for (k, r) in reasons.iter().enumerate() {
+            self.add(r, 1);
+            match (r, prev.get_mut(k)) {
+                (Cow::Borrowed(s), Some(p)) => *p = (s.as_ptr() as usize, s.len(), self.last),
+                _ => remember = false,
+            }
+        }
+        if remember {
+            self.prev = prev;
+            self.prev_len = reasons.len();
+        }
     }
 
     /// [`ReasonCounts::add`] for a reason built at run time.
@@ -101,6 +141,7 @@ impl ReasonCounts {
         self.entries.clear();
         self.index.clear();
         self.last = 0;
+        self.prev_len = 0;
     }
 }
 
@@ -134,6 +175,8 @@ mod tests {
         Owned(usize),
         /// `count` nodes left out for reason `i` (an owned copy).
         Absent(usize, u32),
+        /// One node's reasons through `add_each`: `(i, owned)` each.
+        Each(Vec<(usize, bool)>),
         Clear,
     }
 
@@ -142,13 +185,23 @@ mod tests {
             6 => (0..STATIC.len()).prop_map(Op::Static),
             3 => (0..STATIC.len()).prop_map(Op::Owned),
             1 => (0..STATIC.len(), 0u32..5).prop_map(|(i, n)| Op::Absent(i, n)),
+            // Few reasons, so a node often repeats the previous one's (the fast path).
+            6 => proptest::collection::vec((0..4usize, proptest::bool::weighted(0.2)), 0..4)
+                .prop_map(Op::Each),
             1 => Just(Op::Clear),
         ]
     }
 
     /// Runs `ops` on a [`ReasonCounts`] (with `same` as its equality) and on a plain
     /// text-keyed map, comparing the histograms after every step.
-    fn check(ops: &[Op], same: impl Fn(&str, &str) -> bool + Copy) -> Result<(), TestCaseError> {
+    ///
+    /// `same_is_text`: `same` is the real equality, so `add_each` (which always uses it)
+    /// is run; otherwise `Each` goes through `add_by` with `same`.
+    fn check(
+        ops: &[Op],
+        same: impl Fn(&str, &str) -> bool + Copy,
+        same_is_text: bool,
+    ) -> Result<(), TestCaseError> {
         let mut counts = ReasonCounts::default();
         let mut plain: HashMap<String, u32> = HashMap::new();
         let mut order: Vec<String> = Vec::new();
@@ -166,13 +219,40 @@ mod tests {
                     counts.add_by(&Cow::Owned(STATIC[i].to_string()), n, same);
                     *plain.entry(STATIC[i].to_string()).or_insert(0) += n;
                 }
+                Op::Each(ref rs) => {
+                    if same_is_text {
+                        let reasons: Vec<Cow<'static, str>> = rs
+                            .iter()
+                            .map(|&(i, owned)| {
+                                if owned {
+                                    Cow::Owned(STATIC[i].to_string())
+                                } else {
+                                    Cow::Borrowed(STATIC[i])
+                                }
+                            })
+                            .collect();
+                        counts.add_each(&reasons);
+                    } else {
+                        for &(i, _) in rs {
+                            counts.add_by(&Cow::Borrowed(STATIC[i]), 1, same);
+                        }
+                    }
+                    for &(i, _) in rs {
+                        *plain.entry(STATIC[i].to_string()).or_insert(0) += 1;
+                    }
+                }
                 Op::Clear => {
                     counts.clear();
                     plain.clear();
                     order.clear();
                 }
             }
-            if let Op::Static(i) | Op::Owned(i) | Op::Absent(i, _) = *op {
+            let touched: Vec<usize> = match op {
+                Op::Static(i) | Op::Owned(i) | Op::Absent(i, _) => vec![*i],
+                Op::Each(rs) => rs.iter().map(|&(i, _)| i).collect(),
+                Op::Clear => Vec::new(),
+            };
+            for i in touched {
                 if !order.iter().any(|o| o == STATIC[i]) {
                     order.push(STATIC[i].to_string());
                 }
@@ -193,7 +273,7 @@ mod tests {
 
         #[test]
         fn counts_equal_a_text_keyed_map(ops in proptest::collection::vec(op(), 1..80)) {
-            check(&ops, same_text)?;
+            check(&ops, same_text, true)?;
         }
     }
 
@@ -202,8 +282,36 @@ mod tests {
     #[test]
     fn address_only_equality_is_caught() {
         let ops = [Op::Static(0), Op::Owned(0)];
-        assert!(check(&ops, |a, b| std::ptr::eq(a, b)).is_err());
-        assert!(check(&ops, same_text).is_ok());
+        assert!(check(&ops, |a, b| std::ptr::eq(a, b), false).is_err());
+        assert!(check(&ops, same_text, true).is_ok());
+    }
+
+    /// A node's reasons repeated (the fast path), as owned copies, in another order, twice
+    /// the same, and none, count as the plain map counts them.
+    #[test]
+    fn repeated_reasons_count_once_per_node() {
+        let ops = [
+            Op::Each(vec![(0, false), (1, false)]),
+            Op::Each(vec![(0, false), (1, false)]),
+            Op::Each(vec![(0, true), (1, false)]),
+            Op::Each(vec![(1, false), (0, false)]),
+            Op::Each(vec![(0, false), (0, false)]),
+            Op::Each(vec![(0, false), (0, false)]),
+            Op::Each(vec![]),
+            Op::Clear,
+            Op::Each(vec![(2, false)]),
+            Op::Each(vec![(2, false)]),
+        ];
+        assert!(check(&ops, same_text, true).is_ok());
+        let mut c = ReasonCounts::default();
+        let r = [Cow::Borrowed(STATIC[0]), Cow::Borrowed(STATIC[1])];
+        c.add_each(&r);
+        c.add_each(&r);
+        c.add_each(&r[..1]);
+        assert_eq!(
+            c.iter().collect::<Vec<_>>(),
+            [(STATIC[0], 3), (STATIC[1], 2)]
+        );
     }
 
     /// Past the list's length the index finds reasons, owned copies included.
@@ -212,6 +320,6 @@ mod tests {
         let mut ops: Vec<Op> = (0..STATIC.len()).map(Op::Static).collect();
         ops.extend((0..STATIC.len()).map(Op::Owned));
         ops.extend((0..STATIC.len()).rev().map(Op::Static));
-        assert!(check(&ops, same_text).is_ok());
+        assert!(check(&ops, same_text, true).is_ok());
     }
 }
