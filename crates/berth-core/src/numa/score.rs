@@ -178,6 +178,8 @@ struct ZoneTerm {
     /// The resource's slot in the zones' lists, if any zone lists it.
     slot: Option<usize>,
     req: i64,
+    /// `req` in whole units ([`whole_amount`]), the same in every zone.
+    req_whole: i64,
     cpu: bool,
     weight: i64,
 }
@@ -195,6 +197,7 @@ impl ZoneTerms {
                     ZoneTerm {
                         slot: zones.resource_index(n),
                         req,
+                        req_whole: whole_amount(is_cpu(n), req),
                         cpu: is_cpu(n),
                         weight: strategy.weight(n),
                     }
@@ -233,7 +236,7 @@ impl ZoneTerms {
         let mut weights: i64 = 0;
         for t in &self.0 {
             let avail = t.slot.and_then(|i| zones.available_at(pos, i)).unwrap_or(0);
-            let s = allocated_narrow(most, t.cpu, t.req, avail)?;
+            let s = allocated_narrow(most, t.cpu, t.req, t.req_whole, avail)?;
             total = total.checked_add(s.checked_mul(t.weight)?)?;
             weights = weights.checked_add(t.weight)?;
         }
@@ -303,20 +306,33 @@ fn allocated(most: bool, cpu: bool, req: i64, avail: i64) -> i64 {
     div_i128(used * i128::from(MAX_NODE_SCORE), a)
 }
 
-/// [`allocated`] in 64-bit arithmetic, `None` where a step would overflow.
+/// [`allocated`] in 64-bit arithmetic, `None` where a step would overflow. `req_whole` is
+/// `whole_amount(cpu, req)`, worked out once per node, not per zone.
 #[inline]
-fn allocated_narrow(most: bool, cpu: bool, req: i64, avail: i64) -> Option<i64> {
+fn allocated_narrow(most: bool, cpu: bool, req: i64, req_whole: i64, avail: i64) -> Option<i64> {
     if avail == 0 || req > avail {
         return Some(0);
     }
-    let a = whole_amount(cpu, avail);
-    let r = whole_amount(cpu, req);
+    let a = whole_amount_of(cpu, avail);
+    let r = req_whole;
     if a <= 0 {
         return Some(0);
     }
     let used = if most { r } else { a.checked_sub(r)? };
     // `a > 0`, so the division cannot overflow.
     Some(used.checked_mul(MAX_NODE_SCORE)? / a)
+}
+
+/// [`whole_amount`], with one division by a constant for a non-negative amount (Euclidean
+/// and truncating division agree there) where the Euclidean pair took two and sign fixups.
+#[inline]
+fn whole_amount_of(cpu: bool, amount: i64) -> i64 {
+    if cpu && amount >= 0 {
+        let q = amount / 1000;
+        q + i64::from(amount - q * 1000 != 0)
+    } else {
+        whole_amount(cpu, amount)
+    }
 }
 
 /// `n / d` truncated to `i64` as `(n / d) as i64` would, dividing in 64 bits when both fit
@@ -629,13 +645,20 @@ mod tests {
             req in prop_oneof![0i64..1 << 40, any::<i64>()],
             avail in prop_oneof![0i64..1 << 40, any::<i64>()],
         ) {
-            let narrow = super::allocated_narrow(most, cpu, req, avail);
+            let narrow =
+                super::allocated_narrow(most, cpu, req, super::whole_amount(cpu, req), avail);
             if let Some(v) = narrow {
                 prop_assert_eq!(v, super::allocated(most, cpu, req, avail));
             }
             if (0..1 << 40).contains(&req) && (0..1 << 40).contains(&avail) {
                 prop_assert!(narrow.is_some());
             }
+        }
+
+        /// The one-division whole amount is the Euclidean one.
+        #[test]
+        fn whole_amount_of_is_whole_amount(cpu in any::<bool>(), amount in any::<i64>()) {
+            prop_assert_eq!(super::whole_amount_of(cpu, amount), super::whole_amount(cpu, amount));
         }
 
         /// A zone's weighted mean is the same on both paths, for any weights and amounts.
@@ -664,7 +687,13 @@ mod tests {
                 terms
                     .iter()
                     .enumerate()
-                    .map(|(i, &(weight, req, cpu))| ZoneTerm { slot: Some(i), req, cpu, weight })
+                    .map(|(i, &(weight, req, cpu))| ZoneTerm {
+                        slot: Some(i),
+                        req,
+                        req_whole: super::whole_amount(cpu, req),
+                        cpu,
+                        weight,
+                    })
                     .collect(),
             );
             let wide = t.weighted_wide(most, &zones, 0);
@@ -681,7 +710,7 @@ mod tests {
         let (req, avail) = (0, i64::MAX);
         let wrapped = (avail - req).wrapping_mul(MAX_NODE_SCORE) / avail;
         assert_ne!(wrapped, allocated(false, false, req, avail));
-        assert_eq!(allocated_narrow(false, false, req, avail), None);
+        assert_eq!(allocated_narrow(false, false, req, req, avail), None);
     }
 
     use super::*;
