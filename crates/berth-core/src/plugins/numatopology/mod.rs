@@ -112,14 +112,14 @@ pub fn may_fit(cx: &Cluster, pod: &PodInfo, node: &NodeInfo) -> bool {
     if !cx.numa.has_topology() {
         return true;
     }
-    let Ok(request) = pod_numa_request(pod) else {
+    let Ok(request) = request::pod_numa_request_kept(pod) else {
         return true;
     };
     let alloc = Allocatable {
         names: &cx.names,
         node,
     };
-    match filter_node_kind(cx.numa.view_node(node), &request, &alloc) {
+    match filter_node_kind(cx.numa.view_node(node), request, &alloc) {
         Ok(()) => true,
         Err(r) => r.is_internal_error(),
     }
