@@ -49,8 +49,10 @@ use crate::rng::SplitMix64;
 use crate::time::Time;
 
 mod drp;
+mod feedback;
 mod filter_nodes;
 
+use feedback::{same_name, SeenPlugins};
 use filter_nodes::{Filtering, Found};
 
 /// Reason of the Warning event on a pod holding CPUs its node now reserves
@@ -1112,21 +1114,31 @@ impl Scheduler {
                 continue;
             }
             let p = &prof.plugins[i];
+            let name = p.name();
+            // What a rejection by another plugin says about this one, per rejecting plugin:
+            // worked out at its first node, not at every node (a name lookup along the
+            // Filter list per node was most of the feedback on a full cluster).
+            let mut seen = SeenPlugins::default();
             self.feedback_buf.clear();
             for &(idx, by) in &self.filter_log {
                 let passed = if by.is_empty() {
                     true
-                } else if by == p.name() {
+                } else if same_name(by, name) {
                     false
                 } else {
-                    match prof
-                        .filter
-                        .iter()
-                        .position(|&k| prof.plugins[k].name() == by)
-                    {
-                        Some(pos) if pos > j => true,
-                        _ => continue,
+                    let later = seen.get(by).unwrap_or_else(|| {
+                        let later = prof
+                            .filter
+                            .iter()
+                            .position(|&k| prof.plugins[k].name() == by)
+                            .is_some_and(|pos| pos > j);
+                        seen.put(by, later);
+                        later
+                    });
+                    if !later {
+                        continue;
                     }
+                    true
                 };
                 self.feedback_buf.push((idx, passed));
             }

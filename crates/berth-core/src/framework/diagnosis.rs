@@ -4,9 +4,7 @@
 //! over 5,000 nodes keeps a handful of counters, not 5,000 statuses; the text is rendered
 //! once, when the cycle fails.
 
-use crate::collections::FastMap;
-use std::borrow::Cow;
-
+use crate::framework::reason_counts::ReasonCounts;
 use crate::framework::status::{Code, Status};
 
 /// kube-scheduler's `ErrNoNodesAvailable`, when the cluster has no node at all.
@@ -18,10 +16,10 @@ pub const NO_NODE_AVAILABLE: &str = "nodes are available";
 /// The result of a failed search for a node.
 #[derive(Debug, Clone, Default)]
 pub struct Diagnosis {
-    /// Reason -> number of nodes that gave it.
-    /// A fast hasher: a cycle that rejects most nodes adds a reason per node; the order
-    /// never shows (the message sorts them).
-    reasons: FastMap<Cow<'static, str>, u32>,
+    /// Reason -> number of nodes that gave it. A cycle that rejects most nodes adds a
+    /// reason per node, nearly always one of a few static strings: found by address
+    /// ([`ReasonCounts`]), not hashed. The order never shows (the message sorts them).
+    reasons: ReasonCounts,
     /// Message of a PreFilter rejection (then per-node reasons are empty).
     pub pre_filter_msg: Option<String>,
     /// Message of PostFilter (preemption), appended last.
@@ -40,17 +38,22 @@ impl Diagnosis {
     /// Records a node's rejection.
     pub fn add(&mut self, status: &Status) {
         self.nodes_rejected += 1;
-        for r in status.reasons() {
-            *self.reasons.entry(r.clone()).or_insert(0) += 1;
-        }
+        self.reasons.add_each(status.reasons());
         if status.code() == Code::Unschedulable {
             self.any_resolvable = true;
         }
         if status.code() == Code::Error && self.error.is_none() {
             self.error = Some(status.message());
         }
+        // Plugin names are static: the same plugin gives the same address, so the common
+        // case (already listed) is an address comparison, not a string comparison.
         let p = status.plugin();
-        if !p.is_empty() && !self.unschedulable_plugins.contains(&p) {
+        if !p.is_empty()
+            && !self
+                .unschedulable_plugins
+                .iter()
+                .any(|q| (q.as_ptr() == p.as_ptr() && q.len() == p.len()) || *q == p)
+        {
             self.unschedulable_plugins.push(p);
         }
     }
@@ -62,7 +65,7 @@ impl Diagnosis {
             return;
         }
         self.nodes_rejected += count;
-        *self.reasons.entry(Cow::Owned(reason)).or_insert(0) += count;
+        self.reasons.add_owned(reason, count);
     }
 
     /// Forgets everything recorded.

@@ -101,7 +101,14 @@ impl<'a> FilterPlan<'a> {
     /// wins. Fast-path plugins answer the whole batch in one call
     /// ([`Plugin::passes_each`]); `filter` runs only where they say no. Returns the mask of
     /// the nodes that pass; pushes each rejected node's position and status onto
-    /// `rejected`, in no particular order.
+    /// `rejected`, in node order.
+    ///
+    /// Plugins reject in plugin order, and the Filter loop records in node order: each
+    /// status waits in its node's place of a batch-sized array until all plugins have
+    /// run, then goes out in node order. Pushing in plugin order left the loop to sort
+    /// 80-byte statuses (a comparison sort, a fourteenth of a NUMA cycle on a full cluster
+    /// where most nodes of a batch are rejected); putting them in order afterwards still
+    /// moved each several times.
     pub fn run_batch(
         &self,
         cx: &Cluster,
@@ -111,6 +118,9 @@ impl<'a> FilterPlan<'a> {
         rejected: &mut Vec<(usize, Status)>,
     ) -> u64 {
         let mut pass = first(nodes.len());
+        // Rejections by node position until every plugin has run; `out` marks the filled.
+        let mut waiting: [Option<Status>; BATCH] = std::array::from_fn(|_| None);
+        let mut out = 0u64;
         for &(p, fast) in &self.steps {
             if pass == 0 {
                 break;
@@ -138,8 +148,16 @@ impl<'a> FilterPlan<'a> {
                     pass |= 1u64 << i;
                 } else {
                     pass &= !(1u64 << i);
-                    rejected.push((i, st.with_plugin(p.name())));
+                    if let Some(slot) = waiting.get_mut(i) {
+                        *slot = Some(st.with_plugin(p.name()));
+                        out |= 1u64 << i;
+                    }
                 }
+            }
+        }
+        for i in ones(out) {
+            if let Some(st) = waiting.get_mut(i).and_then(Option::take) {
+                rejected.push((i, st));
             }
         }
         pass
@@ -256,6 +274,10 @@ mod tests {
                 rejected.len() + passed,
                 chunk.len(),
                 "one status per rejection"
+            );
+            assert!(
+                rejected.windows(2).all(|w| w[0].0 < w[1].0),
+                "rejections in node order"
             );
         }
     }

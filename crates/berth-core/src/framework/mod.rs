@@ -8,6 +8,7 @@ pub mod filter_plan;
 pub mod nominator;
 pub mod plugin;
 pub mod profile;
+pub mod reason_counts;
 pub mod status;
 
 pub use cycle_state::CycleState;

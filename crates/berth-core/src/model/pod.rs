@@ -1,12 +1,13 @@
 //! [`PodInfo`]: what the scheduler needs of a pod, computed once when the pod is seen.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use berth_api::k8s_openapi::api::core::v1::{Container, Pod};
-use berth_api::quantity::ParsedQuantity;
+use berth_api::quantity::{ParsedQuantity, QuantityError};
 use smallvec::SmallVec;
 
 use crate::model::selector::Labels;
+use crate::numa::PodNumaRequest;
 use crate::object::ObjectKey;
 use crate::resources::{ResourceId, ResourceNames, Resources, TooManyResources};
 use crate::time::Time;
@@ -117,6 +118,11 @@ pub struct PodInfo {
     pub terminating: bool,
     /// `spec.schedulerName` (`default-scheduler` when unset).
     pub scheduler_name: Arc<str>,
+    /// The NUMA request read from the spec, on first use by the queueing hints: after
+    /// every NRT update they ask, for every waiting pod, whether it may fit now, and
+    /// parsing the containers' quantities each time was a tenth of a NUMA simulation.
+    /// Derived from `pod` and `qos` only, which a `PodInfo` never changes.
+    pub(crate) numa_request: OnceLock<Result<PodNumaRequest, QuantityError>>,
 }
 
 impl PodInfo {
@@ -193,6 +199,7 @@ impl PodInfo {
                 .map(Arc::from),
             terminal: matches!(status_phase, Some("Succeeded") | Some("Failed")),
             terminating: meta.deletion_timestamp.is_some(),
+            numa_request: OnceLock::new(),
             // The API server defaults an empty `schedulerName` to the default scheduler.
             scheduler_name: spec
                 .and_then(|s| s.scheduler_name.as_deref())

@@ -24,17 +24,19 @@
 pub mod args;
 pub mod fingerprint;
 pub mod policy;
+pub mod reject_kind;
 pub mod reserve_cache;
 pub mod score;
 pub mod types;
 
 pub use args::{ArgsError, FieldError, NodeResourceTopologyMatchArgs, NumaPluginConfig};
 pub use fingerprint::{Fingerprint, FingerprintError, FingerprintMethod};
-pub use policy::{filter, AnyResource, NodeAllocatable, NumaReject};
+pub use policy::{filter, filter_kind, AnyResource, NodeAllocatable, NumaReject};
+pub use reject_kind::RejectKind;
 pub use reserve_cache::{
-    filter_node, score_node, CacheConfig, CacheMode, ForeignPodsDetect, NodeNumaView, NodeSlot,
-    NumaCacheMetrics, PodIdent, PodKey, ReserveCache, ResyncCheck, ResyncMethod, ResyncOutcome,
-    ResyncScope, UnusableReason,
+    filter_node, filter_node_kind, score_node, CacheConfig, CacheMode, ForeignPodsDetect,
+    NodeNumaView, NodeSlot, NumaCacheMetrics, PodIdent, PodKey, ReserveCache, ResyncCheck,
+    ResyncMethod, ResyncOutcome, ResyncScope, UnusableReason,
 };
 pub use score::{score, ScoringStrategy, ScoringStrategyType};
 pub use types::{

@@ -21,6 +21,7 @@
 
 use smallvec::SmallVec;
 
+use super::reject_kind::{RejectKind, Rejected};
 use super::types::{
     is_always_allocatable, is_host_level, is_numa_affine, NumaZones, PodNumaRequest, QosClass,
     ResourceName, Resources, TmPolicy, TmScope, TopologyManagerConfig,
@@ -85,13 +86,7 @@ impl NumaReject {
     /// in the reason would split one cause into many entries, and formatting it on every
     /// node is what kube-scheduler's fixed reasons avoid. The detail is the `Display` text.
     pub fn reason(&self) -> &'static str {
-        match self {
-            Self::InitContainer { .. } => REASON_CANNOT_ALIGN_INIT_CONTAINER,
-            Self::Container { .. } => REASON_CANNOT_ALIGN_CONTAINER,
-            Self::Pod { .. } => REASON_CANNOT_ALIGN_POD,
-            Self::InvalidTopologyData => REASON_INVALID_TOPOLOGY_DATA,
-            Self::InconsistentAccounting { .. } => REASON_INCONSISTENT_ACCOUNTING,
-        }
+        RejectKind::from(self).reason()
     }
 
     /// The resource that made the node unfit, when there is one.
@@ -107,7 +102,7 @@ impl NumaReject {
 
     /// `Error` rather than `Unschedulable` in framework terms.
     pub fn is_internal_error(&self) -> bool {
-        matches!(self, Self::InconsistentAccounting { .. })
+        RejectKind::from(self).is_internal_error()
     }
 }
 
@@ -147,6 +142,26 @@ pub fn filter(
     pod: &PodNumaRequest,
     node: &impl NodeAllocatable,
 ) -> Result<(), NumaReject> {
+    check(tm, zones, pod, node).map_err(|r| r.detail(pod))
+}
+
+/// [`filter`] without naming the container and resource: the per-node Filter path, which
+/// needs only the fixed reason.
+pub fn filter_kind(
+    tm: &TopologyManagerConfig,
+    zones: &NumaZones,
+    pod: &PodNumaRequest,
+    node: &impl NodeAllocatable,
+) -> Result<(), RejectKind> {
+    check(tm, zones, pod, node).map_err(Rejected::kind)
+}
+
+fn check(
+    tm: &TopologyManagerConfig,
+    zones: &NumaZones,
+    pod: &PodNumaRequest,
+    node: &impl NodeAllocatable,
+) -> Result<(), Rejected> {
     if pod.qos() == QosClass::BestEffort && !pod.includes_non_native() {
         return Ok(());
     }
@@ -158,7 +173,7 @@ pub fn filter(
             let view = Availability::new(zones);
             align(&view, pod.effective(), pod.qos(), node)
                 .map(|_| ())
-                .map_err(|resource| NumaReject::Pod { resource })
+                .map_err(|at| Rejected::Pod { at })
         }
         TmScope::Container => filter_container_scope(zones, pod, node),
     }
@@ -168,17 +183,25 @@ fn filter_container_scope(
     zones: &NumaZones,
     pod: &PodNumaRequest,
     node: &impl NodeAllocatable,
-) -> Result<(), NumaReject> {
+) -> Result<(), Rejected> {
     let qos = pod.qos();
     let mut view = Availability::new(zones);
     for (index, ic) in pod.init_containers().iter().enumerate() {
         align(&view, &ic.requests, qos, node)
-            .map_err(|resource| NumaReject::InitContainer { index, resource })?;
+            .map_err(|at| Rejected::InitContainer { index, at })?;
     }
+    let last = pod.containers().len().saturating_sub(1);
     for (index, c) in pod.containers().iter().enumerate() {
-        let numa_id = align(&view, c, qos, node)
-            .map_err(|resource| NumaReject::Container { index, resource })?;
-        view.subtract(numa_id, c, qos)?;
+        let numa_id = align(&view, c, qos, node).map_err(|at| Rejected::Container { index, at })?;
+        // What the last container takes is never read again, and with distinct NUMA ids
+        // the taking cannot fail: the zone `align` chose fits each resource it takes
+        // (a non-Guaranteed pod's cpu/memory/hugepages are not taken). With two zones
+        // sharing an id, one of them may not fit, and the accounting error must show.
+        if index == last && zones.ids_distinct() {
+            break;
+        }
+        view.subtract(numa_id, c, qos)
+            .map_err(|at| Rejected::Inconsistent { index, at, numa_id })?;
     }
     Ok(())
 }
@@ -211,19 +234,15 @@ impl<'a> Availability<'a> {
 
     /// Takes `request` from every zone with NUMA id `numa_id` (non-Guaranteed pods' cpu,
     /// memory and hugepages are not pinned and not taken; resources the zone does not list
-    /// are skipped).
-    fn subtract(
-        &mut self,
-        numa_id: u8,
-        request: &Resources,
-        qos: QosClass,
-    ) -> Result<(), NumaReject> {
+    /// are skipped). A resource that would go negative is answered by its place in
+    /// `request`.
+    fn subtract(&mut self, numa_id: u8, request: &Resources, qos: QosClass) -> Result<(), usize> {
         let nres = self.zones.resource_names().len();
         for pos in 0..self.zones.len() {
             if self.zones.ids().get(pos) != Some(&numa_id) {
                 continue;
             }
-            for (name, amount) in request.iter() {
+            for (at, (name, amount)) in request.iter().enumerate() {
                 if qos != QosClass::Guaranteed && is_numa_affine(name.as_str()) {
                     continue;
                 }
@@ -237,10 +256,7 @@ impl<'a> Availability<'a> {
                     continue;
                 };
                 if avail.saturating_sub(amount) < 0 {
-                    return Err(NumaReject::InconsistentAccounting {
-                        resource: name.clone(),
-                        numa_id,
-                    });
+                    return Err(at);
                 }
                 if self.used.is_empty() {
                     self.used.resize(self.zones.flat_len(), 0);
@@ -255,35 +271,49 @@ impl<'a> Availability<'a> {
     }
 }
 
-/// The NUMA id the kubelet would pick for `request` under single-numa-node, or the first
-/// resource that cannot be aligned.
+/// The NUMA id the kubelet would pick for `request` under single-numa-node, or the place
+/// in `request` of the first resource that cannot be aligned.
 fn align(
     view: &Availability<'_>,
     request: &Resources,
     qos: QosClass,
     node: &impl NodeAllocatable,
-) -> Result<u8, ResourceName> {
+) -> Result<u8, usize> {
     let zones = view.zones;
     let mut bitmask: u64 = u64::MAX;
-    for (name, amount) in request.iter() {
+    for (at, (name, amount)) in request.iter().enumerate() {
         if amount == 0 {
             continue;
         }
         let n = name.as_str();
         if !is_always_allocatable(n) && !node.has(n) {
-            return Err(name.clone());
+            return Err(at);
         }
         let mut has_numa_affinity = false;
         let mut resource_mask: u64 = 0;
         if let Some(idx) = zones.resource_index(n) {
-            for (pos, &zone_id) in zones.ids().iter().enumerate() {
-                let Some(avail) = view.get(pos, idx) else {
-                    continue;
-                };
-                has_numa_affinity = true;
-                let fits = (qos != QosClass::Guaranteed && is_numa_affine(n)) || avail >= amount;
-                if fits {
-                    resource_mask |= 1u64 << zone_id;
+            // A non-Guaranteed pod's cpu, memory and hugepages fit every zone listing them
+            // (not pinned): decided once per resource, not per zone.
+            let unpinned = qos != QosClass::Guaranteed && is_numa_affine(n);
+            if view.used.is_empty() {
+                // Nothing taken yet (the first container, or the pod): the zones' amounts
+                // as they are, read down one column of the node's flat array.
+                for (avail, &zone_id) in zones.column(idx).zip(zones.ids()) {
+                    let Some(avail) = avail else { continue };
+                    has_numa_affinity = true;
+                    if unpinned || avail >= amount {
+                        resource_mask |= 1u64 << zone_id;
+                    }
+                }
+            } else {
+                for (pos, &zone_id) in zones.ids().iter().enumerate() {
+                    let Some(avail) = view.get(pos, idx) else {
+                        continue;
+                    };
+                    has_numa_affinity = true;
+                    if unpinned || avail >= amount {
+                        resource_mask |= 1u64 << zone_id;
+                    }
                 }
             }
         }
@@ -292,7 +322,7 @@ fn align(
         }
         bitmask &= resource_mask;
         if bitmask == 0 {
-            return Err(name.clone());
+            return Err(at);
         }
     }
     // Lowest NUMA id: the narrowest, lowest mask the kubelet prefers.
@@ -335,8 +365,12 @@ mod tests {
         PodNumaRequest::new(qos, [], containers.iter().map(|c| res(c)), Resources::new())
     }
 
+    /// [`filter`], checking that [`filter_kind`] gives the same case.
     fn run(scope: TmScope, zones: &NumaZones, p: &PodNumaRequest) -> Result<(), NumaReject> {
-        filter(&snn(scope), zones, p, &AnyResource)
+        let named = filter(&snn(scope), zones, p, &AnyResource);
+        let kind = filter_kind(&snn(scope), zones, p, &AnyResource);
+        assert_eq!(kind, named.as_ref().map_err(RejectKind::from).copied());
+        named
     }
 
     #[test]
@@ -783,6 +817,36 @@ mod tests {
                 resource: "example.com/deviceB".into()
             })
         );
+    }
+
+    /// Two zones sharing a NUMA id: taking a container from both can go negative, an
+    /// internal error naming the container's resource, the last container included (its
+    /// taking is left out only when the ids are distinct).
+    #[test]
+    fn a_shared_numa_id_can_make_the_accounting_inconsistent() {
+        let z = NumaZones::new()
+            .with_zone(0, &[("cpu", 4000), ("memory", 8 << 30)], &[])
+            .with_zone(0, &[("cpu", 1000), ("memory", 8 << 30)], &[])
+            .with_zone(1, &[("cpu", 8000), ("memory", 8 << 30)], &[]);
+        assert!(!z.ids_distinct());
+        let inconsistent = Err(NumaReject::InconsistentAccounting {
+            resource: "cpu".into(),
+            numa_id: 0,
+        });
+        let two = pod(G, &[&[("memory", "1Gi"), ("cpu", "2")], &[("cpu", "1")]]);
+        assert_eq!(run(TmScope::Container, &z, &two), inconsistent);
+        let one = pod(G, &[&[("cpu", "2")]]);
+        assert_eq!(run(TmScope::Container, &z, &one), inconsistent);
+        assert!(run(TmScope::Container, &z, &one)
+            .err()
+            .is_some_and(|r| r.is_internal_error()));
+        // With distinct ids the same pods fit.
+        let distinct = NumaZones::new()
+            .with_zone(0, &[("cpu", 4000), ("memory", 8 << 30)], &[])
+            .with_zone(1, &[("cpu", 1000), ("memory", 8 << 30)], &[]);
+        assert!(distinct.ids_distinct());
+        assert_eq!(run(TmScope::Container, &distinct, &two), Ok(()));
+        assert_eq!(run(TmScope::Container, &distinct, &one), Ok(()));
     }
 
     #[test]

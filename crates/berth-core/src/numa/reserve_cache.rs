@@ -31,7 +31,8 @@
 use crate::collections::FastMap;
 
 use super::fingerprint::{Fingerprint, FingerprintError, FingerprintMethod};
-use super::policy::{filter, NodeAllocatable, NumaReject};
+use super::policy::{filter, filter_kind, NodeAllocatable, NumaReject};
+use super::reject_kind::RejectKind;
 use super::score::{score, ScoringStrategy, MAX_NODE_SCORE};
 use super::types::{NodeTopology, NumaZones, PodNumaRequest, QosClass, Resources};
 
@@ -187,6 +188,23 @@ pub fn filter_node(
         NodeNumaView::NoTopology => Ok(()),
         NodeNumaView::Unusable(_) => Err(NumaReject::InvalidTopologyData),
         NodeNumaView::Ready { topology, zones } => filter(&topology.tm, zones, pod, node),
+    }
+}
+
+/// [`filter_node`] without naming the container and resource (see [`RejectKind`]): the
+/// plugin's per-node Filter.
+pub fn filter_node_kind(
+    view: NodeNumaView<'_>,
+    pod: &PodNumaRequest,
+    node: &impl NodeAllocatable,
+) -> Result<(), RejectKind> {
+    if pod.qos() == QosClass::BestEffort && !pod.includes_non_native() {
+        return Ok(());
+    }
+    match view {
+        NodeNumaView::NoTopology => Ok(()),
+        NodeNumaView::Unusable(_) => Err(RejectKind::InvalidTopologyData),
+        NodeNumaView::Ready { topology, zones } => filter_kind(&topology.tm, zones, pod, node),
     }
 }
 
@@ -687,6 +705,21 @@ impl ReserveCache {
         }
     }
 
+    /// Whether [`ReserveCache::view_at`] is [`NodeNumaView::Unusable`] for `slot`, from the
+    /// two flags that decide it: the Filter feedback asks for every rejected node, and
+    /// the whole view also reads the snapshot and the effective zones, a cache line or two
+    /// further into the entry.
+    pub fn is_unusable_at(&self, slot: NodeSlot) -> bool {
+        let Some(entry) = self.nodes.at(slot) else {
+            return false;
+        };
+        match self.config.mode {
+            CacheMode::DiscardReserved => !entry.in_flight.is_empty(),
+            CacheMode::OverReserve => entry.dirty_foreign,
+            CacheMode::Passthrough => false,
+        }
+    }
+
     /// The zones filter and score use for `node` (assumed pods subtracted), if usable.
     pub fn zones(&self, node: &str) -> Option<&NumaZones> {
         match self.view(node) {
@@ -1143,11 +1176,23 @@ mod tests {
         assert!(c.is_dirty(NODE));
     }
 
+    /// [`ReserveCache::is_unusable_at`] says what [`ReserveCache::view_at`] says.
+    fn agree(c: &ReserveCache, node: &str) {
+        let slot = c.slot(node);
+        assert_eq!(
+            c.is_unusable_at(slot),
+            matches!(c.view_at(slot), NodeNumaView::Unusable(_)),
+            "{node}"
+        );
+    }
+
     #[test]
     fn foreign_pod_blocks_until_resync() {
         let mut c = cache();
         let foreign = gpod("2");
+        agree(&c, NODE);
         c.foreign_pod(NODE, &foreign);
+        agree(&c, NODE);
         assert_eq!(
             c.view(NODE),
             NodeNumaView::Unusable(UnusableReason::ForeignPods)
@@ -1177,6 +1222,7 @@ mod tests {
         let out = c.resync(10_000, |_, _| vec![ident("other")]);
         assert_eq!(out.matched, 1);
         assert!(matches!(c.view(NODE), NodeNumaView::Ready { .. }));
+        agree(&c, NODE);
         assert_eq!(cpu(&c, 0), Some(2000));
         assert_eq!(c.metrics().dirty_foreign_pods, 1);
     }
@@ -1203,6 +1249,7 @@ mod tests {
             let mut c = ReserveCache::new(cfg);
             c.update_nrt(NODE, topo(4, 4, &[]), 0);
             c.foreign_pod(NODE, &burstable);
+            agree(&c, NODE);
             assert_eq!(
                 matches!(c.view(NODE), NodeNumaView::Unusable(_)),
                 burstable_blocks,
@@ -1211,6 +1258,7 @@ mod tests {
             let mut c = ReserveCache::new(cfg);
             c.update_nrt(NODE, topo(4, 4, &[]), 0);
             c.foreign_pod(NODE, &with_nic);
+            agree(&c, NODE);
             assert_eq!(
                 matches!(c.view(NODE), NodeNumaView::Unusable(_)),
                 nic_blocks,
@@ -1394,6 +1442,8 @@ mod tests {
         assert_eq!(cpu(&c, 0), Some(4000));
         c.filtered_out(NODE);
         c.foreign_pod(NODE, &gpod("1"));
+        agree(&c, NODE);
+        agree(&c, "no-such-node");
         assert!(!c.is_dirty(NODE));
         assert!(matches!(c.view(NODE), NodeNumaView::Ready { .. }));
         c.update_nrt(NODE, topo(1, 4, &[]), 2);
@@ -1409,11 +1459,13 @@ mod tests {
         });
         c.update_nrt(NODE, topo(4, 4, &[]), 0);
         c.reserve(NODE, &key("a"), &gpod("1"), 1);
+        agree(&c, NODE);
         assert_eq!(
             c.view(NODE),
             NodeNumaView::Unusable(UnusableReason::ReservationInFlight)
         );
         c.pod_bound(NODE, "uid-a");
+        agree(&c, NODE);
         assert!(matches!(c.view(NODE), NodeNumaView::Ready { .. }));
         assert_eq!(cpu(&c, 0), Some(4000), "no accounting in this mode");
         c.reserve(NODE, &key("b"), &gpod("1"), 2);

@@ -178,8 +178,10 @@ struct ZoneTerm {
     /// The resource's slot in the zones' lists, if any zone lists it.
     slot: Option<usize>,
     req: i64,
+    /// `req` in whole units ([`whole_amount`]), the same in every zone.
+    req_whole: i64,
     cpu: bool,
-    weight: i128,
+    weight: i64,
 }
 
 /// A request resolved against a node's zones, for [`zone_score`] on each zone.
@@ -195,8 +197,9 @@ impl ZoneTerms {
                     ZoneTerm {
                         slot: zones.resource_index(n),
                         req,
+                        req_whole: whole_amount(is_cpu(n), req),
                         cpu: is_cpu(n),
-                        weight: i128::from(strategy.weight(n)),
+                        weight: strategy.weight(n),
                     }
                 })
                 .collect(),
@@ -219,13 +222,47 @@ impl ZoneTerms {
             }
             ScoringStrategyType::LeastNUMANodes => return 0,
         };
+        self.weighted_narrow(most, zones, pos)
+            .unwrap_or_else(|| self.weighted_wide(most, zones, pos))
+    }
+
+    /// The weighted mean in 64-bit arithmetic, `None` if any step would overflow (then
+    /// [`ZoneTerms::weighted_wide`] gives the exact answer). Real quantities and weights
+    /// never come near: this is the path every zone of every node takes, with no 128-bit
+    /// multiplication or division.
+    #[inline]
+    fn weighted_narrow(&self, most: bool, zones: &NumaZones, pos: usize) -> Option<i64> {
+        let mut total: i64 = 0;
+        let mut weights: i64 = 0;
+        for t in &self.0 {
+            let avail = t.slot.and_then(|i| zones.available_at(pos, i)).unwrap_or(0);
+            let s = allocated_narrow(most, t.cpu, t.req, t.req_whole, avail)?;
+            total = total.checked_add(s.checked_mul(t.weight)?)?;
+            weights = weights.checked_add(t.weight)?;
+        }
+        Some(if weights == 0 {
+            0
+        } else if total >= 0 && weights > 0 && weights & (weights - 1) == 0 {
+            // A power-of-two weight sum (the default `cpu: 1, memory: 1` sums to 2): a
+            // shift, the same as truncating division of a non-negative total, where a
+            // division per zone per node was most of a zone score.
+            total >> weights.trailing_zeros()
+        } else {
+            // Both non-negative here unless a request was negative; `checked_div` is
+            // `None` only for `i64::MIN / -1`, which the wide path answers.
+            total.checked_div(weights)?
+        })
+    }
+
+    /// The weighted mean with 128-bit sums, exact for any amounts and weights.
+    fn weighted_wide(&self, most: bool, zones: &NumaZones, pos: usize) -> i64 {
         let mut total: i128 = 0;
         let mut weights: i128 = 0;
         for t in &self.0 {
             let avail = t.slot.and_then(|i| zones.available_at(pos, i)).unwrap_or(0);
             let s = allocated(most, t.cpu, t.req, avail);
-            total += i128::from(s) * t.weight;
-            weights += t.weight;
+            total += i128::from(s) * i128::from(t.weight);
+            weights += i128::from(t.weight);
         }
         if weights == 0 {
             0
@@ -267,6 +304,35 @@ fn allocated(most: bool, cpu: bool, req: i64, avail: i64) -> i64 {
     }
     let used = if most { r } else { a - r };
     div_i128(used * i128::from(MAX_NODE_SCORE), a)
+}
+
+/// [`allocated`] in 64-bit arithmetic, `None` where a step would overflow. `req_whole` is
+/// `whole_amount(cpu, req)`, worked out once per node, not per zone.
+#[inline]
+fn allocated_narrow(most: bool, cpu: bool, req: i64, req_whole: i64, avail: i64) -> Option<i64> {
+    if avail == 0 || req > avail {
+        return Some(0);
+    }
+    let a = whole_amount_of(cpu, avail);
+    let r = req_whole;
+    if a <= 0 {
+        return Some(0);
+    }
+    let used = if most { r } else { a.checked_sub(r)? };
+    // `a > 0`, so the division cannot overflow.
+    Some(used.checked_mul(MAX_NODE_SCORE)? / a)
+}
+
+/// [`whole_amount`], with one division by a constant for a non-negative amount (Euclidean
+/// and truncating division agree there) where the Euclidean pair took two and sign fixups.
+#[inline]
+fn whole_amount_of(cpu: bool, amount: i64) -> i64 {
+    if cpu && amount >= 0 {
+        let q = amount / 1000;
+        q + i64::from(amount - q * 1000 != 0)
+    } else {
+        whole_amount(cpu, amount)
+    }
 }
 
 /// `n / d` truncated to `i64` as `(n / d) as i64` would, dividing in 64 bits when both fit
@@ -569,6 +635,82 @@ mod tests {
             prop_assume!(d != 0 && !(n == i128::MIN && d == -1));
             prop_assert_eq!(super::div_i128(n, d), (n / d) as i64);
         }
+
+        /// The 64-bit zone score is the 128-bit one wherever it answers, and it answers for
+        /// every real quantity (no fallback on the per-zone path).
+        #[test]
+        fn narrow_allocated_is_the_wide_one(
+            most in any::<bool>(),
+            cpu in any::<bool>(),
+            req in prop_oneof![0i64..1 << 40, any::<i64>()],
+            avail in prop_oneof![0i64..1 << 40, any::<i64>()],
+        ) {
+            let narrow =
+                super::allocated_narrow(most, cpu, req, super::whole_amount(cpu, req), avail);
+            if let Some(v) = narrow {
+                prop_assert_eq!(v, super::allocated(most, cpu, req, avail));
+            }
+            if (0..1 << 40).contains(&req) && (0..1 << 40).contains(&avail) {
+                prop_assert!(narrow.is_some());
+            }
+        }
+
+        /// The one-division whole amount is the Euclidean one.
+        #[test]
+        fn whole_amount_of_is_whole_amount(cpu in any::<bool>(), amount in any::<i64>()) {
+            prop_assert_eq!(super::whole_amount_of(cpu, amount), super::whole_amount(cpu, amount));
+        }
+
+        /// A zone's weighted mean is the same on both paths, for any weights and amounts.
+        #[test]
+        fn narrow_weighted_mean_is_the_wide_one(
+            most in any::<bool>(),
+            terms in proptest::collection::vec(
+                (
+                    prop_oneof![1i64..1000, any::<i64>()],
+                    prop_oneof![0i64..1 << 40, any::<i64>()],
+                    any::<bool>(),
+                ),
+                0..4,
+            ),
+            avail in proptest::collection::vec(prop_oneof![0i64..1 << 40, any::<i64>()], 4),
+        ) {
+            use super::{NumaZones, ResourceName, ZoneTerm, ZoneTerms};
+            let names = ["cpu", "memory", "vendor/a", "vendor/b"];
+            let mut zones = NumaZones::new();
+            zones.push_zone(
+                0,
+                names.iter().zip(&avail).map(|(n, a)| (ResourceName::new(n), *a)),
+                [],
+            );
+            let t = ZoneTerms(
+                terms
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &(weight, req, cpu))| ZoneTerm {
+                        slot: Some(i),
+                        req,
+                        req_whole: super::whole_amount(cpu, req),
+                        cpu,
+                        weight,
+                    })
+                    .collect(),
+            );
+            let wide = t.weighted_wide(most, &zones, 0);
+            if let Some(v) = t.weighted_narrow(most, &zones, 0) {
+                prop_assert_eq!(v, wide);
+            }
+        }
+    }
+
+    /// The check can fail: a 64-bit path that wrapped instead of falling back would differ
+    /// from the wide one on a product that does not fit.
+    #[test]
+    fn a_wrapping_narrow_path_would_be_caught() {
+        let (req, avail) = (0, i64::MAX);
+        let wrapped = (avail - req).wrapping_mul(MAX_NODE_SCORE) / avail;
+        assert_ne!(wrapped, allocated(false, false, req, avail));
+        assert_eq!(allocated_narrow(false, false, req, req, avail), None);
     }
 
     use super::*;

@@ -551,6 +551,35 @@ impl NumaZones {
         &self.ids
     }
 
+    /// Whether no two zones have the same NUMA id (an NRT may list one twice).
+    pub fn ids_distinct(&self) -> bool {
+        let mut seen = 0u64;
+        for &id in &self.ids {
+            let bit = 1u64 << (id % MAX_NUMA_ZONES);
+            if seen & bit != 0 {
+                return false;
+            }
+            seen |= bit;
+        }
+        true
+    }
+
+    /// The available amounts of the resource at index `idx` (of
+    /// [`NumaZones::resource_names`]), zone by zone in position order (`None` where the
+    /// zone does not list it); nothing when `idx` is out of range. One strided walk of the
+    /// flat array, where [`NumaZones::available_at`] per zone bounds-checks each time.
+    #[inline]
+    pub fn column(&self, idx: usize) -> impl Iterator<Item = Option<i64>> + '_ {
+        let n = self.names.len();
+        let from = if idx < n { idx } else { self.avail.len() };
+        self.avail
+            .get(from..)
+            .unwrap_or(&[])
+            .iter()
+            .step_by(n.max(1))
+            .copied()
+    }
+
     /// Pessimistic overallocation: subtracts `request` from **every** zone listing the
     /// resource, clamping at 0.
     pub fn subtract_from_every_zone(&mut self, request: &Resources) {

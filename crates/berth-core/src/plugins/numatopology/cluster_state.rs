@@ -22,7 +22,7 @@ use crate::numa::{
 };
 use crate::time::Time;
 
-use super::request::pod_numa_request;
+use super::request::{pod_numa_request, pod_numa_request_kept};
 
 /// NUMA figures for metrics and benchmarks (the reference exports none).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -328,7 +328,7 @@ impl NumaCluster {
             self.cache.filter_passed_at(slot);
             return;
         }
-        if matches!(self.cache.view_at(slot), NodeNumaView::Unusable(_)) {
+        if self.cache.is_unusable_at(slot) {
             return;
         }
         self.cache.filtered_out_at(slot);
@@ -462,7 +462,7 @@ fn pods_on_node(
         .map(|p| PodIdent {
             namespace: p.key.namespace.to_string(),
             name: p.key.name.to_string(),
-            exclusive: pod_numa_request(p)
+            exclusive: pod_numa_request_kept(p)
                 .map(|r| r.has_exclusive_resources(|n| topology.has_resource(n)))
                 .unwrap_or(true),
         })

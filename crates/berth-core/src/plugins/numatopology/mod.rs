@@ -29,8 +29,9 @@ use crate::framework::{CycleState, Plugin, Points, Status};
 use crate::model::node::{NodeIdx, NodeInfo};
 use crate::model::pod::{PodInfo, QosClass as PodQos};
 use crate::numa::{
-    filter_node, score_node, NodeAllocatable, NodeNumaView, NodeResourceTopologyMatchArgs,
-    NodeSlot, NumaPluginConfig, NumaReject, PodNumaRequest, QosClass, ResyncCheck, UnusableReason,
+    filter_node, filter_node_kind, score_node, NodeAllocatable, NodeNumaView,
+    NodeResourceTopologyMatchArgs, NodeSlot, NumaPluginConfig, NumaReject, PodNumaRequest,
+    QosClass, RejectKind, ResyncCheck, UnusableReason,
 };
 use crate::resources::ResourceNames;
 use crate::time::Time;
@@ -111,20 +112,20 @@ pub fn may_fit(cx: &Cluster, pod: &PodInfo, node: &NodeInfo) -> bool {
     if !cx.numa.has_topology() {
         return true;
     }
-    let Ok(request) = pod_numa_request(pod) else {
+    let Ok(request) = request::pod_numa_request_kept(pod) else {
         return true;
     };
     let alloc = Allocatable {
         names: &cx.names,
         node,
     };
-    match filter_node(cx.numa.view_node(node), &request, &alloc) {
+    match filter_node_kind(cx.numa.view_node(node), request, &alloc) {
         Ok(()) => true,
         Err(r) => r.is_internal_error(),
     }
 }
 
-fn reject(cx: &Cluster, slot: NodeSlot, r: &NumaReject) -> Status {
+fn reject(cx: &Cluster, slot: NodeSlot, r: RejectKind) -> Status {
     if r.is_internal_error() {
         return Status::error(r.reason());
     }
@@ -250,15 +251,15 @@ impl Plugin for NodeResourceTopologyMatch {
             names: &cx.names,
             node,
         };
-        match filter_node(view, request, &alloc) {
+        match filter_node_kind(view, request, &alloc) {
             Ok(()) => Status::success(),
-            Err(NumaReject::InvalidTopologyData) => Status::unschedulable(match view {
+            Err(RejectKind::InvalidTopologyData) => Status::unschedulable(match view {
                 NodeNumaView::Unusable(UnusableReason::ReservationInFlight) => {
                     REASON_RESERVATION_IN_FLIGHT
                 }
                 _ => REASON_FOREIGN_PODS,
             }),
-            Err(r) => reject(cx, slot, &r),
+            Err(r) => reject(cx, slot, r),
         }
     }
 

@@ -38,6 +38,15 @@ pub fn pod_numa_request(pod: &PodInfo) -> Result<PodNumaRequest, QuantityError> 
     Ok(PodNumaRequest::new(qos, init, containers, overhead))
 }
 
+/// [`pod_numa_request`], read once per pod and kept with it ([`PodInfo`]): for the
+/// queueing hints, which ask about every waiting pod after every NRT update.
+pub fn pod_numa_request_kept(pod: &PodInfo) -> Result<&PodNumaRequest, QuantityError> {
+    pod.numa_request
+        .get_or_init(|| pod_numa_request(pod))
+        .as_ref()
+        .map_err(Clone::clone)
+}
+
 /// A container's requests, a limit standing in for a missing request (API server
 /// defaulting, as `PodInfo` does). Zero amounts are kept out: they never need aligning.
 fn container_requests(c: &Container) -> Result<Resources, QuantityError> {
