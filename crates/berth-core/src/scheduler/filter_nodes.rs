@@ -123,7 +123,11 @@ impl Filtering<'_, '_> {
                 continue;
             }
             // Each node not passed was rejected exactly once: record in filtering order.
-            rejected.sort_unstable_by_key(|r| r.0);
+            // The batch run gives them in that order already; only nodes filtered again
+            // for their nominated pods come after the others.
+            if !rejected.is_sorted_by_key(|r| r.0) {
+                rejected.sort_unstable_by_key(|r| r.0);
+            }
             let mut next = rejected.iter();
             for (i, node) in nodes.iter().enumerate() {
                 if pass & (1u64 << i) != 0 {

@@ -182,7 +182,7 @@ impl Plugin for Fit {
             // comparisons and the pod slot per node, the loop over resources unrolled.
             (None, &[(a, wa), (b, wb)]) => keep(pass, nodes, |n| {
                 let free = &n.free().0;
-                n.pods.len() as i64 + 1 <= n.allowed_pods
+                (n.pods.len() as i64) < n.allowed_pods
                     && wa <= free[a % MAX_RESOURCES]
                     && wb <= free[b % MAX_RESOURCES]
             }),
