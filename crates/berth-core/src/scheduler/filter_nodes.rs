@@ -7,7 +7,7 @@
 //! call ([`FilterPlan::run_batch`]) instead of one dynamic call per plugin per node.
 
 use crate::cache::Cluster;
-use crate::framework::filter_plan::{ones, BATCH};
+use crate::framework::filter_plan::{by_position, ones, BATCH};
 use crate::framework::nominator::{run_filter_plugins_with_nominated_pods, Nominator};
 use crate::framework::{Code, CycleState, Diagnosis, FilterPlan, Status};
 use crate::model::node::{NodeIdx, NodeInfo};
@@ -122,18 +122,16 @@ impl Filtering<'_, '_> {
                 found.feasible.extend(nodes.iter().map(|n| n.idx));
                 continue;
             }
-            // Each node not passed was rejected exactly once: record in filtering order.
-            // The batch run gives them in that order already; only nodes filtered again
-            // for their nominated pods come after the others.
-            if !rejected.is_sorted_by_key(|r| r.0) {
-                rejected.sort_unstable_by_key(|r| r.0);
-            }
-            let mut next = rejected.iter();
+            // Each node not passed was rejected exactly once: record in filtering order,
+            // finding each node's rejection through the index of positions.
+            let at = by_position(rejected);
             for (i, node) in nodes.iter().enumerate() {
                 if pass & (1u64 << i) != 0 {
                     found.record(node.idx, None);
-                } else if let Some((at, st)) = next.next() {
-                    debug_assert_eq!(*at, i, "one rejection per node not passed");
+                } else if let Some((pos, st)) =
+                    at.get(i).and_then(|&k| rejected.get(usize::from(k)))
+                {
+                    debug_assert_eq!(*pos, i, "one rejection per node not passed");
                     found.record(node.idx, Some(st));
                 }
             }
