@@ -204,9 +204,14 @@ impl Plugin for BalancedAllocation {
         // As in NodeResourcesFit: the common loop asks nothing about reservations per node.
         match super::gives_back(state) {
             None => score_each(cx, nodes, out, |node| Self::score_terms(&terms, node, None)),
-            Some(r) => score_each(cx, nodes, out, |node| {
-                Self::score_terms(&terms, node, r.restored(pod, node.idx))
-            }),
+            Some(r) => {
+                // Only the leading nodes can give anything back.
+                let (asked, rest) = nodes.split_at(r.restoring_prefix(nodes));
+                score_each(cx, asked, out, |node| {
+                    Self::score_terms(&terms, node, r.restored(pod, node.idx))
+                });
+                score_each(cx, rest, out, |node| Self::score_terms(&terms, node, None));
+            }
         }
     }
 }

@@ -115,6 +115,16 @@ fn fits(state: &CycleState, pod: &PodInfo, wants: &Wants, node: &NodeInfo) -> bo
     )
 }
 
+/// [`fits_in`] for a pod wanting two resources (`(slot, amount)`) on a node that gives
+/// nothing back: the pod slot and two comparisons, for the usual cpu-and-memory pod.
+#[inline(always)]
+fn fits_two(node: &NodeInfo, (a, wa): (usize, i64), (b, wb): (usize, i64)) -> bool {
+    let free = &node.free().0;
+    (node.pods.len() as i64) < node.allowed_pods
+        && wa <= free[a % MAX_RESOURCES]
+        && wb <= free[b % MAX_RESOURCES]
+}
+
 /// [`fits`] with what the pod gets back on the node given: `slots_back` pod slots and
 /// `back` resources.
 #[inline(always)]
@@ -180,13 +190,16 @@ impl Plugin for Fit {
         match (reservation, wants.as_slice()) {
             // The usual pod (cpu and memory) on nodes that give nothing back: two
             // comparisons and the pod slot per node, the loop over resources unrolled.
-            (None, &[(a, wa), (b, wb)]) => keep(pass, nodes, |n| {
-                let free = &n.free().0;
-                (n.pods.len() as i64) < n.allowed_pods
-                    && wa <= free[a % MAX_RESOURCES]
-                    && wb <= free[b % MAX_RESOURCES]
-            }),
+            (None, &[a, b]) => keep(pass, nodes, |n| fits_two(n, a, b)),
             (None, _) => keep(pass, nodes, |n| fits_in(&wants, n, 0, None)),
+            // An owner: the same two comparisons on nodes without its reservations.
+            (Some(r), &[a, b]) => keep(pass, nodes, |n| {
+                if r.gives_back_on(n.idx) {
+                    fits(state, pod, &wants, n)
+                } else {
+                    fits_two(n, a, b)
+                }
+            }),
             (Some(r), _) => keep(pass, nodes, |n| {
                 if r.gives_back_on(n.idx) {
                     fits(state, pod, &wants, n)
@@ -293,9 +306,13 @@ impl Plugin for Fit {
         // nothing per node.
         match super::gives_back(state) {
             None => self.scorer.score_nodes(&terms, cx, nodes, out, |_| None),
-            Some(r) => self
-                .scorer
-                .score_nodes(&terms, cx, nodes, out, |idx| r.restored(pod, idx)),
+            Some(r) => {
+                // Only the leading nodes can give anything back.
+                let (asked, rest) = nodes.split_at(r.restoring_prefix(nodes));
+                self.scorer
+                    .score_nodes(&terms, cx, asked, out, |idx| r.restored(pod, idx));
+                self.scorer.score_nodes(&terms, cx, rest, out, |_| None);
+            }
         }
     }
 }

@@ -112,6 +112,23 @@ impl State {
         self.nodes.is_empty()
     }
 
+    /// How many of `nodes` (feasible nodes, in filtering order) to ask [`State::restored`]
+    /// about: none past the last node with an entry. The pod's reservation nodes are
+    /// filtered first, so they lead the list, and score loops treat the rest as giving
+    /// nothing back without a question per node.
+    pub fn restoring_prefix(&self, nodes: &[NodeIdx]) -> usize {
+        let mut left = self.nodes.len();
+        for (i, n) in nodes.iter().enumerate() {
+            if left == 0 {
+                return i;
+            }
+            if self.nodes.contains_key(n) {
+                left -= 1;
+            }
+        }
+        nodes.len()
+    }
+
     /// Host ports held on `node` by reservations the pod may use: NodePorts must not count
     /// them against the pod (they are in `NodeInfo::reserved_ports`).
     pub fn restored_ports(&self, _pod: &PodInfo, node: NodeIdx) -> &[HostPort] {
