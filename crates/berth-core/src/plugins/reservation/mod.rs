@@ -916,6 +916,22 @@ mod tests {
     }
 
     #[test]
+    fn restoring_prefix_ends_after_the_last_node_with_an_entry() {
+        let mut st = State::default();
+        st.nodes.insert(NodeIdx(7), NodeState::default());
+        st.nodes.insert(NodeIdx(3), NodeState::default());
+        let n = |v: &[u32]| v.iter().map(|&i| NodeIdx(i)).collect::<Vec<_>>();
+        assert_eq!(st.restoring_prefix(&n(&[3, 7, 1, 2])), 2);
+        assert_eq!(st.restoring_prefix(&n(&[3, 1, 7, 2])), 3);
+        assert_eq!(
+            st.restoring_prefix(&n(&[3, 1, 2])),
+            3,
+            "an entry not among the nodes: every node is asked"
+        );
+        assert_eq!(State::default().restoring_prefix(&n(&[1, 2])), 0);
+    }
+
+    #[test]
     fn owners_get_back_and_do_not_see_their_reservations_only() {
         let mut s = Sim::default();
         s.node(node("n1").alloc("cpu", "8").build());
