@@ -103,9 +103,9 @@ impl Default for Derived {
 }
 
 impl Derived {
-    /// Worked out on every change (preemption's dry run changes node copies thousands of
-    /// times per attempt), so only over the slots in use: past the last slot any of the
-    /// node's vectors uses, every sum is 0.
+    /// Worked out on every change other than a pod's coming or going (those redo only the
+    /// pod's slots, [`NodeInfo::add_pod`] and [`NodeInfo::remove_pod`]), and only over the
+    /// slots in use: past the last slot any of the node's vectors uses, every sum is 0.
     fn of(n: &NodeInfo) -> Self {
         let (alloc, req) = (&n.allocatable.0, &n.requested.0);
         let (nz, held) = (&n.non_zero_requested.0, &n.reserved.0);
