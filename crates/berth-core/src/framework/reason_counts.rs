@@ -7,7 +7,7 @@
 //! cycle). Here the few reasons sit in a list in first-seen order and one is found by its
 //! address before its text: the reason the previous node gave is checked first, then the
 //! list. Reasons compare by text, so an owned copy of a reason counts with the static one.
-//! Past [`LINEAR`] distinct reasons (per-taint texts on a large cluster) a text-keyed index
+//! Past `LINEAR` distinct reasons (per-taint texts on a large cluster) a text-keyed index
 //! takes over, so a cycle never scans a long list per node.
 
 use std::borrow::Cow;

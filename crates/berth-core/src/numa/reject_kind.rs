@@ -3,7 +3,7 @@
 //! [`NumaReject`] names the resource that did not fit, a reference-counted
 //! [`ResourceName`] cloned and dropped for every rejected node (two atomic operations
 //! per node on a full cluster) only for the Filter to read its fixed reason. The check
-//! itself locates a rejection by positions ([`Rejected`]); the plugin's Filter turns that
+//! itself locates a rejection by positions (`Rejected`); the plugin's Filter turns that
 //! into a [`RejectKind`] (the reason), and [`crate::numa::filter`] into the named
 //! [`NumaReject`] a person reads.
 
