@@ -49,13 +49,7 @@ fn confirm(s: &mut Scheduler) {
 /// Heap allocations of `cycles` scheduling cycles (bind confirmations not counted), and
 /// the nodes they filtered.
 fn allocations(s: &mut Scheduler, cycles: usize) -> (u64, u64) {
-    let mut total = 0;
-    let filtered = s.counters.nodes_filtered;
-    for _ in 0..cycles {
-        total += counting::during(|| assert!(s.schedule_next(0)));
-        confirm(s);
-    }
-    (total, s.counters.nodes_filtered - filtered)
+    counting::over_cycles(s, cycles, confirm)
 }
 
 #[test]

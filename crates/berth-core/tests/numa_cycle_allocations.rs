@@ -108,15 +108,7 @@ fn cluster(nodes: usize, pending: usize, warm: usize) -> Scheduler {
 
 /// Heap allocations of `cycles` failed cycles, and the nodes they filtered.
 fn allocations(s: &mut Scheduler, cycles: usize) -> (u64, u64) {
-    let mut total = 0;
-    let filtered = s.counters.nodes_filtered;
-    let bound = s.counters.attempts;
-    for _ in 0..cycles {
-        total += counting::during(|| assert!(s.schedule_next(0)));
-        while s.poll_effect().is_some() {}
-    }
-    assert_eq!(s.counters.attempts - bound, cycles as u64, "one cycle each");
-    (total, s.counters.nodes_filtered - filtered)
+    counting::over_cycles(s, cycles, |s| while s.poll_effect().is_some() {})
 }
 
 #[test]

@@ -41,3 +41,26 @@ pub fn during(f: impl FnOnce()) -> u64 {
     f();
     allocations() - before
 }
+
+/// Runs `cycles` scheduling cycles (each must attempt a pod), calling `after` between them
+/// (to confirm the cycle's effects), and returns the heap allocations the cycles made and
+/// the nodes they filtered: what both allocation tests measure.
+pub fn over_cycles(
+    s: &mut berth_core::Scheduler,
+    cycles: usize,
+    mut after: impl FnMut(&mut berth_core::Scheduler),
+) -> (u64, u64) {
+    let mut total = 0;
+    let filtered = s.counters.nodes_filtered;
+    let attempts = s.counters.attempts;
+    for _ in 0..cycles {
+        total += during(|| assert!(s.schedule_next(0)));
+        after(s);
+    }
+    assert_eq!(
+        s.counters.attempts - attempts,
+        cycles as u64,
+        "one cycle each"
+    );
+    (total, s.counters.nodes_filtered - filtered)
+}
