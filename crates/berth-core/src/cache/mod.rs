@@ -120,6 +120,9 @@ pub struct Cluster {
     /// Node slots handed out for change, for [`Cluster::domain_counts`]: every place below
     /// that changes a node notes it here.
     changes: ChangeLog,
+    /// How many nodes carry a PreferNoSchedule taint: while none does, TaintToleration
+    /// scores every node 0 without looking at any.
+    soft_tainted: usize,
 }
 
 impl Cluster {
@@ -129,7 +132,11 @@ impl Cluster {
         if let Some(idx) = self.node_ids.get(&name).copied() {
             self.changes.record(idx);
             if let Some(info) = self.nodes[idx.index()].as_mut() {
-                info.set_node(node, &mut self.names)?;
+                let was = usize::from(info.has_prefer_no_schedule_taint());
+                let set = info.set_node(node, &mut self.names);
+                self.soft_tainted =
+                    self.soft_tainted + usize::from(info.has_prefer_no_schedule_taint()) - was;
+                set?;
             }
             return Ok(idx);
         }
@@ -138,6 +145,7 @@ impl Cluster {
             .pop()
             .unwrap_or(NodeIdx(self.nodes.len() as u32));
         let info = NodeInfo::new(idx, node, &mut self.names)?;
+        self.soft_tainted += usize::from(info.has_prefer_no_schedule_taint());
         self.changes.record(idx);
         if idx.index() == self.nodes.len() {
             self.nodes.push(Some(info));
@@ -165,6 +173,7 @@ impl Cluster {
     pub fn delete_node(&mut self, name: &str) -> Option<NodeInfo> {
         let idx = self.node_ids.remove(name)?;
         let info = self.nodes[idx.index()].take()?;
+        self.soft_tainted -= usize::from(info.has_prefer_no_schedule_taint());
         self.changes.record(idx);
         self.order.retain(|i| *i != idx);
         self.free_slots.push(idx);
@@ -179,6 +188,11 @@ impl Cluster {
             }
         }
         Some(info)
+    }
+
+    /// Whether some node carries a PreferNoSchedule taint.
+    pub fn any_prefer_no_schedule_taint(&self) -> bool {
+        self.soft_tainted > 0
     }
 
     /// A node by index.

@@ -347,6 +347,14 @@ impl NodeInfo {
     pub fn scoring_used(&self) -> &Resources {
         &self.derived().scoring_used
     }
+
+    /// Whether a taint of the node has the PreferNoSchedule effect (TaintToleration scores
+    /// only those).
+    pub fn has_prefer_no_schedule_taint(&self) -> bool {
+        self.taints
+            .iter()
+            .any(|t| t.effect == crate::plugins::tainttoleration::PREFER_NO_SCHEDULE)
+    }
 }
 
 /// A process-wide unique generation stamp. Stamps are only compared for equality, so their

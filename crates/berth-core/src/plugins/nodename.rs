@@ -27,6 +27,20 @@ impl Plugin for NodeName {
         pod.node_name.as_ref().is_none_or(|n| **n == *node.name)
     }
 
+    /// Most pods name no node, and then every node passes: the batch is not walked.
+    fn passes_each(
+        &self,
+        cx: &Cluster,
+        state: &CycleState,
+        pod: &PodInfo,
+        nodes: &[&NodeInfo],
+        pass: &mut u64,
+    ) {
+        if pod.node_name.is_some() {
+            crate::framework::filter_plan::keep(pass, nodes, |n| self.passes(cx, state, pod, n));
+        }
+    }
+
     fn filter(&self, _cx: &Cluster, _state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
         match &pod.node_name {
             Some(n) if **n != *node.name => Status::unresolvable(ERR_REASON),

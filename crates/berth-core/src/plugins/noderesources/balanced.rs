@@ -114,15 +114,8 @@ impl BalancedAllocation {
     ) -> i64 {
         // The default two resources without a buffer: the standard deviation of two
         // fractions is half their distance (one fraction or none: 0).
-        if let &[(a, wa), (b, wb)] = terms {
-            let std = match (
-                Self::fraction(a, wa, node, restored),
-                Self::fraction(b, wb, node, restored),
-            ) {
-                (Some(fa), Some(fb)) => ((fa - fb) / 2.0).abs(),
-                _ => 0.0,
-            };
-            return ((1.0 - std) * MAX_NODE_SCORE as f64) as i64;
+        if let &[a, b] = terms {
+            return Self::score_two(a, b, node, restored);
         }
         // A buffer as small as the usual pod needs: zeroing all MAX_RESOURCES slots per
         // node was a tenth of this function.
@@ -131,6 +124,24 @@ impl BalancedAllocation {
         } else {
             Self::score_in::<MAX_RESOURCES>(terms, node, restored)
         }
+    }
+
+    /// [`Self::score_terms`] of two terms.
+    #[inline(always)]
+    fn score_two(
+        (a, wa): (ResourceId, i64),
+        (b, wb): (ResourceId, i64),
+        node: &NodeInfo,
+        restored: Option<&Resources>,
+    ) -> i64 {
+        let std = match (
+            Self::fraction(a, wa, node, restored),
+            Self::fraction(b, wb, node, restored),
+        ) {
+            (Some(fa), Some(fb)) => ((fa - fb) / 2.0).abs(),
+            _ => 0.0,
+        };
+        ((1.0 - std) * MAX_NODE_SCORE as f64) as i64
     }
 
     #[inline(always)]
@@ -203,6 +214,14 @@ impl Plugin for BalancedAllocation {
         let terms = self.terms(&cx.names, pod);
         // As in NodeResourcesFit: the common loop asks nothing about reservations per node.
         match super::gives_back(state) {
+            // The default two resources, copied into the loop: it then keeps them in
+            // registers rather than reading them (and the list's length) per node.
+            None if terms.len() == 2 => {
+                let (a, b) = (terms[0], terms[1]);
+                score_each(cx, nodes, out, move |node| {
+                    Self::score_two(a, b, node, None)
+                })
+            }
             None => score_each(cx, nodes, out, |node| Self::score_terms(&terms, node, None)),
             Some(r) => {
                 // Only the leading nodes can give anything back.

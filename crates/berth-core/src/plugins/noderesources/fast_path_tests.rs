@@ -1,6 +1,8 @@
 //! The per-cycle fast paths of NodeResourcesFit and BalancedAllocation against the per-node
 //! reference: `passes` never lets through a node `filter` rejects, and `score_nodes` gives
-//! exactly the scores `score` gives, for every scoring strategy.
+//! exactly the scores `score` gives, for every scoring strategy. Node memory in `Pi` puts
+//! capacities past where the default loop's unsigned arithmetic holds (it must hand those
+//! nodes to the general one).
 
 use std::sync::Arc;
 
@@ -23,6 +25,10 @@ fn amounts() -> impl Strategy<Value = (u32, u32, u32)> {
 fn strategy() -> impl Strategy<Value = serde_json::Value> {
     prop_oneof![
         Just(json!({"type": "LeastAllocated"})),
+        // Weights whose sum is not a power of two: the default loop divides.
+        Just(json!({"type": "LeastAllocated", "resources": [
+            {"name": "cpu", "weight": 2}, {"name": "memory", "weight": 1}
+        ]})),
         Just(json!({"type": "MostAllocated", "resources": [
             {"name": "cpu", "weight": 2}, {"name": "memory", "weight": 1}, {"name": EXT, "weight": 3}
         ]})),
@@ -43,12 +49,14 @@ proptest! {
         want in amounts(),
         scoring in strategy(),
         ignore_gpu in any::<bool>(),
+        memory_unit in prop_oneof![Just("Mi"), Just("Pi")],
+        default_balance in any::<bool>(),
     ) {
         let mut cx = Cluster::default();
         for (n, ((cpu, mem, gpu), pods, existing)) in nodes.iter().enumerate() {
             let mut b = node(&format!("n{n}"))
                 .alloc("cpu", &format!("{cpu}m"))
-                .alloc("memory", &format!("{mem}Mi"))
+                .alloc("memory", &format!("{mem}{memory_unit}"))
                 .alloc("pods", &pods.to_string());
             if *gpu > 0 {
                 b = b.alloc(EXT, &gpu.to_string());
@@ -75,9 +83,15 @@ proptest! {
         let ignored = if ignore_gpu { json!([EXT]) } else { json!([]) };
         let fit = Fit::new(Some(&json!({"scoringStrategy": scoring, "ignoredResources": ignored})))
             .expect("valid args");
-        let balanced = BalancedAllocation::new(Some(&json!({"resources": [
-            {"name": "cpu", "weight": 1}, {"name": "memory", "weight": 1}, {"name": EXT, "weight": 1}
-        ]}))).expect("valid args");
+        // Default args: cpu and memory, the two-resource loop.
+        let balanced = if default_balance {
+            BalancedAllocation::new(None)
+        } else {
+            BalancedAllocation::new(Some(&json!({"resources": [
+                {"name": "cpu", "weight": 1}, {"name": "memory", "weight": 1}, {"name": EXT, "weight": 1}
+            ]})))
+        }
+        .expect("valid args");
         let state = CycleState::default();
         let idxs: Vec<NodeIdx> = infos.iter().map(|n| n.idx).collect();
         for info in &infos {

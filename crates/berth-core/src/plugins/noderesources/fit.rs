@@ -305,13 +305,13 @@ impl Plugin for Fit {
         // Two loops, so that the common one (no reservation gives anything back) asks
         // nothing per node.
         match super::gives_back(state) {
-            None => self.scorer.score_nodes(&terms, cx, nodes, out, |_| None),
+            None => self.scorer.score_nodes_plain(&terms, cx, nodes, out),
             Some(r) => {
                 // Only the leading nodes can give anything back.
                 let (asked, rest) = nodes.split_at(r.restoring_prefix(nodes));
                 self.scorer
                     .score_nodes(&terms, cx, asked, out, |idx| r.restored(pod, idx));
-                self.scorer.score_nodes(&terms, cx, rest, out, |_| None);
+                self.scorer.score_nodes_plain(&terms, cx, rest, out);
             }
         }
     }

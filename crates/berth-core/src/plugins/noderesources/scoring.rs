@@ -227,30 +227,97 @@ impl Scorer {
         }
     }
 
+    /// [`Scorer::score_nodes`] when nothing is given back on any node: the default
+    /// (LeastAllocated over cpu and memory) takes [`least_two`].
+    #[inline]
+    pub(crate) fn score_nodes_plain(
+        &self,
+        terms: &[Term],
+        cx: &Cluster,
+        nodes: &[NodeIdx],
+        out: &mut Vec<i64>,
+    ) {
+        match (self.kind, terms) {
+            (ScoringStrategyType::LeastAllocated, &[a, b]) if a.non_zero && b.non_zero => {
+                least_two(a, b, cx, nodes, out)
+            }
+            _ => self.score_nodes(terms, cx, nodes, out, |_| None),
+        }
+    }
+
     fn ratio(&self, req: i64, alloc: i64) -> i64 {
         if alloc == 0 || req > alloc {
             return piecewise(&self.shape, MAX_UTILIZATION);
         }
-        piecewise(&self.shape, req * MAX_UTILIZATION / alloc)
+        piecewise(&self.shape, req.wrapping_mul(MAX_UTILIZATION) / alloc)
     }
 }
 
+/// LeastAllocated over two scoring-request terms with nothing given back: kube-scheduler's
+/// default, and most of a cycle's scoring. The terms' fields are copied into locals, so the
+/// loop keeps them in registers instead of reading them per node; the weights' sum is
+/// worked out once (a shift when it is a power of two, as with the default 1 + 1); and the
+/// divisions are unsigned, which needs neither a sign extension nor the `i64::MIN / -1`
+/// check. That holds for capacities in `1..=LIMIT` and requests in `0..=capacity`, where
+/// nothing overflows and truncation is the same signed or not. Any other node (a missing
+/// resource, a request over capacity, an absurd quantity) is scored by [`weighted`], so
+/// every score is exactly what [`Scorer::score_terms`] gives.
+fn least_two(a: Term, b: Term, cx: &Cluster, nodes: &[NodeIdx], out: &mut Vec<i64>) {
+    /// The largest capacity whose `* MAX_NODE_SCORE` fits an `i64`.
+    const LIMIT: u64 = (i64::MAX / MAX_NODE_SCORE) as u64;
+    let (ia, ib, qa, qb) = (a.id, b.id, a.want, b.want);
+    // Weights are validated into (0, 100]; the sum is positive.
+    let weights = (a.weight + b.weight) as u64;
+    let (wa, wb) = (a.weight as u64, b.weight as u64);
+    let shift = weights.is_power_of_two().then(|| weights.trailing_zeros());
+    let terms = [a, b];
+    score_each(cx, nodes, out, move |n| {
+        let (ca, cb) = (n.allocatable[ia], n.allocatable[ib]);
+        let used = n.scoring_used();
+        let (ra, rb) = (used[ia].saturating_add(qa), used[ib].saturating_add(qb));
+        // One unsigned comparison each: a negative value wraps above the bound.
+        let in_range = (ca as u64).wrapping_sub(1) < LIMIT
+            && (cb as u64).wrapping_sub(1) < LIMIT
+            && (ra as u64) <= ca as u64
+            && (rb as u64) <= cb as u64;
+        if !in_range {
+            return weighted(&terms, n, None, least);
+        }
+        let (ca, cb) = (ca as u64, cb as u64);
+        let sa = (ca - ra as u64) * MAX_NODE_SCORE as u64 / ca;
+        let sb = (cb - rb as u64) * MAX_NODE_SCORE as u64 / cb;
+        let total = sa * wa + sb * wb;
+        (match shift {
+            Some(s) => total >> s,
+            None => total / weights,
+        }) as i64
+    });
+}
+
 /// `(capacity - requested) * 100 / capacity`, 0 when over capacity.
+///
+/// The product wraps past `i64` (a capacity over about 92 PB, in bytes), as Go's `int64`
+/// does in kube-scheduler's same expression: the score is then kube's, and a debug build
+/// does not panic on a node object with an absurd quantity.
 #[inline(always)]
 pub(crate) fn least(requested: i64, capacity: i64) -> i64 {
     if capacity == 0 || requested > capacity {
         return 0;
     }
-    (capacity - requested) * MAX_NODE_SCORE / capacity
+    capacity
+        .wrapping_sub(requested)
+        .wrapping_mul(MAX_NODE_SCORE)
+        / capacity
 }
 
-/// `requested * 100 / capacity`, with requested capped at capacity.
+/// `requested * 100 / capacity`, with requested capped at capacity (wrapping as
+/// [`least`]).
 #[inline(always)]
 pub(crate) fn most(requested: i64, capacity: i64) -> i64 {
     if capacity == 0 {
         return 0;
     }
-    requested.min(capacity) * MAX_NODE_SCORE / capacity
+    requested.min(capacity).wrapping_mul(MAX_NODE_SCORE) / capacity
 }
 
 /// kube-scheduler's `helper.BuildBrokenLinearFunction`.
