@@ -1355,8 +1355,6 @@ impl Scheduler {
         }
         // PreScore and Score.
         let m = feasible.len();
-        self.totals.clear();
-        self.totals.resize(m, 0);
         for &i in &prof.pre_score {
             let st = prof.plugins[i].pre_score(cx, &mut state, pod, &feasible);
             if st.is_skip() {
@@ -1373,18 +1371,15 @@ impl Scheduler {
                 return Outcome::Failed(diag);
             }
         }
-        for &(i, weight) in &prof.score {
-            if state.skip_score & (1 << i) != 0 {
-                continue;
-            }
-            let p = &prof.plugins[i];
-            self.scores.clear();
-            p.score_nodes(cx, &state, pod, &feasible, &mut self.scores);
-            p.normalize_scores(&state, pod, &mut self.scores);
-            for (t, s) in self.totals.iter_mut().zip(&self.scores) {
-                *t += s * weight;
-            }
-        }
+        score_totals(
+            prof,
+            cx,
+            &state,
+            pod,
+            &feasible,
+            &mut self.totals,
+            &mut self.scores,
+        );
         // Highest total; ties broken uniformly at random (reservoir sampling).
         let mut best = 0;
         let mut ties = 0u64;
@@ -2103,6 +2098,54 @@ fn pod_updated(
     old.spec != new.spec
         || claims(old) != claims(new)
         || strip(&old.metadata) != strip(&new.metadata)
+}
+
+/// Score: each plugin's normalised scores, weighted, summed per node into `totals`.
+/// The first plugin's scores become the totals (no zeroed list to add them to), a weight
+/// of 1 adds without multiplying, and a plugin that scores every node the same
+/// ([`Plugin::scores_uniformly`]) is left out, since it cannot change the choice.
+#[allow(clippy::too_many_arguments)]
+fn score_totals(
+    prof: &Profile,
+    cx: &Cluster,
+    state: &CycleState,
+    pod: &PodInfo,
+    feasible: &[NodeIdx],
+    totals: &mut Vec<i64>,
+    scores: &mut Vec<i64>,
+) {
+    let m = feasible.len();
+    totals.clear();
+    let mut first = true;
+    for &(i, weight) in &prof.score {
+        let p = &prof.plugins[i];
+        if state.skip_score & (1 << i) != 0 || p.scores_uniformly(cx, state, pod) {
+            continue;
+        }
+        scores.clear();
+        p.score_nodes(cx, state, pod, feasible, scores);
+        p.normalize_scores(state, pod, scores);
+        // A node a plugin gave no score counts 0 from it, as when adding.
+        scores.resize(m, 0);
+        if first {
+            first = false;
+            std::mem::swap(totals, scores);
+            if weight != 1 {
+                totals.iter_mut().for_each(|t| *t *= weight);
+            }
+        } else if weight == 1 {
+            for (t, s) in totals.iter_mut().zip(scores.iter()) {
+                *t += s;
+            }
+        } else {
+            for (t, s) in totals.iter_mut().zip(scores.iter()) {
+                *t += s * weight;
+            }
+        }
+    }
+    if first {
+        totals.resize(m, 0);
+    }
 }
 
 #[cfg(test)]

@@ -284,6 +284,14 @@ pub trait Plugin: std::fmt::Debug + Send + Sync {
         score_each(cx, nodes, out, |node| self.score(cx, state, pod, node));
     }
 
+    /// Whether every node scores the same for `pod` this cycle, normalised: adding the same
+    /// amount to every node's total cannot change which node a cycle picks (nor its ties),
+    /// so the cycle then neither scores nor adds this plugin. Explanations, which show each
+    /// plugin's scores, still score it. Answer `true` only when sure.
+    fn scores_uniformly(&self, _cx: &Cluster, _state: &CycleState, _pod: &PodInfo) -> bool {
+        false
+    }
+
     /// Maps raw scores of all feasible nodes into `0..=MAX_NODE_SCORE`. The default keeps
     /// them as they are.
     fn normalize_scores(&self, _state: &CycleState, _pod: &PodInfo, _scores: &mut [i64]) {}

@@ -167,6 +167,12 @@ impl Plugin for TaintToleration {
         });
     }
 
+    /// Only PreferNoSchedule taints score: with none in the cluster, every node scores 0
+    /// (and, normalised, 100).
+    fn scores_uniformly(&self, cx: &Cluster, _state: &CycleState, _pod: &PodInfo) -> bool {
+        !cx.any_prefer_no_schedule_taint()
+    }
+
     fn normalize_scores(&self, _state: &CycleState, _pod: &PodInfo, scores: &mut [i64]) {
         default_normalize(scores, true);
     }
