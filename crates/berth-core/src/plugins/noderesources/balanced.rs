@@ -134,10 +134,30 @@ impl BalancedAllocation {
         node: &NodeInfo,
         restored: Option<&Resources>,
     ) -> i64 {
-        let std = match (
+        Self::of_two(
             Self::fraction(a, wa, node, restored),
             Self::fraction(b, wb, node, restored),
-        ) {
+        )
+    }
+
+    /// [`Self::score_two`] with nothing given back and requests of at least 0 (any valid
+    /// pod's): the sum can then only saturate upwards, a cheaper check than saturating
+    /// either way.
+    #[inline(always)]
+    fn score_two_plain(a: (ResourceId, i64), b: (ResourceId, i64), node: &NodeInfo) -> i64 {
+        let fraction = |(id, want): (ResourceId, i64)| {
+            let alloc = node.allocatable[id];
+            let used = node.used()[id].checked_add(want).unwrap_or(i64::MAX);
+            (alloc != 0).then(|| (used as f64 / alloc as f64).min(1.0))
+        };
+        Self::of_two(fraction(a), fraction(b))
+    }
+
+    /// The score from two fractions: the standard deviation of two is half their distance
+    /// (of one or none, 0).
+    #[inline(always)]
+    fn of_two(fa: Option<f64>, fb: Option<f64>) -> i64 {
+        let std = match (fa, fb) {
             (Some(fa), Some(fb)) => ((fa - fb) / 2.0).abs(),
             _ => 0.0,
         };
@@ -216,10 +236,10 @@ impl Plugin for BalancedAllocation {
         match super::gives_back(state) {
             // The default two resources, copied into the loop: it then keeps them in
             // registers rather than reading them (and the list's length) per node.
-            None if terms.len() == 2 => {
+            None if terms.len() == 2 && terms.iter().all(|&(_, want)| want >= 0) => {
                 let (a, b) = (terms[0], terms[1]);
                 score_each(cx, nodes, out, move |node| {
-                    Self::score_two(a, b, node, None)
+                    Self::score_two_plain(a, b, node)
                 })
             }
             None => score_each(cx, nodes, out, |node| Self::score_terms(&terms, node, None)),

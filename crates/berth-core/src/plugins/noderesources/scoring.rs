@@ -255,26 +255,59 @@ impl Scorer {
 
 /// LeastAllocated over two scoring-request terms with nothing given back: kube-scheduler's
 /// default, and most of a cycle's scoring. The terms' fields are copied into locals, so the
-/// loop keeps them in registers instead of reading them per node; the weights' sum is
-/// worked out once (a shift when it is a power of two, as with the default 1 + 1); and the
-/// divisions are unsigned, which needs neither a sign extension nor the `i64::MIN / -1`
-/// check. That holds for capacities in `1..=LIMIT` and requests in `0..=capacity`, where
-/// nothing overflows and truncation is the same signed or not. Any other node (a missing
-/// resource, a request over capacity, an absurd quantity) is scored by [`weighted`], so
-/// every score is exactly what [`Scorer::score_terms`] gives.
+/// loop keeps them in registers instead of reading them per node; the weighted mean is
+/// worked out as cheaply as the weights allow ([`Mean`]); and the divisions are unsigned,
+/// which needs neither a sign extension nor the `i64::MIN / -1` check. That holds for
+/// capacities in `1..=LIMIT` and requests in `0..=capacity`, where nothing overflows and
+/// truncation is the same signed or not. Any other node (a missing resource, a request over
+/// capacity, an absurd quantity) is scored by [`weighted`], so every score is exactly what
+/// [`Scorer::score_terms`] gives.
 fn least_two(a: Term, b: Term, cx: &Cluster, nodes: &[NodeIdx], out: &mut Vec<i64>) {
+    let terms = [a, b];
+    if a.want < 0 || b.want < 0 {
+        // Never from a valid pod; the wrapping sums below need requests of at least 0.
+        return score_each(cx, nodes, out, |n| weighted(&terms, n, None, least));
+    }
+    // Weights are validated into (0, 100]; the sum is positive.
+    let (wa, wb) = (a.weight as u64, b.weight as u64);
+    if wa == wb {
+        least_two_with(terms, cx, nodes, out, |sa, sb| (sa + sb) / 2);
+    } else if (wa + wb).is_power_of_two() {
+        let shift = (wa + wb).trailing_zeros();
+        least_two_with(terms, cx, nodes, out, move |sa, sb| {
+            (sa * wa + sb * wb) >> shift
+        });
+    } else {
+        least_two_with(terms, cx, nodes, out, move |sa, sb| {
+            (sa * wa + sb * wb) / (wa + wb)
+        });
+    }
+}
+
+/// The weighted mean of two scores, `(sa * wa + sb * wb) / (wa + wb)` truncated: with equal
+/// weights `(sa + sb) / 2` (the same number), with a power-of-two sum a shift.
+trait Mean: Fn(u64, u64) -> u64 + Copy {}
+impl<F: Fn(u64, u64) -> u64 + Copy> Mean for F {}
+
+/// [`least_two`]'s loop, for one way of taking the mean.
+#[inline(always)]
+fn least_two_with(
+    terms: [Term; 2],
+    cx: &Cluster,
+    nodes: &[NodeIdx],
+    out: &mut Vec<i64>,
+    mean: impl Mean,
+) {
     /// The largest capacity whose `* MAX_NODE_SCORE` fits an `i64`.
     const LIMIT: u64 = (i64::MAX / MAX_NODE_SCORE) as u64;
+    let [a, b] = terms;
     let (ia, ib, qa, qb) = (a.id, b.id, a.want, b.want);
-    // Weights are validated into (0, 100]; the sum is positive.
-    let weights = (a.weight + b.weight) as u64;
-    let (wa, wb) = (a.weight as u64, b.weight as u64);
-    let shift = weights.is_power_of_two().then(|| weights.trailing_zeros());
-    let terms = [a, b];
     score_each(cx, nodes, out, move |n| {
         let (ca, cb) = (n.allocatable[ia], n.allocatable[ib]);
         let used = n.scoring_used();
-        let (ra, rb) = (used[ia].saturating_add(qa), used[ib].saturating_add(qb));
+        // Requests are at least 0, so a sum that overflows wraps negative, and the range
+        // check below sends the node to the general path, which saturates.
+        let (ra, rb) = (used[ia].wrapping_add(qa), used[ib].wrapping_add(qb));
         // One unsigned comparison each: a negative value wraps above the bound.
         let in_range = (ca as u64).wrapping_sub(1) < LIMIT
             && (cb as u64).wrapping_sub(1) < LIMIT
@@ -286,11 +319,7 @@ fn least_two(a: Term, b: Term, cx: &Cluster, nodes: &[NodeIdx], out: &mut Vec<i6
         let (ca, cb) = (ca as u64, cb as u64);
         let sa = (ca - ra as u64) * MAX_NODE_SCORE as u64 / ca;
         let sb = (cb - rb as u64) * MAX_NODE_SCORE as u64 / cb;
-        let total = sa * wa + sb * wb;
-        (match shift {
-            Some(s) => total >> s,
-            None => total / weights,
-        }) as i64
+        mean(sa, sb) as i64
     });
 }
 
