@@ -35,6 +35,8 @@ use super::policy::{filter, filter_kind, NodeAllocatable, NumaReject};
 use super::reject_kind::RejectKind;
 use super::score::{score, ScoringStrategy, MAX_NODE_SCORE};
 use super::types::{NodeTopology, NumaZones, PodNumaRequest, QosClass, Resources};
+use super::verdict::{FilterVerdict, StaleReason};
+use super::verdict_memo::{Lines, ShapeId, Shapes};
 
 /// Which cache implementation runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -346,6 +348,9 @@ struct Entries {
     free: Vec<u32>,
     /// Bumped whenever a name gains or loses a slot (see [`NodeSlot`]).
     layout: u64,
+    /// Filter verdicts and scores by slot ([`super::verdict_memo`]): every mutable access
+    /// to an entry here forgets its slot's answers first, but [`Entries::streak_mut`].
+    memo: Lines,
 }
 
 impl Entries {
@@ -367,6 +372,17 @@ impl Entries {
     }
 
     fn at_mut(&mut self, slot: NodeSlot) -> Option<&mut NodeEntry> {
+        self.memo.forget(slot.0 as usize);
+        self.entries.get_mut(slot.0 as usize)
+    }
+
+    /// The entry at `slot` for the Filter's rejection-streak bookkeeping only, keeping
+    /// the slot's remembered answers: the caller may change `filtered_out_streak` and
+    /// `dirty_overreserved` and nothing else, as no verdict or score reads them (the view
+    /// reads `dirty_foreign`, `in_flight`, `base`, `effective`; the staleness of a
+    /// rejection `assumed`, `pending` and `check`). Forgetting here would forget every
+    /// rejecting node's answers each cycle.
+    fn streak_mut(&mut self, slot: NodeSlot) -> Option<&mut NodeEntry> {
         self.entries.get_mut(slot.0 as usize)
     }
 
@@ -399,6 +415,8 @@ impl Entries {
         if i >= self.entries.len() {
             self.entries.resize_with(i + 1, NodeEntry::default);
         }
+        self.memo.grow_to(self.entries.len());
+        self.memo.forget(i);
         &mut self.entries[i]
     }
 
@@ -407,6 +425,7 @@ impl Entries {
         let s = self.names.remove(node)?;
         self.layout += 1;
         self.free.push(s);
+        self.memo.forget(s as usize);
         self.entries.get_mut(s as usize).map(std::mem::take)
     }
 }
@@ -418,6 +437,8 @@ pub struct ReserveCache {
     nodes: Entries,
     metrics: NumaCacheMetrics,
     last_resync_ms: Option<i64>,
+    /// The pod shapes whose answers [`Entries`] remembers.
+    shapes: Shapes,
 }
 
 impl ReserveCache {
@@ -430,6 +451,7 @@ impl ReserveCache {
             nodes: Entries::default(),
             metrics: NumaCacheMetrics::default(),
             last_resync_ms: None,
+            shapes: Shapes::default(),
         }
     }
 
@@ -636,7 +658,7 @@ impl ReserveCache {
             return;
         }
         let threshold = self.config.filtered_out_threshold;
-        let Some(entry) = self.nodes.at_mut(slot) else {
+        let Some(entry) = self.nodes.streak_mut(slot) else {
             return;
         };
         if entry.base.is_none() {
@@ -656,7 +678,7 @@ impl ReserveCache {
 
     /// [`ReserveCache::filter_passed`] by slot.
     pub fn filter_passed_at(&mut self, slot: NodeSlot) {
-        if let Some(entry) = self.nodes.at_mut(slot) {
+        if let Some(entry) = self.nodes.streak_mut(slot) {
             entry.filtered_out_streak = 0;
         }
     }
@@ -703,6 +725,94 @@ impl ReserveCache {
                 zones: entry.effective.as_ref().unwrap_or(&b.topology.zones),
             },
         }
+    }
+
+    /// The shape of `request` scored with `strategy`, if interned
+    /// ([`ReserveCache::intern_shape`]): the key under which [`ReserveCache::filter_verdict_at`]
+    /// and [`ReserveCache::score_at`] remember their answers.
+    pub fn shape(&self, strategy: &ScoringStrategy, request: &PodNumaRequest) -> Option<ShapeId> {
+        self.shapes.get(strategy, request)
+    }
+
+    /// Interns the shape of `request` scored with `strategy` (see
+    /// [`super::verdict_memo`]); `None` when its answers cannot be remembered.
+    pub fn intern_shape(
+        &mut self,
+        strategy: &ScoringStrategy,
+        request: &PodNumaRequest,
+    ) -> Option<ShapeId> {
+        self.shapes.intern(strategy, request)
+    }
+
+    /// The Filter's whole answer for `pod` on the node at `slot`: the view through
+    /// [`filter_node_kind`], and for a rejection whether the node's data may be stale.
+    pub fn filter_verdict_fresh(
+        &self,
+        slot: NodeSlot,
+        pod: &PodNumaRequest,
+        node: &impl NodeAllocatable,
+    ) -> FilterVerdict {
+        let view = self.view_at(slot);
+        match filter_node_kind(view, pod, node) {
+            Ok(()) => FilterVerdict::Pass,
+            Err(RejectKind::InvalidTopologyData) => FilterVerdict::Unusable(match view {
+                NodeNumaView::Unusable(reason) => reason,
+                _ => UnusableReason::ForeignPods,
+            }),
+            Err(kind) => FilterVerdict::Reject {
+                kind,
+                stale: (!kind.is_internal_error() && self.is_stale_at(slot))
+                    .then(|| StaleReason::from_check(self.resync_check_at(slot))),
+            },
+        }
+    }
+
+    /// [`ReserveCache::filter_verdict_fresh`], remembered per node for `shape` until the
+    /// node's entry changes. `shape` must be the shape of `pod`
+    /// ([`ReserveCache::shape`]); without one the verdict is worked out every time.
+    #[inline]
+    pub fn filter_verdict_at(
+        &self,
+        slot: NodeSlot,
+        shape: Option<ShapeId>,
+        pod: &PodNumaRequest,
+        node: &impl NodeAllocatable,
+    ) -> FilterVerdict {
+        let Some(shape) = shape.filter(|_| !slot.is_none()) else {
+            return self.filter_verdict_fresh(slot, pod, node);
+        };
+        let at = slot.0 as usize;
+        if let Some(v) = self.nodes.memo.filter(at, shape) {
+            debug_assert_eq!(v, self.filter_verdict_fresh(slot, pod, node));
+            return v;
+        }
+        let v = self.filter_verdict_fresh(slot, pod, node);
+        self.nodes.memo.put_filter(at, shape, v);
+        v
+    }
+
+    /// [`score_node`] on the node at `slot`, remembered per node for `shape` until the
+    /// node's entry changes. `shape` must be the shape of (`strategy`, `pod`)
+    /// ([`ReserveCache::shape`]); without one the score is worked out every time.
+    #[inline]
+    pub fn score_at(
+        &self,
+        strategy: &ScoringStrategy,
+        slot: NodeSlot,
+        shape: Option<ShapeId>,
+        pod: &PodNumaRequest,
+    ) -> i64 {
+        let Some(shape) = shape.filter(|_| !slot.is_none()) else {
+            return score_node(strategy, self.view_at(slot), pod);
+        };
+        let at = slot.0 as usize;
+        if let Some(s) = self.nodes.memo.score(at, shape) {
+            debug_assert_eq!(s, score_node(strategy, self.view_at(slot), pod));
+            return s;
+        }
+        let s = score_node(strategy, self.view_at(slot), pod);
+        self.nodes.memo.put_score(at, shape, s);
+        s
     }
 
     /// Whether [`ReserveCache::view_at`] is [`NodeNumaView::Unusable`] for `slot`, from the
