@@ -13,6 +13,8 @@
 //!   [`filter_node`] / [`score_node`] that run filter/score through its per-node view.
 //! - [`fingerprint`]: the pod-set fingerprint, byte-exact with the agents.
 //! - [`args`]: `NodeResourceTopologyMatchArgs`, validation and defaults.
+//! - [`verdict`]: a node's whole Filter answer as a small value ([`FilterVerdict`]).
+//! - [`verdict_memo`]: the cache's per-node memory of verdicts and scores per pod shape.
 //!
 //! Typical flow: convert each NRT with [`NodeTopology::from_nrt`] and feed it to
 //! [`ReserveCache::update_nrt`]; per pod and node, call [`filter_node`] on
@@ -28,6 +30,11 @@ pub mod reject_kind;
 pub mod reserve_cache;
 pub mod score;
 pub mod types;
+pub mod verdict;
+pub mod verdict_memo;
+
+#[cfg(test)]
+mod memo_tests;
 
 pub use args::{ArgsError, FieldError, NodeResourceTopologyMatchArgs, NumaPluginConfig};
 pub use fingerprint::{Fingerprint, FingerprintError, FingerprintMethod};
@@ -43,3 +50,5 @@ pub use types::{
     InitContainerRequest, NodeTopology, NumaConvertError, NumaZone, NumaZones, PodNumaRequest,
     QosClass, ResourceName, Resources, TmPolicy, TmScope, TopologyManagerConfig,
 };
+pub use verdict::{FilterVerdict, StaleReason};
+pub use verdict_memo::ShapeId;

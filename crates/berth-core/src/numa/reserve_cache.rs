@@ -35,6 +35,8 @@ use super::policy::{filter, filter_kind, NodeAllocatable, NumaReject};
 use super::reject_kind::RejectKind;
 use super::score::{score, ScoringStrategy, MAX_NODE_SCORE};
 use super::types::{NodeTopology, NumaZones, PodNumaRequest, QosClass, Resources};
+use super::verdict::{FilterVerdict, StaleReason};
+use super::verdict_memo::{Lines, ShapeId, Shapes};
 
 /// Which cache implementation runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -286,20 +288,32 @@ struct NodeEntry {
     effective: Option<NumaZones>,
     assumed: Vec<AssumedPod>,
     in_flight: Vec<String>,
+    check: Option<ResyncCheck>,
+}
+
+/// A node's dirty flags and rejection streak, kept beside the entries rather than in them
+/// ([`Entries::track`]): the Filter feedback reads or writes them for every filtered node
+/// of every cycle, and inside an entry (some 3 KB, with its NRT snapshots inline) each node's
+/// were a cache miss of their own, where side by side they share lines.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Track {
+    /// Whether the entry has an NRT (`base` is set): the streak counts only then.
+    has_base: bool,
     filtered_out_streak: u32,
     dirty_overreserved: bool,
     dirty_foreign: bool,
     dirty_attr: bool,
-    check: Option<ResyncCheck>,
 }
 
-impl NodeEntry {
+impl Track {
     fn is_dirty(&self) -> bool {
         self.dirty_overreserved || self.dirty_foreign || self.dirty_attr
     }
+}
 
-    fn is_clean(&self) -> bool {
-        !self.is_dirty() && self.assumed.is_empty()
+impl NodeEntry {
+    fn is_clean(&self, track: &Track) -> bool {
+        !track.is_dirty() && self.assumed.is_empty()
     }
 
     fn recompute(&mut self) {
@@ -346,6 +360,13 @@ struct Entries {
     free: Vec<u32>,
     /// Bumped whenever a name gains or loses a slot (see [`NodeSlot`]).
     layout: u64,
+    /// Filter verdicts and scores by slot ([`super::verdict_memo`]): every mutable access
+    /// to an entry or its track here forgets its slot's answers first, but
+    /// [`Entries::streak_mut`].
+    memo: Lines,
+    /// The entries' dirty flags and streaks, by slot ([`Track`]); freed slots hold a
+    /// default one.
+    track: Vec<Track>,
 }
 
 impl Entries {
@@ -355,11 +376,26 @@ impl Entries {
             .map_or(NodeSlot::NONE, |&s| NodeSlot(s))
     }
 
-    /// Names and their entries, in the names' map order.
-    fn iter(&self) -> impl Iterator<Item = (&String, &NodeEntry)> + '_ {
-        self.names
-            .iter()
-            .filter_map(|(n, &s)| Some((n, self.entries.get(s as usize)?)))
+    /// Names, their entries and tracks, in the names' map order.
+    fn iter(&self) -> impl Iterator<Item = (&String, &NodeEntry, Track)> + '_ {
+        self.names.iter().filter_map(|(n, &s)| {
+            let i = s as usize;
+            Some((n, self.entries.get(i)?, self.track.get(i).copied()?))
+        })
+    }
+
+    /// The track of the entry at `slot` (a default one if there is none).
+    #[inline]
+    fn track(&self, slot: NodeSlot) -> Track {
+        self.track.get(slot.0 as usize).copied().unwrap_or_default()
+    }
+
+    /// The entry at `slot` and its track, to change either (the slot's answers are
+    /// forgotten, as by [`Entries::at_mut`]).
+    fn with_track_mut(&mut self, slot: NodeSlot) -> Option<(&mut NodeEntry, &mut Track)> {
+        let i = slot.0 as usize;
+        self.memo.forget(i);
+        Some((self.entries.get_mut(i)?, self.track.get_mut(i)?))
     }
 
     fn at(&self, slot: NodeSlot) -> Option<&NodeEntry> {
@@ -367,7 +403,18 @@ impl Entries {
     }
 
     fn at_mut(&mut self, slot: NodeSlot) -> Option<&mut NodeEntry> {
+        self.memo.forget(slot.0 as usize);
         self.entries.get_mut(slot.0 as usize)
+    }
+
+    /// The track at `slot` for the Filter's rejection-streak bookkeeping only, keeping
+    /// the slot's remembered answers: the caller may change `filtered_out_streak` and
+    /// `dirty_overreserved` and nothing else, as no verdict or score reads them (the view
+    /// reads `dirty_foreign`, `in_flight`, `base`, `effective`; the staleness of a
+    /// rejection `assumed`, `pending` and `check`). Forgetting here would forget every
+    /// rejecting node's answers each cycle.
+    fn streak_mut(&mut self, slot: NodeSlot) -> Option<&mut Track> {
+        self.track.get_mut(slot.0 as usize)
     }
 
     fn get(&self, node: &str) -> Option<&NodeEntry> {
@@ -378,8 +425,8 @@ impl Entries {
         self.at_mut(self.slot(node))
     }
 
-    /// `node`'s entry, created (default) if it has none.
-    fn get_or_insert(&mut self, node: &str) -> &mut NodeEntry {
+    /// `node`'s entry and track, created (default) if it has none.
+    fn get_or_insert(&mut self, node: &str) -> (&mut NodeEntry, &mut Track) {
         let slot = match self.names.get(node) {
             Some(&s) => s,
             None => {
@@ -399,7 +446,12 @@ impl Entries {
         if i >= self.entries.len() {
             self.entries.resize_with(i + 1, NodeEntry::default);
         }
-        &mut self.entries[i]
+        self.memo.grow_to(self.entries.len());
+        self.memo.forget(i);
+        if self.track.len() < self.entries.len() {
+            self.track.resize(self.entries.len(), Track::default());
+        }
+        (&mut self.entries[i], &mut self.track[i])
     }
 
     /// Removes `node`'s entry, returning it.
@@ -407,6 +459,10 @@ impl Entries {
         let s = self.names.remove(node)?;
         self.layout += 1;
         self.free.push(s);
+        self.memo.forget(s as usize);
+        if let Some(t) = self.track.get_mut(s as usize) {
+            *t = Track::default();
+        }
         self.entries.get_mut(s as usize).map(std::mem::take)
     }
 }
@@ -418,6 +474,8 @@ pub struct ReserveCache {
     nodes: Entries,
     metrics: NumaCacheMetrics,
     last_resync_ms: Option<i64>,
+    /// The pod shapes whose answers [`Entries`] remembers.
+    shapes: Shapes,
 }
 
 impl ReserveCache {
@@ -430,6 +488,7 @@ impl ReserveCache {
             nodes: Entries::default(),
             metrics: NumaCacheMetrics::default(),
             last_resync_ms: None,
+            shapes: Shapes::default(),
         }
     }
 
@@ -470,11 +529,13 @@ impl ReserveCache {
             received_at_ms: now_ms,
         };
         let track_attrs = self.config.resync_scope == ResyncScope::All;
-        let entry = self.nodes.get_or_insert(node);
-        let apply_now =
-            self.config.mode != CacheMode::OverReserve || entry.base.is_none() || entry.is_clean();
+        let (entry, track) = self.nodes.get_or_insert(node);
+        let apply_now = self.config.mode != CacheMode::OverReserve
+            || entry.base.is_none()
+            || entry.is_clean(track);
         if apply_now {
             entry.base = Some(snapshot);
+            track.has_base = true;
             entry.pending = None;
             entry.recompute();
             self.bump_generation();
@@ -484,8 +545,8 @@ impl ReserveCache {
             .base
             .as_ref()
             .is_some_and(|b| b.topology.tm != snapshot.topology.tm);
-        if track_attrs && attrs_changed && !entry.dirty_attr {
-            entry.dirty_attr = true;
+        if track_attrs && attrs_changed && !track.dirty_attr {
+            track.dirty_attr = true;
             self.metrics.dirty_attribute_change += 1;
         }
         entry.pending = Some(snapshot);
@@ -495,22 +556,20 @@ impl ReserveCache {
     pub fn nrt_nodes(&self) -> impl Iterator<Item = &str> + '_ {
         self.nodes
             .iter()
-            .filter(|(_, e)| e.base.is_some())
-            .map(|(n, _)| n.as_str())
+            .filter(|(_, e, _)| e.base.is_some())
+            .map(|(n, _, _)| n.as_str())
     }
 
     /// The NRT of `node` was deleted: the node has no topology data any more.
     pub fn remove_nrt(&mut self, node: &str) {
-        if let Some(entry) = self.nodes.get_mut(node) {
+        let slot = self.nodes.slot(node);
+        if let Some((entry, track)) = self.nodes.with_track_mut(slot) {
             let had = entry.base.is_some();
             entry.base = None;
             entry.pending = None;
             entry.assumed.clear();
             entry.effective = None;
-            entry.filtered_out_streak = 0;
-            entry.dirty_overreserved = false;
-            entry.dirty_foreign = false;
-            entry.dirty_attr = false;
+            *track = Track::default();
             entry.check = None;
             if entry.in_flight.is_empty() {
                 self.nodes.remove(node);
@@ -534,7 +593,7 @@ impl ReserveCache {
         match self.config.mode {
             CacheMode::Passthrough => {}
             CacheMode::DiscardReserved => {
-                let entry = self.nodes.get_or_insert(node);
+                let (entry, _) = self.nodes.get_or_insert(node);
                 if !entry.in_flight.contains(&pod.uid) {
                     entry.in_flight.push(pod.uid.clone());
                 }
@@ -605,7 +664,8 @@ impl ReserveCache {
             return;
         }
         let mode = self.config.foreign_pods_detect;
-        let Some(entry) = self.nodes.get_mut(node) else {
+        let slot = self.nodes.slot(node);
+        let Some((entry, track)) = self.nodes.with_track_mut(slot) else {
             return;
         };
         let Some(base) = &entry.base else {
@@ -618,8 +678,8 @@ impl ReserveCache {
                 pod.has_exclusive_resources(|n| base.topology.has_resource(n))
             }
         };
-        if relevant && !entry.dirty_foreign {
-            entry.dirty_foreign = true;
+        if relevant && !track.dirty_foreign {
+            track.dirty_foreign = true;
             self.metrics.dirty_foreign_pods += 1;
         }
     }
@@ -636,15 +696,15 @@ impl ReserveCache {
             return;
         }
         let threshold = self.config.filtered_out_threshold;
-        let Some(entry) = self.nodes.at_mut(slot) else {
+        let Some(track) = self.nodes.streak_mut(slot) else {
             return;
         };
-        if entry.base.is_none() {
+        if !track.has_base {
             return;
         }
-        entry.filtered_out_streak = entry.filtered_out_streak.saturating_add(1);
-        if entry.filtered_out_streak >= threshold && !entry.dirty_overreserved {
-            entry.dirty_overreserved = true;
+        track.filtered_out_streak = track.filtered_out_streak.saturating_add(1);
+        if track.filtered_out_streak >= threshold && !track.dirty_overreserved {
+            track.dirty_overreserved = true;
             self.metrics.dirty_filtered_out += 1;
         }
     }
@@ -656,8 +716,8 @@ impl ReserveCache {
 
     /// [`ReserveCache::filter_passed`] by slot.
     pub fn filter_passed_at(&mut self, slot: NodeSlot) {
-        if let Some(entry) = self.nodes.at_mut(slot) {
-            entry.filtered_out_streak = 0;
+        if let Some(track) = self.nodes.streak_mut(slot) {
+            track.filtered_out_streak = 0;
         }
     }
 
@@ -691,7 +751,7 @@ impl ReserveCache {
             CacheMode::DiscardReserved if !entry.in_flight.is_empty() => {
                 return NodeNumaView::Unusable(UnusableReason::ReservationInFlight);
             }
-            CacheMode::OverReserve if entry.dirty_foreign => {
+            CacheMode::OverReserve if self.nodes.track(slot).dirty_foreign => {
                 return NodeNumaView::Unusable(UnusableReason::ForeignPods);
             }
             _ => {}
@@ -705,17 +765,104 @@ impl ReserveCache {
         }
     }
 
+    /// The shape of `request` scored with `strategy`, if interned
+    /// ([`ReserveCache::intern_shape`]): the key under which [`ReserveCache::filter_verdict_at`]
+    /// and [`ReserveCache::score_at`] remember their answers.
+    pub fn shape(&self, strategy: &ScoringStrategy, request: &PodNumaRequest) -> Option<ShapeId> {
+        self.shapes.get(strategy, request)
+    }
+
+    /// Interns the shape of `request` scored with `strategy` (see
+    /// [`super::verdict_memo`]); `None` when its answers cannot be remembered.
+    pub fn intern_shape(
+        &mut self,
+        strategy: &ScoringStrategy,
+        request: &PodNumaRequest,
+    ) -> Option<ShapeId> {
+        self.shapes.intern(strategy, request)
+    }
+
+    /// The Filter's whole answer for `pod` on the node at `slot`: the view through
+    /// [`filter_node_kind`], and for a rejection whether the node's data may be stale.
+    pub fn filter_verdict_fresh(
+        &self,
+        slot: NodeSlot,
+        pod: &PodNumaRequest,
+        node: &impl NodeAllocatable,
+    ) -> FilterVerdict {
+        let view = self.view_at(slot);
+        match filter_node_kind(view, pod, node) {
+            Ok(()) => FilterVerdict::Pass,
+            Err(RejectKind::InvalidTopologyData) => FilterVerdict::Unusable(match view {
+                NodeNumaView::Unusable(reason) => reason,
+                _ => UnusableReason::ForeignPods,
+            }),
+            Err(kind) => FilterVerdict::Reject {
+                kind,
+                stale: (!kind.is_internal_error() && self.is_stale_at(slot))
+                    .then(|| StaleReason::from_check(self.resync_check_at(slot))),
+            },
+        }
+    }
+
+    /// [`ReserveCache::filter_verdict_fresh`], remembered per node for `shape` until the
+    /// node's entry changes. `shape` must be the shape of `pod`
+    /// ([`ReserveCache::shape`]); without one the verdict is worked out every time.
+    #[inline]
+    pub fn filter_verdict_at(
+        &self,
+        slot: NodeSlot,
+        shape: Option<ShapeId>,
+        pod: &PodNumaRequest,
+        node: &impl NodeAllocatable,
+    ) -> FilterVerdict {
+        let Some(shape) = shape.filter(|_| !slot.is_none()) else {
+            return self.filter_verdict_fresh(slot, pod, node);
+        };
+        let at = slot.0 as usize;
+        if let Some(v) = self.nodes.memo.filter(at, shape) {
+            debug_assert_eq!(v, self.filter_verdict_fresh(slot, pod, node));
+            return v;
+        }
+        let v = self.filter_verdict_fresh(slot, pod, node);
+        self.nodes.memo.put_filter(at, shape, v);
+        v
+    }
+
+    /// [`score_node`] on the node at `slot`, remembered per node for `shape` until the
+    /// node's entry changes. `shape` must be the shape of (`strategy`, `pod`)
+    /// ([`ReserveCache::shape`]); without one the score is worked out every time.
+    #[inline]
+    pub fn score_at(
+        &self,
+        strategy: &ScoringStrategy,
+        slot: NodeSlot,
+        shape: Option<ShapeId>,
+        pod: &PodNumaRequest,
+    ) -> i64 {
+        let Some(shape) = shape.filter(|_| !slot.is_none()) else {
+            return score_node(strategy, self.view_at(slot), pod);
+        };
+        let at = slot.0 as usize;
+        if let Some(s) = self.nodes.memo.score(at, shape) {
+            debug_assert_eq!(s, score_node(strategy, self.view_at(slot), pod));
+            return s;
+        }
+        let s = score_node(strategy, self.view_at(slot), pod);
+        self.nodes.memo.put_score(at, shape, s);
+        s
+    }
+
     /// Whether [`ReserveCache::view_at`] is [`NodeNumaView::Unusable`] for `slot`, from the
     /// two flags that decide it: the Filter feedback asks for every rejected node, and
     /// the whole view also reads the snapshot and the effective zones, a cache line or two
     /// further into the entry.
     pub fn is_unusable_at(&self, slot: NodeSlot) -> bool {
-        let Some(entry) = self.nodes.at(slot) else {
-            return false;
-        };
         match self.config.mode {
-            CacheMode::DiscardReserved => !entry.in_flight.is_empty(),
-            CacheMode::OverReserve => entry.dirty_foreign,
+            CacheMode::DiscardReserved => {
+                self.nodes.at(slot).is_some_and(|e| !e.in_flight.is_empty())
+            }
+            CacheMode::OverReserve => self.nodes.track(slot).dirty_foreign,
             CacheMode::Passthrough => false,
         }
     }
@@ -740,7 +887,7 @@ impl ReserveCache {
 
     /// [`ReserveCache::is_dirty`] by slot.
     pub fn is_dirty_at(&self, slot: NodeSlot) -> bool {
-        self.nodes.at(slot).is_some_and(NodeEntry::is_dirty)
+        self.nodes.track(slot).is_dirty()
     }
 
     /// The last resync check of `node` that did not flush it, while it stays unflushed.
@@ -777,8 +924,8 @@ impl ReserveCache {
         let mut v: Vec<&str> = self
             .nodes
             .iter()
-            .filter(|(_, e)| e.is_dirty())
-            .map(|(n, _)| n.as_str())
+            .filter(|(_, _, t)| t.is_dirty())
+            .map(|(n, _, _)| n.as_str())
             .collect();
         v.sort_unstable();
         v
@@ -810,10 +957,10 @@ impl ReserveCache {
 
         let mut maybe_overreserved: Vec<String> = Vec::new();
         let mut config_changed: Vec<String> = Vec::new();
-        for (name, e) in self.nodes.iter() {
-            if e.dirty_overreserved || e.dirty_foreign {
+        for (name, _, t) in self.nodes.iter() {
+            if t.dirty_overreserved || t.dirty_foreign {
                 maybe_overreserved.push(name.clone());
-            } else if e.dirty_attr {
+            } else if t.dirty_attr {
                 config_changed.push(name.clone());
             }
         }
@@ -821,7 +968,8 @@ impl ReserveCache {
         config_changed.sort_unstable();
 
         for node in maybe_overreserved {
-            let Some(entry) = self.nodes.get(&node) else {
+            let slot = self.nodes.slot(&node);
+            let Some(entry) = self.nodes.at(slot) else {
                 continue;
             };
             let Some(candidate) = entry.pending.as_ref().or(entry.base.as_ref()) else {
@@ -833,7 +981,7 @@ impl ReserveCache {
                 self.metrics.fingerprint_missing += 1;
                 out.missing_fingerprint += 1;
                 // A pure attribute change can still be applied below.
-                let attr = entry.dirty_attr;
+                let attr = self.nodes.track(slot).dirty_attr;
                 out.checks_changed += self.set_check(&node, ResyncCheck::NoFingerprint);
                 if attr {
                     config_changed.push(node);
@@ -866,7 +1014,7 @@ impl ReserveCache {
                     self.metrics.fingerprint_mismatches += 1;
                     out.mismatched += 1;
                     out.checks_changed += self.set_check(&node, ResyncCheck::Mismatch);
-                    if self.nodes.get(&node).is_some_and(|e| e.dirty_attr) {
+                    if self.nodes.track(self.nodes.slot(&node)).dirty_attr {
                         config_changed.push(node);
                     }
                 }
@@ -874,10 +1022,11 @@ impl ReserveCache {
         }
 
         for node in config_changed {
+            let slot = self.nodes.slot(&node);
             let has_pending = self
                 .nodes
-                .get(&node)
-                .is_some_and(|e| e.pending.is_some() && e.dirty_attr);
+                .at(slot)
+                .is_some_and(|e| e.pending.is_some() && self.nodes.track(slot).dirty_attr);
             if has_pending {
                 self.flush(&node, &[], false);
                 out.flushed.push(node);
@@ -899,11 +1048,13 @@ impl ReserveCache {
     /// flag is cleared and every assumed pod stays (nothing proves the NRT accounts them;
     /// upstream drops them all).
     fn flush(&mut self, node: &str, pods: &[PodIdent], fingerprint_matched: bool) {
-        let Some(entry) = self.nodes.get_mut(node) else {
+        let slot = self.nodes.slot(node);
+        let Some((entry, track)) = self.nodes.with_track_mut(slot) else {
             return;
         };
         if let Some(p) = entry.pending.take() {
             entry.base = Some(p);
+            track.has_base = true;
         }
         let Some(received) = entry.base.as_ref().map(|b| b.received_at_ms) else {
             return;
@@ -915,12 +1066,12 @@ impl ReserveCache {
                     .any(|p| p.namespace == a.namespace && p.name == a.name);
                 !(listed && a.reserved_at_ms < received)
             });
-            entry.dirty_overreserved = false;
-            entry.dirty_foreign = false;
-            entry.filtered_out_streak = 0;
+            track.dirty_overreserved = false;
+            track.dirty_foreign = false;
+            track.filtered_out_streak = 0;
             entry.check = None;
         }
-        entry.dirty_attr = false;
+        track.dirty_attr = false;
         entry.recompute();
     }
 

@@ -78,7 +78,7 @@ impl ScoringStrategyType {
 }
 
 /// A scoring strategy with its resource weights.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ScoringStrategy {
     /// The strategy.
     pub kind: ScoringStrategyType,

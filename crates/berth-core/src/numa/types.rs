@@ -166,7 +166,7 @@ pub fn whole_amount(cpu: bool, amount: i64) -> i64 {
 }
 
 /// A small list of `(resource, amount)` with unique names, in insertion order.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Resources(SmallVec<[(ResourceName, i64); 4]>);
 
 impl Resources {
@@ -269,7 +269,7 @@ pub enum QosClass {
 }
 
 /// One init container's requests.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct InitContainerRequest {
     /// Its requests.
     pub requests: Resources,
@@ -278,7 +278,7 @@ pub struct InitContainerRequest {
 }
 
 /// What the NUMA code needs to know about a pod: QoS, per-container requests, overhead.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct PodNumaRequest {
     qos: QosClass,
     init_containers: SmallVec<[InitContainerRequest; 1]>,

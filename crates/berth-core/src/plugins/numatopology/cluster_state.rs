@@ -285,6 +285,17 @@ impl NumaCluster {
         self.cache.reserve(node, &key, request, stamp);
     }
 
+    /// Interns the pod shape of `request` scored with `strategy`, so later pods of the
+    /// shape have their per-node verdicts and scores remembered (see
+    /// [`crate::numa::verdict_memo`]).
+    pub fn intern_shape(
+        &mut self,
+        strategy: &crate::numa::ScoringStrategy,
+        request: &PodNumaRequest,
+    ) -> Option<crate::numa::ShapeId> {
+        self.cache.intern_shape(strategy, request)
+    }
+
     /// Unreserve, or the pod left the node (deleted, finished, rejected by the kubelet):
     /// nothing is held for it any more.
     pub fn unreserve(&mut self, node: &str, pod_uid: &str) {

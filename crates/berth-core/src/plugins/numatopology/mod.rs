@@ -29,9 +29,9 @@ use crate::framework::{CycleState, Plugin, Points, Status};
 use crate::model::node::{NodeIdx, NodeInfo};
 use crate::model::pod::{PodInfo, QosClass as PodQos};
 use crate::numa::{
-    filter_node, filter_node_kind, score_node, NodeAllocatable, NodeNumaView,
-    NodeResourceTopologyMatchArgs, NodeSlot, NumaPluginConfig, NumaReject, PodNumaRequest,
-    QosClass, RejectKind, ResyncCheck, UnusableReason,
+    filter_node, filter_node_kind, FilterVerdict, NodeAllocatable, NodeNumaView,
+    NodeResourceTopologyMatchArgs, NumaPluginConfig, NumaReject, PodNumaRequest, QosClass,
+    ResyncCheck, ShapeId, StaleReason, UnusableReason,
 };
 use crate::resources::ResourceNames;
 use crate::time::Time;
@@ -60,6 +60,10 @@ pub const REASON_RESERVATION_IN_FLIGHT: &str =
 #[derive(Debug, Clone)]
 pub struct State {
     request: PodNumaRequest,
+    /// The request's interned shape (with this plugin's scoring strategy), under which the
+    /// cache remembers each node's verdict and score; interned at the pod's Reserve, so
+    /// the first pod of a shape has none.
+    shape: Option<ShapeId>,
     /// Nodes Score looked up (for the API-read figures).
     score_lookups: u64,
 }
@@ -125,20 +129,30 @@ pub fn may_fit(cx: &Cluster, pod: &PodInfo, node: &NodeInfo) -> bool {
     }
 }
 
-fn reject(cx: &Cluster, slot: NodeSlot, r: RejectKind) -> Status {
-    if r.is_internal_error() {
-        return Status::error(r.reason());
+/// The Filter status of a verdict: the fixed reasons, a second one when the node's data
+/// may be stale.
+fn status(verdict: FilterVerdict) -> Status {
+    match verdict {
+        FilterVerdict::Pass => Status::success(),
+        FilterVerdict::Unusable(UnusableReason::ReservationInFlight) => {
+            Status::unschedulable(REASON_RESERVATION_IN_FLIGHT)
+        }
+        FilterVerdict::Unusable(UnusableReason::ForeignPods) => {
+            Status::unschedulable(REASON_FOREIGN_PODS)
+        }
+        FilterVerdict::Reject { kind, .. } if kind.is_internal_error() => {
+            Status::error(kind.reason())
+        }
+        FilterVerdict::Reject { kind, stale: None } => Status::unschedulable(kind.reason()),
+        FilterVerdict::Reject {
+            kind,
+            stale: Some(stale),
+        } => Status::unschedulable(kind.reason()).with_reason(match stale {
+            StaleReason::FingerprintMismatch => REASON_FINGERPRINT_MISMATCH,
+            StaleReason::NoFingerprint => REASON_NO_FINGERPRINT,
+            StaleReason::ResyncPending => REASON_RESYNC_PENDING,
+        }),
     }
-    let status = Status::unschedulable(r.reason());
-    let cache = cx.numa.cache();
-    if !cache.is_stale_at(slot) {
-        return status;
-    }
-    status.with_reason(match cache.resync_check_at(slot) {
-        Some(ResyncCheck::Mismatch) => REASON_FINGERPRINT_MISMATCH,
-        Some(ResyncCheck::NoFingerprint) => REASON_NO_FINGERPRINT,
-        None => REASON_RESYNC_PENDING,
-    })
 }
 
 /// Why the plugin's Filter rejects `node` for `pod`, in detail (the container by name and
@@ -198,10 +212,6 @@ fn container_name(list: Option<&[Container]>, index: usize) -> &str {
         .map_or("", |c| c.name.as_str())
 }
 
-fn request(state: &CycleState) -> Option<&PodNumaRequest> {
-    state.numa.as_ref().map(|s| &s.request)
-}
-
 impl Plugin for NodeResourceTopologyMatch {
     fn name(&self) -> &'static str {
         crate::plugins::names::NODE_RESOURCE_TOPOLOGY_MATCH
@@ -231,8 +241,10 @@ impl Plugin for NodeResourceTopologyMatch {
             Err(e) => return Status::error(format!("reading the pod's requests: {e}")),
         };
         let best_effort = request.qos() == QosClass::BestEffort && !request.includes_non_native();
+        let shape = cx.numa.cache().shape(&self.config.scoring, &request);
         state.numa = Some(Box::new(State {
             request,
+            shape,
             score_lookups: 0,
         }));
         if best_effort {
@@ -242,25 +254,19 @@ impl Plugin for NodeResourceTopologyMatch {
     }
 
     fn filter(&self, cx: &Cluster, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Status {
-        let Some(request) = request(state) else {
+        let Some(s) = state.numa.as_deref() else {
             return Status::error("NodeResourceTopologyMatch: no PreFilter state");
         };
-        let slot = cx.numa.slot(node);
-        let view = cx.numa.cache().view_at(slot);
         let alloc = Allocatable {
             names: &cx.names,
             node,
         };
-        match filter_node_kind(view, request, &alloc) {
-            Ok(()) => Status::success(),
-            Err(RejectKind::InvalidTopologyData) => Status::unschedulable(match view {
-                NodeNumaView::Unusable(UnusableReason::ReservationInFlight) => {
-                    REASON_RESERVATION_IN_FLIGHT
-                }
-                _ => REASON_FOREIGN_PODS,
-            }),
-            Err(r) => reject(cx, slot, r),
-        }
+        let slot = cx.numa.slot(node);
+        status(
+            cx.numa
+                .cache()
+                .filter_verdict_at(slot, s.shape, &s.request, &alloc),
+        )
     }
 
     fn filter_feedback(
@@ -291,8 +297,10 @@ impl Plugin for NodeResourceTopologyMatch {
             Some(s) => s.score_lookups = nodes.len() as u64,
             None => match pod_numa_request(pod) {
                 Ok(request) => {
+                    let shape = cx.numa.cache().shape(&self.config.scoring, &request);
                     state.numa = Some(Box::new(State {
                         request,
+                        shape,
                         score_lookups: nodes.len() as u64,
                     }))
                 }
@@ -303,8 +311,13 @@ impl Plugin for NodeResourceTopologyMatch {
     }
 
     fn score(&self, cx: &Cluster, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> i64 {
-        match request(state) {
-            Some(r) => score_node(&self.config.scoring, cx.numa.view_node(node), r),
+        match state.numa.as_deref() {
+            Some(s) => cx.numa.cache().score_at(
+                &self.config.scoring,
+                cx.numa.slot(node),
+                s.shape,
+                &s.request,
+            ),
             None => 0,
         }
     }
@@ -327,6 +340,7 @@ impl Plugin for NodeResourceTopologyMatch {
         if let Some(s) = state.numa.as_ref() {
             cx.numa.record_score_lookups(s.score_lookups);
             cx.numa.reserve(&name, pod, &s.request);
+            cx.numa.intern_shape(&self.config.scoring, &s.request);
             return Status::success();
         }
         match pod_numa_request(pod) {
