@@ -10,7 +10,9 @@
 //! `Value` first (so their error names the exact field), then the typed read reports wrong
 //! types and missing required fields with the path `serde_path_to_error` tracked.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
+
+use berth_core::collections::FastMap;
 use std::io::Read;
 use std::sync::Arc;
 
@@ -305,8 +307,11 @@ fn decode_document(
 /// A second document creating the same object is bad input, as the API server answers a
 /// second create with `AlreadyExists`; replacing an object is what a Scenario `apply` step
 /// is for.
+///
+/// Keyed with a fast hasher: it takes every object read (SipHash and its rehashing were a
+/// fortieth of reading a large cluster).
 #[derive(Default)]
-struct Created(HashMap<(&'static str, String, String), (Source, String)>);
+struct Created(FastMap<(&'static str, String, String), (Source, String)>);
 
 impl Created {
     fn insert(&mut self, source: &Source, path: &str, item: &Item) -> Result<(), InputError> {

@@ -18,6 +18,7 @@ use serde::ser::{self, Impossible, Serialize, Serializer};
 use berth_core::Object;
 
 use super::list::{for_each_item, Item, SortedEvent};
+use super::meta::WithMeta;
 use super::sorted::key_text;
 use super::OutputError;
 
@@ -143,8 +144,10 @@ fn pretty<T: Serialize + ?Sized>(
 
 fn object(obj: &Object, buf: &mut Vec<u8>) -> Result<(), OutputError> {
     let _direct = match obj {
-        Object::Pod(o) => checked(&**o, buf, ITEM_DEPTH),
-        Object::Node(o) => checked(&**o, buf, ITEM_DEPTH),
+        // The two kinds a simulation has by the thousand: their metadata's times printed
+        // without jiff's format-string printer (see `meta`).
+        Object::Pod(o) => checked(&WithMeta::pod(o), buf, ITEM_DEPTH),
+        Object::Node(o) => checked(&WithMeta::node(o), buf, ITEM_DEPTH),
         Object::Reservation(o) => checked(&**o, buf, ITEM_DEPTH),
         Object::NodeResourceTopology(o) => checked(&**o, buf, ITEM_DEPTH),
         Object::PersistentVolumeClaim(o) => checked(&**o, buf, ITEM_DEPTH),

@@ -16,6 +16,7 @@ use berth_core::{Kind, Object};
 use serde::ser::{Error as _, SerializeMap, SerializeSeq};
 use serde::{Serialize, Serializer};
 
+use super::meta::{Rfc3339, SortedMeta};
 use super::sorted::in_value_order;
 
 use crate::store::Store;
@@ -142,12 +143,12 @@ impl Serialize for SortedEvent<'_> {
             map.serialize_entry("eventTime", v)?;
         }
         if let Some(v) = &e.first_timestamp {
-            map.serialize_entry("firstTimestamp", v)?;
+            map.serialize_entry("firstTimestamp", &Rfc3339(v))?;
         }
         map.serialize_entry("involvedObject", &e.involved_object)?;
         map.serialize_entry("kind", "Event")?;
         if let Some(v) = &e.last_timestamp {
-            map.serialize_entry("lastTimestamp", v)?;
+            map.serialize_entry("lastTimestamp", &Rfc3339(v))?;
         }
         if let Some(v) = &e.message {
             map.serialize_entry("message", v)?;
@@ -155,7 +156,7 @@ impl Serialize for SortedEvent<'_> {
         // Metadata of strings, integers, times and string maps (a recorded event's) prints
         // as its `Value` by construction; managed fields and owner references are checked.
         if e.metadata.managed_fields.is_none() && e.metadata.owner_references.is_none() {
-            map.serialize_entry("metadata", &e.metadata)?;
+            map.serialize_entry("metadata", &SortedMeta(&e.metadata))?;
         } else {
             entry(&mut map, "metadata", &e.metadata)?;
         }

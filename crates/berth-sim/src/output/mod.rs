@@ -9,6 +9,7 @@
 
 mod json;
 mod list;
+mod meta;
 mod sorted;
 mod table;
 
