@@ -232,24 +232,25 @@ impl Plugin for BalancedAllocation {
         out: &mut Vec<i64>,
     ) {
         let terms = self.terms(&cx.names, pod);
+        // Nodes where nothing is given back: the default two resources are copied into the
+        // loop, which then keeps them in registers rather than reading them (and the list's
+        // length) per node.
+        let plain = |nodes: &[NodeIdx], out: &mut Vec<i64>| match terms.as_slice() {
+            &[a, b] if a.1 >= 0 && b.1 >= 0 => score_each(cx, nodes, out, move |node| {
+                Self::score_two_plain(a, b, node)
+            }),
+            _ => score_each(cx, nodes, out, |node| Self::score_terms(&terms, node, None)),
+        };
         // As in NodeResourcesFit: the common loop asks nothing about reservations per node.
         match super::gives_back(state) {
-            // The default two resources, copied into the loop: it then keeps them in
-            // registers rather than reading them (and the list's length) per node.
-            None if terms.len() == 2 && terms.iter().all(|&(_, want)| want >= 0) => {
-                let (a, b) = (terms[0], terms[1]);
-                score_each(cx, nodes, out, move |node| {
-                    Self::score_two_plain(a, b, node)
-                })
-            }
-            None => score_each(cx, nodes, out, |node| Self::score_terms(&terms, node, None)),
+            None => plain(nodes, out),
             Some(r) => {
                 // Only the leading nodes can give anything back.
                 let (asked, rest) = nodes.split_at(r.restoring_prefix(nodes));
                 score_each(cx, asked, out, |node| {
                     Self::score_terms(&terms, node, r.restored(pod, node.idx))
                 });
-                score_each(cx, rest, out, |node| Self::score_terms(&terms, node, None));
+                plain(rest, out);
             }
         }
     }
