@@ -1277,14 +1277,7 @@ impl Scheduler {
         // Preferred nodes (those holding the pod's reservations) first, then the rotating
         // sample (which skips them); only the sample advances the rotation.
         let preferred = std::mem::take(&mut state.preferred_nodes);
-        let filtering = Filtering {
-            plan: &plan,
-            cx,
-            state: &state,
-            pod,
-            nominator: &self.nominator,
-            nominated_nodes: (!self.nominator.is_empty()).then(|| self.nominator.nodes_in(cx)),
-        };
+        let nominated = (!self.nominator.is_empty()).then(|| self.nominator.nodes_in(cx));
         let mut found = Found {
             feasible: &mut feasible,
             resolvable: &mut self.resolvable,
@@ -1300,8 +1293,17 @@ impl Scheduler {
         };
         // The preferred nodes go through the same batched loop as the sample: in order,
         // stopping once enough are feasible.
+        // One Filtering per phase: the state changes between them (`outside_preferred`).
         if !preferred.is_empty() {
-            filtering.rotation(
+            Filtering {
+                plan: &plan,
+                cx,
+                state: &state,
+                pod,
+                nominator: &self.nominator,
+                nominated_nodes: nominated.as_ref(),
+            }
+            .rotation(
                 preferred
                     .iter()
                     .copied()
@@ -1311,16 +1313,27 @@ impl Scheduler {
                 &mut found,
                 &mut self.rejected,
             );
+            state.outside_preferred = true;
         }
         // The rotation as two slices: no modulo per node.
         let (before, after) = candidates.split_at(start.min(n));
-        let processed = filtering.rotation(
+        let processed = Filtering {
+            plan: &plan,
+            cx,
+            state: &state,
+            pod,
+            nominator: &self.nominator,
+            nominated_nodes: nominated.as_ref(),
+        }
+        .rotation(
             after.iter().chain(before).copied(),
             &preferred,
             to_find,
             &mut found,
             &mut self.rejected,
         );
+        // Later Filter runs (preemption's) see any node again.
+        state.outside_preferred = false;
         drop(plan);
         if subset.is_none() && n > 0 {
             self.next_start = (start + processed) % n;

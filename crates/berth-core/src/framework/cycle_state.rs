@@ -24,6 +24,10 @@ pub struct CycleState {
     /// pod's reservations: with 5,000 nodes only a tenth are sampled, and an owner must find
     /// its reservation's node).
     pub preferred_nodes: Vec<NodeIdx>,
+    /// Set while Filter runs the rotating sample after the preferred nodes: no node it
+    /// hands a plugin is one of them (the sample skips them), so a plugin's per-node "is
+    /// this one of the pod's reservation nodes?" is no everywhere, and asked nowhere.
+    pub outside_preferred: bool,
     /// NodeAffinity.
     pub node_affinity: Option<Box<plugins::nodeaffinity::State>>,
     /// InterPodAffinity.

@@ -61,7 +61,7 @@ pub(super) struct Filtering<'a, 'p> {
     pub nominator: &'a Nominator,
     /// The nodes with pods nominated to them ([`Nominator::nodes_in`]), `None` when no pod
     /// is nominated anywhere.
-    pub nominated_nodes: Option<NodeSet>,
+    pub nominated_nodes: Option<&'a NodeSet>,
 }
 
 impl Filtering<'_, '_> {
@@ -146,7 +146,7 @@ impl Filtering<'_, '_> {
         let mut pass = self
             .plan
             .run_batch(self.cx, self.state, self.pod, nodes, rejected);
-        let Some(nominated) = &self.nominated_nodes else {
+        let Some(nominated) = self.nominated_nodes else {
             return pass;
         };
         let mut again = 0u64;

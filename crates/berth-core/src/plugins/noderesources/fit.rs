@@ -187,6 +187,12 @@ impl Plugin for Fit {
             .reservation
             .as_ref()
             .filter(|r| !r.gives_back_nothing());
+        // Past the preferred nodes, none of the batch is one of the pod's reservation nodes.
+        debug_assert!(
+            !state.outside_preferred
+                || reservation.is_none_or(|r| nodes.iter().all(|n| !r.gives_back_on(n.idx)))
+        );
+        let reservation = reservation.filter(|_| !state.outside_preferred);
         match (reservation, wants.as_slice()) {
             // The usual pod (cpu and memory) on nodes that give nothing back: two
             // comparisons and the pod slot per node, the loop over resources unrolled.

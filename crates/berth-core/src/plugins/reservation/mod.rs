@@ -658,6 +658,11 @@ impl Plugin for Reservation {
         match state.reservation.as_deref() {
             Some(st) if !st.reserve_pod && st.ignored => {}
             Some(st) if !st.reserve_pod && !st.has_affinity => {
+                if state.outside_preferred {
+                    // None of these nodes is one of the pod's reservation nodes.
+                    debug_assert!(nodes.iter().all(|n| !st.nodes.contains_key(&n.idx)));
+                    return;
+                }
                 if st.nodes.is_empty() {
                     return;
                 }
