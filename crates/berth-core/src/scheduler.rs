@@ -1291,19 +1291,18 @@ impl Scheduler {
                 .then_some(&mut self.filter_log),
             nodes_filtered: &mut self.counters.nodes_filtered,
         };
+        let filtering = Filtering {
+            plan: &plan,
+            cx,
+            pod,
+            nominator: &self.nominator,
+            nominated_nodes: nominated.as_ref(),
+        };
         // The preferred nodes go through the same batched loop as the sample: in order,
         // stopping once enough are feasible.
-        // One Filtering per phase: the state changes between them (`outside_preferred`).
         if !preferred.is_empty() {
-            Filtering {
-                plan: &plan,
-                cx,
-                state: &state,
-                pod,
-                nominator: &self.nominator,
-                nominated_nodes: nominated.as_ref(),
-            }
-            .rotation(
+            filtering.rotation(
+                &state,
                 preferred
                     .iter()
                     .copied()
@@ -1317,15 +1316,8 @@ impl Scheduler {
         }
         // The rotation as two slices: no modulo per node.
         let (before, after) = candidates.split_at(start.min(n));
-        let processed = Filtering {
-            plan: &plan,
-            cx,
-            state: &state,
-            pod,
-            nominator: &self.nominator,
-            nominated_nodes: nominated.as_ref(),
-        }
-        .rotation(
+        let processed = filtering.rotation(
+            &state,
             after.iter().chain(before).copied(),
             &preferred,
             to_find,

@@ -138,8 +138,9 @@ impl Plugin for TaintToleration {
     }
 
     /// [`Plugin::score`] with its "no taints, 0" answered in the loop: most nodes have no
-    /// taint, and a call per node for that cost more than the rest of the work. Most
-    /// clusters have no PreferNoSchedule taint at all; then the loop is not run.
+    /// taint, and a call per node for that cost more than the rest of the work. (Most
+    /// clusters have no PreferNoSchedule taint at all; then a cycle does not ask this:
+    /// see `scores_uniformly`.)
     fn score_nodes(
         &self,
         cx: &Cluster,
@@ -148,16 +149,6 @@ impl Plugin for TaintToleration {
         nodes: &[NodeIdx],
         out: &mut Vec<i64>,
     ) {
-        if !cx.any_prefer_no_schedule_taint() {
-            // Only PreferNoSchedule taints score: with none in the cluster, every node
-            // scores 0, and none is looked at.
-            debug_assert!(nodes
-                .iter()
-                .filter_map(|&idx| cx.node(idx))
-                .all(|n| self.score(cx, state, pod, n) == 0));
-            out.resize(out.len() + nodes.len(), 0);
-            return;
-        }
         score_each(cx, nodes, out, |node| {
             if node.taints.is_empty() {
                 0
@@ -169,8 +160,10 @@ impl Plugin for TaintToleration {
 
     /// Only PreferNoSchedule taints score: with none in the cluster, every node scores 0
     /// (and, normalised, 100).
-    fn scores_uniformly(&self, cx: &Cluster, _state: &CycleState, _pod: &PodInfo) -> bool {
-        !cx.any_prefer_no_schedule_taint()
+    fn scores_uniformly(&self, cx: &Cluster, state: &CycleState, pod: &PodInfo) -> bool {
+        let uniform = !cx.any_prefer_no_schedule_taint();
+        debug_assert!(!uniform || cx.nodes().all(|n| self.score(cx, state, pod, n) == 0));
+        uniform
     }
 
     fn normalize_scores(&self, _state: &CycleState, _pod: &PodInfo, scores: &mut [i64]) {
@@ -420,7 +413,8 @@ mod tests {
     }
 
     /// The cluster's count of PreferNoSchedule-tainted nodes follows every node change, so
-    /// the loop that scores all nodes 0 while there are none never hides a taint.
+    /// a cycle that leaves the plugin out while there are none (`scores_uniformly`) never
+    /// hides a taint.
     #[test]
     fn score_nodes_follows_prefer_no_schedule_taints_as_nodes_change() {
         let mut cx = Cluster::default();
@@ -436,9 +430,11 @@ mod tests {
         };
         let soft = node("b").taint("k", "v", PREFER_NO_SCHEDULE).build();
         assert!(!cx.any_prefer_no_schedule_taint());
+        assert!(TaintToleration.scores_uniformly(&cx, &st, &p));
         assert_eq!(scores(&cx), [7, 0, 0], "appended after what out held");
         cx.apply_node(soft.clone()).expect("a valid node");
         assert!(cx.any_prefer_no_schedule_taint());
+        assert!(!TaintToleration.scores_uniformly(&cx, &st, &p));
         assert_eq!(scores(&cx), [7, 0, 1]);
         cx.apply_node(hard).expect("a valid node");
         assert!(!cx.any_prefer_no_schedule_taint());
@@ -447,6 +443,7 @@ mod tests {
         assert!(cx.any_prefer_no_schedule_taint());
         cx.delete_node("b");
         assert!(!cx.any_prefer_no_schedule_taint());
+        assert!(TaintToleration.scores_uniformly(&cx, &st, &p));
         assert_eq!(scores(&cx), [7, 0, 0], "a deleted node scores 0");
     }
 }

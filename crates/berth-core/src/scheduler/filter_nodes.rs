@@ -52,11 +52,12 @@ impl Found<'_> {
     }
 }
 
-/// The cycle's inputs to the Filter loop.
+/// The cycle's inputs to the Filter loop, but for the cycle state: that changes between
+/// the preferred nodes and the sample ([`CycleState::outside_preferred`]), so each
+/// [`Filtering::rotation`] is handed it.
 pub(super) struct Filtering<'a, 'p> {
     pub plan: &'a FilterPlan<'p>,
     pub cx: &'a Cluster,
-    pub state: &'a CycleState,
     pub pod: &'a PodInfo,
     pub nominator: &'a Nominator,
     /// The nodes with pods nominated to them ([`Nominator::nodes_in`]), `None` when no pod
@@ -66,11 +67,11 @@ pub(super) struct Filtering<'a, 'p> {
 
 impl Filtering<'_, '_> {
     /// Filters one node with the pods nominated to it on it; `None` when it passes.
-    fn one(&self, node: &NodeInfo) -> Option<Status> {
+    fn one(&self, state: &CycleState, node: &NodeInfo) -> Option<Status> {
         let st = run_filter_plugins_with_nominated_pods(
             self.plan,
             self.cx,
-            self.state,
+            state,
             self.pod,
             node,
             self.nominator,
@@ -85,6 +86,7 @@ impl Filtering<'_, '_> {
     /// buffer.
     pub fn rotation(
         &self,
+        state: &CycleState,
         rotation: impl Iterator<Item = NodeIdx>,
         skip: &[NodeIdx],
         to_find: usize,
@@ -117,7 +119,7 @@ impl Filtering<'_, '_> {
             }
             *found.nodes_filtered += nodes.len() as u64;
             rejected.clear();
-            let pass = self.batch(&nodes, rejected);
+            let pass = self.batch(state, &nodes, rejected);
             if rejected.is_empty() && found.log.is_none() {
                 found.feasible.extend(nodes.iter().map(|n| n.idx));
                 continue;
@@ -142,10 +144,15 @@ impl Filtering<'_, '_> {
     /// One batch: the plan's batch run, with the nodes that have pods nominated to them
     /// filtered again one at a time (each needs its own copy with those pods on it); their
     /// batch verdicts are dropped.
-    fn batch(&self, nodes: &[&NodeInfo], rejected: &mut Vec<(usize, Status)>) -> u64 {
+    fn batch(
+        &self,
+        state: &CycleState,
+        nodes: &[&NodeInfo],
+        rejected: &mut Vec<(usize, Status)>,
+    ) -> u64 {
         let mut pass = self
             .plan
-            .run_batch(self.cx, self.state, self.pod, nodes, rejected);
+            .run_batch(self.cx, state, self.pod, nodes, rejected);
         let Some(nominated) = self.nominated_nodes else {
             return pass;
         };
@@ -161,7 +168,7 @@ impl Filtering<'_, '_> {
         rejected.retain(|(i, _)| again & (1u64 << i) == 0);
         for i in ones(again) {
             let Some(node) = nodes.get(i) else { continue };
-            match self.one(node) {
+            match self.one(state, node) {
                 None => pass |= 1u64 << i,
                 Some(st) => {
                     pass &= !(1u64 << i);
