@@ -14,28 +14,83 @@ use tower::{Layer, Service};
 use crate::error::Error;
 use crate::settings::ClientConnection;
 
+/// The three clients kube-scheduler makes (cmd/kube-scheduler/app/options' `createClients`,
+/// and client-go's resource lock for the lease), each on a connection and a rate limiter of
+/// its own, so that no kind of request waits behind another: a flood of events never delays
+/// a bind, and neither ever delays the lease's renewal.
+#[derive(Clone)]
+pub struct Clients {
+    /// Watches and writes (binds, conditions, statuses, deletes): `clientConnection`'s
+    /// qps/burst.
+    pub main: Client,
+    /// Events: a token bucket of their own, with the same qps/burst.
+    pub events: Client,
+    /// The lease: unthrottled (one call every `retryPeriod`); the elector bounds each call
+    /// by [`crate::settings::LeaderElection::call_timeout`].
+    pub leader: Client,
+}
+
+impl std::fmt::Debug for Clients {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Clients").finish_non_exhaustive()
+    }
+}
+
+/// One client for everything (tests that build their own client).
+impl From<Client> for Clients {
+    fn from(client: Client) -> Self {
+        Self {
+            main: client.clone(),
+            events: client.clone(),
+            leader: client,
+        }
+    }
+}
+
 /// Builds the client: `kubeconfig` (the `--kubeconfig` flag, else `clientConnection.kubeconfig`)
 /// if given, else the in-cluster configuration, else `$KUBECONFIG` / `~/.kube/config`.
 pub async fn connect(
     kubeconfig: Option<&str>,
     settings: &ClientConnection,
 ) -> Result<Client, Error> {
+    let config = load(kubeconfig, settings).await?;
+    throttled(&config, settings)
+}
+
+/// The three [`Clients`] for `kubeconfig` (as [`connect`]).
+pub async fn connect_all(
+    kubeconfig: Option<&str>,
+    settings: &ClientConnection,
+) -> Result<Clients, Error> {
+    let config = load(kubeconfig, settings).await?;
+    Ok(Clients {
+        main: throttled(&config, settings)?,
+        events: throttled(&config, settings)?,
+        leader: crate::transport::builder(&config)?.build(),
+    })
+}
+
+async fn load(kubeconfig: Option<&str>, settings: &ClientConnection) -> Result<Config, Error> {
     let path = kubeconfig
         .filter(|p| !p.is_empty())
         .or(Some(settings.kubeconfig.as_str()).filter(|p| !p.is_empty()));
-    let config = match path {
+    match path {
         Some(path) => {
             let kc = Kubeconfig::read_from(path)
                 .map_err(|e| Error::Kubeconfig(format!("{path}: {e}")))?;
             Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
                 .await
-                .map_err(|e| Error::Kubeconfig(format!("{path}: {e}")))?
+                .map_err(|e| Error::Kubeconfig(format!("{path}: {e}")))
         }
         None => Config::infer()
             .await
-            .map_err(|e| Error::Kubeconfig(e.to_string()))?,
-    };
-    let builder = crate::transport::builder(&config)?;
+            .map_err(|e| Error::Kubeconfig(e.to_string())),
+    }
+}
+
+/// A client on a connection of its own behind a token bucket of its own.
+fn throttled(config: &Config, settings: &ClientConnection) -> Result<Client, Error> {
+    let builder = crate::transport::builder(config)?;
     Ok(if settings.qps > 0.0 {
         builder
             .with_layer(&ThrottleLayer::new(settings.qps, settings.burst))

@@ -16,16 +16,16 @@ use berth_core::collections::HashMap;
 use berth_core::object::{Kind, Object, ObjectKey};
 use berth_core::scheduler::Counters;
 use berth_core::{Config, Event, Record, Scheduler};
-use kube::runtime::events::Reporter;
-use kube::Client;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinSet;
 
+use crate::client::Clients;
 use crate::effects::{Completion, Executor, Outcome};
 use crate::error::Error;
+use crate::events::{Events, Reporter};
 use crate::http::{self, Health};
 use crate::kinds::Served;
-use crate::leader::{Elector, Role};
+use crate::leader::{Elector, Fence, Role};
 use crate::metrics::Metrics;
 use crate::mirror::Mirror;
 use crate::settings::Settings;
@@ -42,7 +42,8 @@ pub struct RunOptions {
     pub metrics_addr: Option<SocketAddr>,
     /// Binds in flight at most; past it new cycles wait.
     pub max_binds_in_flight: usize,
-    /// This instance's name in events (`reportingInstance`) and, later, in its lease.
+    /// This instance's name in its lease and in events (`reportingInstance`): the host
+    /// name plus a random suffix ([`crate::leader::identity`]).
     pub identity: String,
     /// Seed for tie-breaking between equally scored nodes.
     pub seed: u64,
@@ -62,20 +63,11 @@ impl RunOptions {
             settings,
             metrics_addr: None,
             max_binds_in_flight: 256,
-            identity: default_identity(),
+            identity: crate::leader::identity(),
             seed: 0,
             track_objects: false,
         }
     }
-}
-
-/// `$POD_NAME`, else the host name, else `berth`.
-pub fn default_identity() -> String {
-    std::env::var("POD_NAME")
-        .ok()
-        .or_else(|| std::env::var("HOSTNAME").ok())
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| "berth".into())
 }
 
 /// What the loop looks like from outside, published after every round (tests wait on it;
@@ -168,7 +160,28 @@ impl Handle {
         self.hold.send_replace(on);
     }
 
-    /// Stops new cycles, finishes the binds in flight, and returns.
+    /// Waits until the loop ends by itself (leadership lost, the lease refused), or
+    /// `shutdown` resolves, then stops it ([`Handle::stop`]).
+    pub async fn run_until(mut self, shutdown: impl Future<Output = ()>) -> Result<(), Error> {
+        let ended = tokio::select! {
+            () = shutdown => None,
+            r = &mut self.task => Some(r),
+        };
+        match ended {
+            None => {
+                tracing::info!("stopping: no new cycles; finishing binds in flight");
+                self.stop().await
+            }
+            Some(Ok(r)) => r,
+            Some(Err(e)) => {
+                tracing::error!(error = %e, "the scheduler task ended abnormally");
+                Ok(())
+            }
+        }
+    }
+
+    /// Stops new cycles, finishes the binds in flight, writes the reservation statuses owed,
+    /// releases the lease, and returns.
     pub async fn stop(mut self) -> Result<(), Error> {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
@@ -183,21 +196,43 @@ impl Handle {
     }
 }
 
-/// `berth run`: connects, schedules until `shutdown` resolves, then finishes binds in flight.
+/// `berth run`: connects, schedules until `shutdown` resolves (then finishes binds in flight)
+/// or until leadership is lost or the lease refused (then returns that error at once).
 pub async fn run(options: RunOptions, shutdown: impl Future<Output = ()>) -> Result<(), Error> {
-    let client =
-        crate::client::connect(options.kubeconfig.as_deref(), &options.settings.client).await?;
-    let handle = start(client, options).await?;
-    shutdown.await;
-    tracing::info!("stopping: no new cycles; finishing binds in flight");
-    handle.stop().await
+    let clients =
+        crate::client::connect_all(options.kubeconfig.as_deref(), &options.settings.client).await?;
+    let handle = start(clients, options).await?;
+    handle.run_until(shutdown).await
 }
 
-/// Starts the watchers, the loop and the endpoints with `client`; returns at once.
-pub async fn start(client: Client, options: RunOptions) -> Result<Handle, Error> {
+/// Starts the watchers, the loop and the endpoints with `clients` (one client for all three
+/// uses will do in tests); returns at once.
+pub async fn start(clients: impl Into<Clients>, options: RunOptions) -> Result<Handle, Error> {
+    let clients: Clients = clients.into();
+    let client = clients.main.clone();
     let metrics = Arc::new(Metrics::new());
     let ready = Arc::new(AtomicBool::new(false));
     let healthy = Arc::new(AtomicBool::new(true));
+    let lease_ok = Arc::new(AtomicBool::new(true));
+    let names: Vec<&str> = options
+        .settings
+        .profiles
+        .iter()
+        .map(|p| p.scheduler_name.as_str())
+        .collect();
+    tracing::info!(profiles = ?names, identity = %options.identity, "scheduling the pods whose spec.schedulerName is one of the profiles");
+    let le = &options.settings.leader_election;
+    if le.leader_elect {
+        tracing::info!(
+            lease = %le.lease(),
+            lease_duration = ?le.lease_duration,
+            renew_deadline = ?le.renew_deadline,
+            retry_period = ?le.retry_period,
+            "leader election on"
+        );
+    } else {
+        tracing::info!("leader election off: this replica schedules from the start");
+    }
     let (stop_tx, stop_rx) = oneshot::channel();
     let (hold_tx, hold_rx) = watch::channel(false);
     let (snap_tx, snap_rx) = watch::channel(Snapshot::default());
@@ -215,6 +250,7 @@ pub async fn start(client: Client, options: RunOptions) -> Result<Handle, Error>
                 metrics: metrics.clone(),
                 ready: ready.clone(),
                 healthy: healthy.clone(),
+                lease_ok: lease_ok.clone(),
             };
             let (bound, _task) = http::serve(addr, health, async {
                 let _ = http_stop_rx.await;
@@ -230,17 +266,23 @@ pub async fn start(client: Client, options: RunOptions) -> Result<Handle, Error>
     // standby until the elector says otherwise.
     let (role_tx, role_rx) = watch::channel(Role::Standby);
     let (elector_stop_tx, elector_stop_rx) = oneshot::channel();
-    let elector = if options.settings.leader_election.leader_elect {
+    let (elector, fence) = if options.settings.leader_election.leader_elect {
+        let fence = Fence::closed();
         let elector = Elector::new(
-            client.clone(),
+            clients.leader.clone(),
             options.settings.leader_election.clone(),
             options.identity.clone(),
+            fence.clone(),
+            lease_ok,
         );
-        Some(tokio::spawn(elector.run(role_tx, elector_stop_rx)))
+        (
+            Some(tokio::spawn(elector.run(role_tx, elector_stop_rx))),
+            fence,
+        )
     } else {
         role_tx.send_replace(Role::Leader);
         drop(elector_stop_rx);
-        None
+        (None, Fence::open())
     };
     let profiles = options.settings.profiles;
     let profile_label = match profiles.as_slice() {
@@ -256,12 +298,14 @@ pub async fn start(client: Client, options: RunOptions) -> Result<Handle, Error>
     );
     let reporter = Reporter {
         controller: "berth".into(),
-        instance: Some(options.identity.clone()),
+        instance: options.identity.clone(),
     };
+    let events = Events::spawn(clients.events.clone(), reporter, metrics.clone());
     let executor = Executor::new(
         client,
-        reporter,
+        events,
         metrics.clone(),
+        fence,
         tx.clone(),
         options.max_binds_in_flight,
     );
@@ -287,6 +331,8 @@ pub async fn start(client: Client, options: RunOptions) -> Result<Handle, Error>
         cycles: 0,
         metrics_addr,
         gauges_at: None,
+        more: false,
+        lease: options.settings.leader_election.lease(),
         _watchers: watchers,
     };
     let task = tokio::spawn(async move {
@@ -341,6 +387,11 @@ struct Driver {
     cycles: u64,
     metrics_addr: Option<SocketAddr>,
     gauges_at: Option<Instant>,
+    /// The last round stopped at the bound on cycles (free bind slots) with work left:
+    /// the next round comes at once, without waiting for an input.
+    more: bool,
+    /// The lease, `namespace/name`, for messages.
+    lease: String,
     /// Dropping the set aborts the watchers.
     _watchers: JoinSet<()>,
 }
@@ -389,6 +440,7 @@ impl Driver {
                 }
                 // Wakes an idle loop so the gauges stay fresh.
                 _ = gauges.tick() => {}
+                () = std::future::ready(()), if self.more => {}
                 _ = &mut timer, if armed.is_some() && self.mirror.is_none() => {
                     // Fired: the next round arms it again for whatever is due next.
                     armed = None;
@@ -406,10 +458,17 @@ impl Driver {
                     match (changed, role) {
                         (Ok(()), Role::Leader) => self.lead(),
                         (Ok(()), Role::Lost) => {
-                            // Stop at once: no new cycle, no new write.
+                            // Stop at once: no new cycle, no new write (the fence is closed
+                            // already, so effects queued or retrying start nothing).
                             self.healthy.store(false, Ordering::Release);
                             self.publish();
                             return Err(Error::LeadershipLost);
+                        }
+                        (Ok(()), Role::Forbidden) => {
+                            self.publish();
+                            return Err(Error::LeaseForbidden {
+                                lease: self.lease.clone(),
+                            });
                         }
                         (Ok(()), _) => {}
                         // No leader election, or the elector ended (stopping): the role
@@ -455,6 +514,7 @@ impl Driver {
                 self.events += 1;
                 self.track_sli(&event);
                 self.track_seen(&event);
+                self.track_nodes(&event);
                 self.scheduler.handle(now(), event);
             }
             Input::Unreadable(bad) => {
@@ -481,6 +541,39 @@ impl Driver {
             }
             Event::Deleted(k) => {
                 map.insert(k.clone(), None);
+            }
+            _ => {}
+        }
+    }
+
+    /// A deleted node's binds that have not started are dropped and their pods go back to
+    /// the queue (as a failed bind: Unreserve, back-off); a node (re)created takes binds again.
+    fn track_nodes(&mut self, event: &Event) {
+        match event {
+            Event::Deleted(key) if key.kind == Kind::Node => {
+                for dropped in self.executor.node_deleted(&key.name) {
+                    if let berth_core::Effect::Bind { pod, uid, node, .. } = dropped {
+                        self.metrics.bind_failed("node_deleted");
+                        tracing::info!(pod = %pod, node, "bind dropped: the node was deleted before it was sent");
+                        let message =
+                            format!("node {node} was deleted before the binding was sent");
+                        self.scheduler.handle(
+                            now(),
+                            Event::BindFailed {
+                                pod,
+                                uid,
+                                node,
+                                class: berth_core::BindFailure::Transient,
+                                message,
+                            },
+                        );
+                    }
+                }
+            }
+            Event::Applied(Object::Node(n)) => {
+                if let Some(name) = n.metadata.name.as_deref() {
+                    self.executor.node_exists(name);
+                }
             }
             _ => {}
         }
@@ -553,15 +646,23 @@ impl Driver {
             tracing::info!("synced: every watched kind listed; scheduling");
         }
         let held = *self.hold.borrow();
-        if synced && !held && !self.executor.saturated() {
+        // At most as many cycles as there are bind slots free (a cycle binds one pod at
+        // most), so binds in flight never pass --max-binds-in-flight; more rounds follow at
+        // once while slots are left and cycles were cut short.
+        let budget = self.executor.free_slots();
+        self.more = false;
+        if synced && !held && budget > 0 {
             let start = Instant::now();
-            let cycles = self.scheduler.run_until_idle(now());
+            let cycles = self.scheduler.run_at_most(now(), budget);
             self.cycles += cycles as u64;
             self.attempt_metrics(start.elapsed(), cycles);
+            self.more = cycles == budget;
         }
         while let Some(effect) = self.scheduler.poll_effect() {
             self.executor.submit(effect);
         }
+        self.executor.flush();
+        self.more &= !self.executor.saturated();
         self.refresh_gauges();
     }
 
@@ -601,7 +702,9 @@ impl Driver {
             return;
         }
         self.gauges_at = Some(Instant::now());
-        self.metrics.binds_in_flight(self.executor.binds());
+        let running = self.executor.binds_running();
+        self.metrics
+            .binds_in_flight(running, self.executor.binds().saturating_sub(running));
         let l = self.scheduler.queue_lengths();
         self.metrics.pending("active", l.active);
         self.metrics.pending("backoff", l.backoff);
@@ -658,16 +761,9 @@ impl Driver {
         let synced = self.synced();
         let leader = self.mirror.is_none();
         // Counting assumed pods walks every pod: only worth it when the rest says idle.
-        let maybe_idle = leader && synced && !held && outstanding == 0 && self.rx.is_empty();
-        let assumed = if maybe_idle {
-            self.scheduler
-                .cluster
-                .pods()
-                .filter(|p| p.state == PodState::Assumed)
-                .count()
-        } else {
-            0
-        };
+        let maybe_idle =
+            leader && synced && !held && outstanding == 0 && self.rx.is_empty() && !self.more;
+        let assumed = if maybe_idle { self.assumed() } else { 0 };
         let snap = Snapshot {
             synced,
             held,
@@ -691,19 +787,49 @@ impl Driver {
         });
     }
 
-    /// After a stop: no new cycles; wait (bounded) for effects in flight, binds above all.
+    fn assumed(&self) -> usize {
+        self.scheduler
+            .cluster
+            .pods()
+            .filter(|p| p.state == PodState::Assumed)
+            .count()
+    }
+
+    /// After a stop: no new cycles, but everything owed is written before the lease is
+    /// released (bounded by [`DRAIN`]): the binds in flight, and what their confirmations
+    /// make the core write (a reservation's owners, its phase). The watch keeps feeding the
+    /// core meanwhile; a successor would otherwise start from reservations whose
+    /// `currentOwners` miss pods running in them.
     async fn drain(&mut self) {
         let deadline = tokio::time::Instant::now() + DRAIN;
-        while self.executor.outstanding() > 0 {
+        let leader = self.mirror.is_none();
+        loop {
+            if leader {
+                // No cycle: the reservation statuses and queue work the inputs made due.
+                self.scheduler.run_at_most(now(), 0);
+                while let Some(effect) = self.scheduler.poll_effect() {
+                    self.executor.submit(effect);
+                }
+                self.executor.flush();
+            }
+            if self.executor.outstanding() == 0 && (!leader || self.assumed() == 0) {
+                break;
+            }
             match tokio::time::timeout_at(deadline, self.rx.recv()).await {
-                Ok(Some(Input::Done(c))) => self.executor.done(&c),
+                Ok(Some(Input::Done(c))) if !leader => self.executor.done(&c),
+                Ok(Some(input)) if leader => self.input(input),
                 Ok(Some(_)) => {}
                 Ok(None) | Err(_) => break,
             }
         }
         let left = self.executor.binds();
-        if left > 0 {
-            tracing::warn!(left, "stopped with binds still in flight");
+        let outstanding = self.executor.outstanding();
+        if outstanding > 0 {
+            tracing::warn!(
+                binds = left,
+                writes = outstanding,
+                "stopped with writes still in flight"
+            );
         }
     }
 }

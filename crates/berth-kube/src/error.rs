@@ -35,6 +35,13 @@ pub enum Error {
     /// stopped scheduling at once; the process exits so that a restart rebuilds from LISTs.
     #[error("leadership lost: the lease could not be renewed within the renew deadline")]
     LeadershipLost,
+    /// The API server refused the lease (403) [`crate::leader::FORBIDDEN_TRIES`] times in a
+    /// row: the RBAC for it is missing (each refusal was logged naming it).
+    #[error("leader election: the lease {lease} was refused (403) {tries} times in a row; berth needs get, create and update on leases.coordination.k8s.io in its namespace", tries = crate::leader::FORBIDDEN_TRIES)]
+    LeaseForbidden {
+        /// The lease, `namespace/name`.
+        lease: String,
+    },
     /// The metrics and health endpoint could not be served.
     #[error("serving {addr}: {source}")]
     Serve {

@@ -2,7 +2,9 @@
 //! on its secure port (here plain HTTP; put it behind the pod network's policies).
 //!
 //! `/readyz` answers 200 only once the first LIST of every watched kind is in and the core
-//! has been told so: before that berth schedules nothing, and a rollout should wait.
+//! has been told so: before that berth schedules nothing, and a rollout should wait. It
+//! fails, too, while the API server refuses the leader election lease (missing RBAC): such a
+//! replica can never schedule.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -27,6 +29,8 @@ pub struct Health {
     pub ready: Arc<AtomicBool>,
     /// Cleared when this replica led and could not renew its lease.
     pub healthy: Arc<AtomicBool>,
+    /// Cleared while the API server refuses the lease (403).
+    pub lease_ok: Arc<AtomicBool>,
 }
 
 /// The router, for tests and for [`serve`].
@@ -80,6 +84,12 @@ async fn healthz(State(h): State<Health>) -> impl IntoResponse {
 }
 
 async fn readyz(State(h): State<Health>) -> impl IntoResponse {
+    if !h.lease_ok.load(Ordering::Acquire) {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "leader election: the API server refuses the lease (403); see the log for the RBAC berth needs",
+        );
+    }
     if h.ready.load(Ordering::Acquire) {
         (StatusCode::OK, "ok")
     } else {

@@ -14,6 +14,7 @@ pub mod client;
 pub mod driver;
 pub mod effects;
 pub mod error;
+pub mod events;
 pub mod http;
 pub mod kinds;
 pub mod leader;

@@ -54,6 +54,16 @@ struct RequestLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StateLabels {
+    state: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabels {
+    reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct NumaLabels {
     counter: &'static str,
 }
@@ -115,8 +125,10 @@ pub struct Metrics {
     sli: Histogram,
     reservations: Family<PhaseLabels, Gauge>,
     numa: Family<NumaLabels, Gauge<u64, AtomicU64>>,
-    binds_in_flight: Gauge,
+    binds_in_flight: Family<StateLabels, Gauge>,
     bind_failures: Family<ClassLabels, Counter>,
+    events_dropped: Family<ReasonLabels, Counter>,
+    fenced: Counter,
     requests: Family<RequestLabels, Counter>,
     watch_events: Family<KindLabels, Counter>,
     watch_errors: Family<KindLabels, Counter>,
@@ -181,11 +193,23 @@ impl Metrics {
             "NUMA reserve cache figures (dirty nodes by reason, resyncs, fingerprint matches, flushes, generation) and NodeResourceTopology lookups.",
             numa.clone(),
         );
-        let binds_in_flight = Gauge::default();
+        let binds_in_flight = Family::<StateLabels, Gauge>::default();
         r.register(
             "berth_binds_in_flight",
-            "Bindings sent to the API server and not yet answered, plus those waiting for a slot.",
+            "Bindings by state: running (sent to the API server, or waiting for its rate limiter, and not yet answered) and waiting (for a slot under --max-binds-in-flight, or behind another write to the same pod).",
             binds_in_flight.clone(),
+        );
+        let events_dropped = Family::<ReasonLabels, Counter>::default();
+        r.register(
+            "berth_events_dropped",
+            "Events not sent: queue_full (the bounded queue to the event writer was full; events are best-effort and never delay scheduling), spam_filter (client-go's per-object spam filter), failed (the API server refused it or could not be reached after retries).",
+            events_dropped.clone(),
+        );
+        let fenced = Counter::default();
+        r.register(
+            "berth_writes_fenced",
+            "Writes (binds, conditions, status writes, deletes) not started because this replica's leadership had run out (not renewed within renewDeadline).",
+            fenced.clone(),
         );
         let bind_failures = Family::<ClassLabels, Counter>::default();
         r.register(
@@ -273,6 +297,8 @@ impl Metrics {
             numa,
             binds_in_flight,
             bind_failures,
+            events_dropped,
+            fenced,
             requests,
             watch_events,
             watch_errors,
@@ -334,10 +360,25 @@ impl Metrics {
         self.numa.get_or_create(&NumaLabels { counter }).set(value);
     }
 
-    /// Binds in flight.
-    pub fn binds_in_flight(&self, n: usize) {
-        self.binds_in_flight
-            .set(i64::try_from(n).unwrap_or(i64::MAX));
+    /// Binds running and waiting.
+    pub fn binds_in_flight(&self, running: usize, waiting: usize) {
+        for (state, n) in [("running", running), ("waiting", waiting)] {
+            self.binds_in_flight
+                .get_or_create(&StateLabels { state })
+                .set(i64::try_from(n).unwrap_or(i64::MAX));
+        }
+    }
+
+    /// An event was not sent, for `reason`.
+    pub fn event_dropped(&self, reason: &'static str) {
+        self.events_dropped
+            .get_or_create(&ReasonLabels { reason })
+            .inc();
+    }
+
+    /// A write was not started: leadership ran out.
+    pub fn fenced(&self) {
+        self.fenced.inc();
     }
 
     /// A bind failed.

@@ -11,10 +11,20 @@ use serde_json::Value;
 
 use crate::error::Error;
 
+/// The scheduler name `berth run` takes when no configuration names one: never
+/// `default-scheduler`, so that berth, started without a configuration (or with one that has
+/// no `profiles`, or a profile without `schedulerName`), takes only the pods that ask for it
+/// and never races kube-scheduler for ordinary pods. A configuration that wants
+/// kube-scheduler's pods must say `schedulerName: default-scheduler`.
+pub const DEFAULT_SCHEDULER_NAME: &str = "berth";
+
+/// Where a pod's service account namespace is mounted (in-cluster).
+const SERVICE_ACCOUNT_NAMESPACE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
+
 /// Everything `berth run` reads from `--config`.
 #[derive(Debug)]
 pub struct Settings {
-    /// The scheduling profiles (the built-in `default-scheduler` profile without a file).
+    /// The scheduling profiles (one `berth` profile without a file).
     pub profiles: Vec<Profile>,
     /// `clientConnection`.
     pub client: ClientConnection,
@@ -53,7 +63,9 @@ impl Default for ClientConnection {
 }
 
 /// `leaderElection`, with kube-scheduler's defaults except the lease's name, which is `berth`
-/// so that berth never contends for kube-scheduler's own lease.
+/// so that berth never contends for kube-scheduler's own lease, and its namespace, which is
+/// the one berth runs in (in a pod: its service account's namespace), else `kube-system`:
+/// the namespace deploy/'s Role grants the lease in, whatever the configuration file says.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LeaderElection {
     /// Whether to elect a leader before scheduling.
@@ -81,10 +93,40 @@ impl Default for LeaderElection {
             retry_period: Duration::from_secs(2),
             resource_lock: "leases".into(),
             resource_name: "berth".into(),
-            resource_namespace: "kube-system".into(),
+            resource_namespace: default_lease_namespace(),
         }
     }
 }
+
+/// The namespace berth runs in (the mounted service account's), else `kube-system`.
+pub fn default_lease_namespace() -> String {
+    namespace_from(std::path::Path::new(SERVICE_ACCOUNT_NAMESPACE))
+}
+
+fn namespace_from(path: &std::path::Path) -> String {
+    std::fs::read_to_string(path)
+        .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "kube-system".into())
+}
+
+impl LeaderElection {
+    /// How long one call of the elector may take: client-go's resource lock gives its
+    /// client `renewDeadline / 2`, at least one second, so that a hung call cannot eat the
+    /// whole renew deadline.
+    pub fn call_timeout(&self) -> Duration {
+        (self.renew_deadline / 2).max(Duration::from_secs(1))
+    }
+
+    /// The lease as `namespace/name`, for messages.
+    pub fn lease(&self) -> String {
+        format!("{}/{}", self.resource_namespace, self.resource_name)
+    }
+}
+
+/// client-go's leader elector refuses a renew deadline within `retryPeriod * JitterFactor`.
+const JITTER_FACTOR: f64 = 1.2;
 
 /// The wire form of `leaderElection` (durations as Go strings).
 #[derive(Debug, Default, Deserialize)]
@@ -100,11 +142,13 @@ struct LeaderElectionWire {
 }
 
 impl Settings {
-    /// The built-in configuration: one `default-scheduler` profile, default client and
-    /// leader election settings.
+    /// The built-in configuration: one `berth` profile (every plugin with kube-scheduler's
+    /// default weights), default client and leader election settings.
     pub fn builtin() -> Self {
+        let mut profile = Profile::default_profile();
+        profile.scheduler_name = DEFAULT_SCHEDULER_NAME.into();
         Self {
-            profiles: vec![Profile::default_profile()],
+            profiles: vec![profile],
             client: ClientConnection::default(),
             leader_election: LeaderElection::default(),
         }
@@ -136,11 +180,20 @@ impl Settings {
         } else {
             value
         };
-        let cfg: KubeSchedulerConfiguration =
-            serde_path_to_error::deserialize(&value).map_err(|e| {
+        let mut cfg: KubeSchedulerConfiguration = serde_path_to_error::deserialize(&value)
+            .map_err(|e| {
                 let path = e.path().to_string();
                 err(if path == "." { "" } else { &path }, e.inner().to_string())
             })?;
+        // Unnamed profiles are berth's, not kube-scheduler's (see DEFAULT_SCHEDULER_NAME).
+        if cfg.profiles.is_empty() {
+            cfg.profiles.push(Default::default());
+        }
+        for p in &mut cfg.profiles {
+            if p.scheduler_name.as_deref().is_none_or(str::is_empty) {
+                p.scheduler_name = Some(DEFAULT_SCHEDULER_NAME.into());
+            }
+        }
         let profiles = Profile::from_configuration(&cfg).map_err(|e| Error::Config {
             file: file.to_string(),
             field: e.field,
@@ -183,7 +236,10 @@ fn leader_election(v: &Value) -> Result<LeaderElection, (String, String)> {
             let millis = berth_api::duration::parse_duration_millis(text)
                 .map_err(|e| (field.to_string(), e.to_string()))?;
             if millis <= 0 {
-                return Err((field.to_string(), format!("must be positive, got {text:?}")));
+                return Err((
+                    field.to_string(),
+                    format!("Invalid value: {text:?}: must be greater than zero"),
+                ));
             }
             *into = Duration::from_millis(millis.unsigned_abs());
         }
@@ -218,11 +274,33 @@ fn leader_election(v: &Value) -> Result<LeaderElection, (String, String)> {
     if let Some(n) = wire.resource_namespace {
         le.resource_namespace = n;
     }
-    if le.renew_deadline >= le.lease_duration {
-        return Err((
-            "renewDeadline".into(),
-            "must be shorter than leaseDuration".into(),
-        ));
+    if le.resource_name.is_empty() {
+        return Err(("resourceName".into(), "Required value".into()));
+    }
+    if le.resource_namespace.is_empty() {
+        return Err(("resourceNamespace".into(), "Required value".into()));
+    }
+    // As kube-scheduler: checked only when electing (component-base's validation, then
+    // client-go's NewLeaderElector), with their messages.
+    if le.leader_elect {
+        if le.lease_duration <= le.renew_deadline {
+            return Err((
+                "leaseDuration".into(),
+                format!(
+                    "Invalid value: {:?}: must be greater than `RenewDeadline`",
+                    le.renew_deadline
+                ),
+            ));
+        }
+        if le.renew_deadline.as_secs_f64() <= JITTER_FACTOR * le.retry_period.as_secs_f64() {
+            return Err((
+                "renewDeadline".into(),
+                format!(
+                    "Invalid value: {:?}: must be greater than retryPeriod*JitterFactor ({:?} * {JITTER_FACTOR})",
+                    le.renew_deadline, le.retry_period
+                ),
+            ));
+        }
     }
     Ok(le)
 }
@@ -256,7 +334,70 @@ mod tests {
         assert_eq!(s.client.qps, 50.0);
         assert_eq!(s.client.burst, 100);
         assert!(s.leader_election.leader_elect);
+        // Never kube-scheduler's pods unless asked for by name.
+        assert_eq!(s.profiles[0].scheduler_name, "berth");
+        assert_eq!(Settings::builtin().profiles[0].scheduler_name, "berth");
+        let s = Settings::parse("c.yaml", "profiles: [{percentageOfNodesToScore: 50}]\n").unwrap();
+        assert_eq!(s.profiles[0].scheduler_name, "berth");
+        let s =
+            Settings::parse("c.yaml", "profiles: [{schedulerName: default-scheduler}]\n").unwrap();
         assert_eq!(s.profiles[0].scheduler_name, "default-scheduler");
+    }
+
+    #[test]
+    fn lease_timings_are_validated_as_kube_schedulers() {
+        let bad = [
+            ("leaseDuration: 10s", "leaderElection.leaseDuration"),
+            (
+                "leaseDuration: 5s, renewDeadline: 8s",
+                "leaderElection.leaseDuration",
+            ),
+            ("renewDeadline: 2s", "leaderElection.renewDeadline"),
+            (
+                "renewDeadline: 4s, retryPeriod: 4s",
+                "leaderElection.renewDeadline",
+            ),
+            ("retryPeriod: 0s", "leaderElection.retryPeriod"),
+            ("resourceName: ''", "leaderElection.resourceName"),
+        ];
+        for (le, field) in bad {
+            let text = format!("leaderElection: {{{le}}}\n");
+            let e = Settings::parse("c.yaml", &text).unwrap_err();
+            assert!(
+                e.to_string().starts_with(&format!("c.yaml: {field}: ")),
+                "{le}: {e}"
+            );
+        }
+        // Not electing: the timings are not looked at, as upstream.
+        Settings::parse(
+            "c.yaml",
+            "leaderElection: {leaderElect: false, leaseDuration: 1s}\n",
+        )
+        .unwrap();
+        let s = Settings::parse(
+            "c.yaml",
+            "leaderElection: {leaseDuration: 4s, renewDeadline: 3s, retryPeriod: 2s}\n",
+        )
+        .unwrap();
+        assert_eq!(
+            s.leader_election.call_timeout(),
+            Duration::from_millis(1500)
+        );
+        assert_eq!(
+            LeaderElection::default().call_timeout(),
+            Duration::from_secs(5)
+        );
+    }
+
+    #[test]
+    fn the_lease_namespace_is_the_service_accounts() {
+        let dir = std::env::temp_dir().join(format!("berth-ns-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("namespace");
+        assert_eq!(namespace_from(&file), "kube-system");
+        std::fs::write(&file, "berth-system\n").unwrap();
+        assert_eq!(namespace_from(&file), "berth-system");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -89,6 +89,13 @@ pub struct Faults {
     /// Seeds every decision: with the same seed, the n-th request (in arrival order) gets
     /// the same fate and the n-th watch the same lifetime.
     pub seed: u64,
+    /// Requests (watches included) whose path contains one of these are held without an
+    /// answer, and never forwarded, for as long as the faults in force name them; when
+    /// [`FaultProxy::set_faults`] stops naming them they are dropped unanswered (the client
+    /// sees a connection that hung, then broke). `"/"` holds everything: an API server
+    /// unreachable from this client only. E.g. `"/leases/"` starves a leader's lease while
+    /// its binds go through.
+    pub hold_paths: Vec<String>,
 }
 
 impl Default for Faults {
@@ -100,6 +107,7 @@ impl Default for Faults {
             cut_watches_every: None,
             latency: Duration::ZERO,
             seed: 0,
+            hold_paths: Vec::new(),
         }
     }
 }
@@ -136,6 +144,11 @@ pub struct FaultStats {
     pub upstream_failures: u64,
     /// Requests that arrived over HTTP/2 (the rest came over HTTP/1.1).
     pub http2_requests: u64,
+    /// Requests held by [`Faults::hold_paths`].
+    pub held: u64,
+    /// Bindings (`POST .../pods/<name>/binding`) the API server accepted (2xx) through
+    /// this proxy: what a client bound.
+    pub bindings: u64,
 }
 
 #[derive(Default)]
@@ -150,6 +163,8 @@ struct Counters {
     watches_cut: AtomicU64,
     upstream_failures: AtomicU64,
     http2_requests: AtomicU64,
+    held: AtomicU64,
+    bindings: AtomicU64,
     /// Arrival numbers, the inputs of the seeded decisions.
     next_request: AtomicU64,
     next_watch: AtomicU64,
@@ -307,6 +322,8 @@ impl FaultProxy {
             watches_cut: get(&c.watches_cut),
             upstream_failures: get(&c.upstream_failures),
             http2_requests: get(&c.http2_requests),
+            held: get(&c.held),
+            bindings: get(&c.bindings),
         }
     }
 
@@ -397,6 +414,10 @@ fn tls_acceptor(dir: &Path) -> Result<TlsAcceptor, Error> {
         .map_err(|e| tls_err("configuring the proxy's TLS")(e.into()))?;
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(TlsAcceptor::from(Arc::new(config)))
+}
+
+fn held_by(faults: &Faults, path: &str) -> bool {
+    faults.hold_paths.iter().any(|p| path.contains(p.as_str()))
 }
 
 fn sanitize(mut faults: Faults) -> Faults {
@@ -600,6 +621,19 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<
         bump(&counters.http2_requests);
     }
     let faults = shared.control.borrow().faults.clone();
+    if held_by(&faults, req.uri().path()) {
+        bump(&counters.held);
+        let mut control = shared.control.clone();
+        let path = req.uri().path().to_string();
+        loop {
+            if control.changed().await.is_err() {
+                return Err(Abort::Timeout);
+            }
+            if !held_by(&control.borrow_and_update().faults, &path) {
+                return Err(Abort::Timeout);
+            }
+        }
+    }
     if !faults.latency.is_zero() {
         tokio::time::sleep(faults.latency).await;
     }
@@ -622,6 +656,7 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<
         _ => {}
     }
 
+    let binding = req.method() == http::Method::POST && req.uri().path().ends_with("/binding");
     let (mut parts, body) = req.into_parts();
     let path = parts
         .uri
@@ -660,6 +695,9 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<
         }
     };
     bump(&counters.forwarded);
+    if binding && response.status().is_success() {
+        bump(&counters.bindings);
+    }
 
     match fate {
         Fate::Error { after: true } => {

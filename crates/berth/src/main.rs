@@ -266,10 +266,12 @@ fn run(args: RunArgs) -> anyhow::Result<i32> {
         .context("starting the async runtime")?;
     match runtime.block_on(berth_kube::run(options, shutdown_signal())) {
         Ok(()) => Ok(0),
-        // As kube-scheduler: exit, and let the restart rebuild from LISTs.
-        Err(e @ berth_kube::Error::LeadershipLost) => {
+        // As kube-scheduler (klog.FlushAndExit(1)): the process exits at once, whatever
+        // tasks are still blocked on the network, and the restart rebuilds from LISTs.
+        Err(e @ (berth_kube::Error::LeadershipLost | berth_kube::Error::LeaseForbidden { .. })) => {
             tracing::error!("{e}");
-            Ok(1)
+            eprintln!("error: {e}");
+            std::process::exit(1);
         }
         Err(e) => Err(e.into()),
     }
@@ -320,11 +322,14 @@ async fn shutdown_signal() {
 }
 
 /// Logs to standard error, as text or JSON lines; `RUST_LOG` filters (default `info`).
+/// Colours only when standard error is a terminal: a container log or a file gets plain text.
 fn init_logging(format: &str) {
+    use std::io::IsTerminal;
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
     let _ = if format == "json" {
         builder.json().try_init()

@@ -53,6 +53,17 @@ pub(super) async fn bind(
             return fail(class, format!("running PreBind: {e}"));
         }
     }
+    // The last moment to stop: leadership ran out (the standby may be binding now), or the
+    // node was deleted while this bind waited (the API server binds to a missing node).
+    if !ctx.may_write() {
+        return Outcome::Done;
+    }
+    if ctx.node_gone(&node) {
+        return fail(
+            BindFailure::Transient,
+            format!("node {node} was deleted before the binding was sent"),
+        );
+    }
     let binding = Binding {
         metadata: ObjectMeta {
             name: Some(pod.name.to_string()),

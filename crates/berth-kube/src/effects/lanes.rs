@@ -51,9 +51,18 @@ struct Gated {
     effect: Effect,
 }
 
-/// The object an effect is about, for ordering; events are unordered.
+/// Whether `effect` is the event saying an object was scheduled: it is published only once
+/// the write that placed the object (the pod's bind, the reservation's status) succeeded,
+/// so it waits in its object's lane, behind that write.
+pub fn is_scheduled_event(effect: &Effect) -> bool {
+    matches!(effect, Effect::Record(r) if r.reason == "Scheduled")
+}
+
+/// The object an effect is about, for ordering; events are unordered, but for
+/// [`is_scheduled_event`]'s.
 pub fn key_of(effect: &Effect) -> Option<ObjectKey> {
     match effect {
+        Effect::Record(r) if r.reason == "Scheduled" => Some(r.involved.clone()),
         Effect::Bind { pod, .. }
         | Effect::PodCondition { pod, .. }
         | Effect::NominatePod { pod, .. }
@@ -210,9 +219,67 @@ impl Lanes {
         self.binds_running + self.binds_waiting.len()
     }
 
+    /// Binds sent (or waiting for the client's rate limiter) and not yet answered.
+    pub fn binds_running(&self) -> usize {
+        self.binds_running
+    }
+
+    /// Bind slots free: how many more binds may start before the bound is reached.
+    pub fn free_slots(&self) -> usize {
+        if self.binds_waiting.is_empty() {
+            self.max_binds.saturating_sub(self.binds_running)
+        } else {
+            0
+        }
+    }
+
     /// Whether binds wait for a slot (the driver holds new cycles back until they do not).
     pub fn saturated(&self) -> bool {
-        !self.binds_waiting.is_empty() || self.binds_running >= self.max_binds
+        self.free_slots() == 0
+    }
+
+    /// Whether `key`'s lane has an effect running or queued.
+    pub fn busy(&self, key: &ObjectKey) -> bool {
+        self.busy.contains_key(key)
+    }
+
+    /// Takes out the binds to `node` that have not started (waiting for a slot, or queued
+    /// behind another effect of their pod): the node was deleted, and the API server would
+    /// bind a pod to a node that does not exist. Returns them, and what their removal lets
+    /// start.
+    pub fn drop_binds_to(&mut self, node: &str) -> (Vec<Effect>, Vec<Ready>) {
+        let to_node = |e: &Effect| matches!(e, Effect::Bind { node: n, .. } if n == node);
+        let mut dropped = Vec::new();
+        let mut freed = Vec::new();
+        let mut keep = VecDeque::with_capacity(self.binds_waiting.len());
+        for (key, effect) in self.binds_waiting.drain(..) {
+            if to_node(&effect) {
+                dropped.push(effect);
+                freed.extend(key);
+            } else {
+                keep.push_back((key, effect));
+            }
+        }
+        self.binds_waiting = keep;
+        for queue in self.busy.values_mut() {
+            if !queue.iter().any(to_node) {
+                continue;
+            }
+            for effect in std::mem::take(queue) {
+                if to_node(&effect) {
+                    self.queued_behind -= 1;
+                    dropped.push(effect);
+                } else {
+                    queue.push_back(effect);
+                }
+            }
+        }
+        let mut ready = Vec::new();
+        for key in freed {
+            // The dropped bind headed its lane: the lane moves on as if it had finished.
+            ready.extend(self.done(Some(&key), false));
+        }
+        (dropped, ready)
     }
 }
 
@@ -438,17 +505,80 @@ mod tests {
         assert_eq!(names(&next), ["delete c"]);
     }
 
+    fn event(pod: &str, reason: &str) -> Effect {
+        Effect::Record(berth_core::Record {
+            involved: ObjectKey::pod("default", pod),
+            uid: String::new(),
+            type_: "Normal",
+            reason: reason.into(),
+            message: String::new(),
+        })
+    }
+
     #[test]
     fn events_are_never_held() {
         let mut l = Lanes::new(1);
-        let record = Effect::Record(berth_core::Record {
-            involved: ObjectKey::pod("default", "a"),
-            uid: String::new(),
-            type_: "Normal",
-            reason: "Scheduled".into(),
-            message: String::new(),
-        });
         assert!(l.submit(bind("a")).is_some());
-        assert!(matches!(l.submit(record), Some((None, _))));
+        assert!(matches!(
+            l.submit(event("a", "FailedScheduling")),
+            Some((None, _))
+        ));
+    }
+
+    /// `Scheduled` waits for the pod's bind, and only for its own pod's.
+    #[test]
+    fn the_scheduled_event_waits_behind_its_bind() {
+        let mut l = Lanes::new(1);
+        assert!(l.submit(bind("a")).is_some());
+        assert!(l.submit(event("a", "Scheduled")).is_none());
+        assert!(l.submit(event("b", "Scheduled")).is_some());
+        let next = l.done(Some(&ObjectKey::pod("default", "a")), true);
+        assert!(matches!(&next[..], [(Some(_), Effect::Record(r))] if r.reason == "Scheduled"));
+    }
+
+    /// Binds to a deleted node that have not started are taken out; their lanes move on,
+    /// the running one is left alone, and the counts stay right.
+    #[test]
+    fn binds_to_a_deleted_node_that_have_not_started_are_dropped() {
+        let mut l = Lanes::new(1);
+        let to = |pod: &str, node: &str| Effect::Bind {
+            pod: ObjectKey::pod("default", pod),
+            uid: format!("uid-{pod}"),
+            node: node.into(),
+            annotations: BTreeMap::new(),
+        };
+        assert!(l.submit(to("a", "gone")).is_some());
+        assert!(l.submit(to("b", "gone")).is_none());
+        assert!(l.submit(event("b", "Scheduled")).is_none());
+        assert!(l.submit(to("c", "kept")).is_none());
+        assert!(l.submit(condition("d", "x")).is_some());
+        assert!(l.submit(to("d", "gone")).is_none());
+        assert_eq!(l.binds(), 3);
+        let (dropped, ready) = l.drop_binds_to("gone");
+        let pods: Vec<_> = dropped
+            .iter()
+            .filter_map(|e| match e {
+                Effect::Bind { pod, .. } => Some(pod.name.to_string()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(pods, ["b", "d"]);
+        // b's Scheduled event may go on (the executor drops it: the bind failed).
+        assert!(matches!(&ready[..], [(Some(k), Effect::Record(_))] if &*k.name == "b"));
+        assert_eq!(l.binds(), 2, "a runs, c waits");
+        assert_eq!(l.binds_running(), 1);
+        let next = l.done(Some(&ObjectKey::pod("default", "a")), true);
+        assert!(matches!(&next[..], [(Some(k), Effect::Bind { .. })] if &*k.name == "c"));
+        assert_eq!(
+            l.done(Some(&ObjectKey::pod("default", "b")), false).len(),
+            0
+        );
+        assert_eq!(
+            l.done(Some(&ObjectKey::pod("default", "d")), false).len(),
+            0
+        );
+        assert_eq!(l.done(Some(&ObjectKey::pod("default", "c")), true).len(), 0);
+        assert_eq!(l.queued(), 0);
+        assert_eq!(l.binds(), 0);
     }
 }

@@ -8,23 +8,31 @@
 //! reservation status write still waiting behind another for the same reservation is
 //! replaced by the newer one: only the latest status matters. A preemption victim's deletion
 //! waits for the creation of the Reservation that holds its room.
+//!
+//! Events go to the [`Events`] writer and never wait, except `Scheduled`, which is published
+//! only once the write that placed its object succeeded (kube-scheduler records it in the
+//! binding cycle, after Bind): it waits in the object's lane behind the pod's bind or the
+//! reservation's status write, and is dropped if that failed. Nothing but events starts once
+//! the leadership [`Fence`] has closed.
 
 mod bind;
 mod delete;
 pub mod lanes;
 mod pod;
-mod record;
 mod reservation;
 
-use std::sync::Arc;
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
 
-use berth_core::object::ObjectKey;
+use berth_core::collections::HashMap;
+use berth_core::object::{Kind, ObjectKey};
 use berth_core::{BindFailure, Effect};
-use kube::runtime::events::{Recorder, Reporter};
 use kube::Client;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
+use crate::events::Events;
+use crate::leader::Fence;
 use crate::metrics::Metrics;
 use crate::watch::Input;
 use lanes::{Lanes, Ready};
@@ -36,6 +44,8 @@ pub struct Completion {
     pub key: Option<ObjectKey>,
     /// Whether it was a bind (its slot frees).
     pub bind: bool,
+    /// Whether the write succeeded (a `Scheduled` event behind it is published only then).
+    pub ok: bool,
     /// What the core must hear of it.
     pub outcome: Outcome,
 }
@@ -63,17 +73,46 @@ pub enum Outcome {
 /// What every effect task needs.
 pub(crate) struct Ctx {
     pub client: Client,
-    pub recorder: Recorder,
     pub metrics: Arc<Metrics>,
+    /// Closed once leadership ran out: no write starts after that.
+    pub fence: Arc<Fence>,
+    /// Nodes deleted (and not created again) since berth started: a bind to one is not
+    /// sent.
+    pub gone: Mutex<HashSet<String>>,
+}
+
+impl Ctx {
+    /// Whether a write may start; counts it when it may not.
+    pub(crate) fn may_write(&self) -> bool {
+        let ok = self.fence.allows();
+        if !ok {
+            self.metrics.fenced();
+        }
+        ok
+    }
+
+    pub(crate) fn node_gone(&self, node: &str) -> bool {
+        self.gone
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(node)
+    }
 }
 
 /// Runs effects as tasks, as [`Lanes`] clears them.
 pub struct Executor {
     ctx: Arc<Ctx>,
+    events: Events,
     tx: mpsc::Sender<Input>,
     lanes: Lanes,
     running: usize,
     tasks: JoinSet<()>,
+    /// Objects whose last write failed while more of their effects were queued (a
+    /// `Scheduled` event among them is dropped).
+    failed: HashSet<ObjectKey>,
+    /// A reservation's `Scheduled` event, held until the status write placing it is
+    /// submitted (the core emits the event first), then queued behind that write.
+    deferred: HashMap<ObjectKey, Effect>,
 }
 
 impl std::fmt::Debug for Executor {
@@ -86,46 +125,114 @@ impl std::fmt::Debug for Executor {
 }
 
 impl Executor {
-    /// An executor writing through `client`, reporting completions on `tx`; events are
-    /// published as `reporter`.
+    /// An executor writing through `client`, reporting completions on `tx`, sending events
+    /// through `events`, and starting no write once `fence` has closed.
     pub fn new(
         client: Client,
-        reporter: Reporter,
+        events: Events,
         metrics: Arc<Metrics>,
+        fence: Arc<Fence>,
         tx: mpsc::Sender<Input>,
         max_binds: usize,
     ) -> Self {
-        let recorder = Recorder::new(client.clone(), reporter);
         Self {
             ctx: Arc::new(Ctx {
                 client,
-                recorder,
                 metrics,
+                fence,
+                gone: Mutex::new(HashSet::new()),
             }),
+            events,
             tx,
             lanes: Lanes::new(max_binds),
             running: 0,
             tasks: JoinSet::new(),
+            failed: HashSet::new(),
+            deferred: HashMap::default(),
         }
     }
 
     /// Takes an effect of the core.
     pub fn submit(&mut self, effect: Effect) {
+        let scheduled = lanes::is_scheduled_event(&effect);
+        let reservation = match &effect {
+            Effect::Record(r) if !scheduled => {
+                self.events.record(r.clone());
+                return;
+            }
+            Effect::Record(r) if r.involved.kind == Kind::Reservation => {
+                Some((r.involved.clone(), true))
+            }
+            Effect::ReservationStatus { name, .. } => {
+                Some((ObjectKey::cluster(Kind::Reservation, name), false))
+            }
+            _ => None,
+        };
+        if let Some((key, true)) = reservation {
+            self.deferred.insert(key, effect);
+            return;
+        }
         if let Some(ready) = self.lanes.submit(effect) {
-            self.spawn(ready);
+            self.start(ready);
+        }
+        if let Some(event) = reservation.and_then(|(k, _)| self.deferred.remove(&k)) {
+            self.submit_keyed(event);
         }
     }
 
-    fn spawn(&mut self, (key, effect): Ready) {
+    fn submit_keyed(&mut self, effect: Effect) {
+        if let Some(ready) = self.lanes.submit(effect) {
+            self.start(ready);
+        }
+    }
+
+    /// The end of a round's effects: a reservation's `Scheduled` event with no status write
+    /// in the round goes behind whatever its lane holds.
+    pub fn flush(&mut self) {
+        if self.deferred.is_empty() {
+            return;
+        }
+        let held: Vec<Effect> = std::mem::take(&mut self.deferred).into_values().collect();
+        for event in held {
+            self.submit_keyed(event);
+        }
+    }
+
+    /// Starts `ready`, or, for a `Scheduled` event at the head of its lane, publishes it
+    /// unless the write ahead of it failed (or leadership ran out) and moves the lane on.
+    fn start(&mut self, ready: Ready) {
+        let mut work = vec![ready];
+        while let Some((key, effect)) = work.pop() {
+            match effect {
+                Effect::Record(r) => {
+                    let failed = key.as_ref().is_some_and(|k| self.failed.remove(k));
+                    if !failed && self.ctx.fence.allows() {
+                        self.events.record(r);
+                    }
+                    if key.is_some() {
+                        work.extend(self.lanes.done(key.as_ref(), false));
+                    }
+                }
+                effect => self.spawn(key, effect),
+            }
+        }
+    }
+
+    fn spawn(&mut self, key: Option<ObjectKey>, effect: Effect) {
         self.running += 1;
         let ctx = self.ctx.clone();
         let tx = self.tx.clone();
         self.tasks.spawn(async move {
             let bind = matches!(effect, Effect::Bind { .. });
-            let outcome = perform(&ctx, effect).await;
+            let (ok, outcome) = perform(&ctx, effect).await;
             // The driver gone means berth is stopping; nothing is left to tell.
             let _ = tx
-                .send(Input::Done(Completion { key, bind, outcome }))
+                .send(Input::Done(Completion {
+                    key,
+                    bind,
+                    ok,
+                    outcome,
+                }))
                 .await;
         });
     }
@@ -135,9 +242,60 @@ impl Executor {
         self.running = self.running.saturating_sub(1);
         // Reap finished tasks so the set does not grow.
         while self.tasks.try_join_next().is_some() {}
-        for ready in self.lanes.done(c.key.as_ref(), c.bind) {
-            self.spawn(ready);
+        if let Some(key) = &c.key {
+            if c.ok {
+                self.failed.remove(key);
+            } else {
+                self.failed.insert(key.clone());
+            }
         }
+        let ready = self.lanes.done(c.key.as_ref(), c.bind);
+        if let Some(key) = &c.key {
+            if !self.lanes.busy(key) {
+                self.failed.remove(key);
+            }
+        }
+        for ready in ready {
+            self.start(ready);
+        }
+    }
+
+    /// `node` was deleted: binds to it that have not started are dropped, and returned for
+    /// the core (their pods go back to the queue); one not yet sent is not sent.
+    pub fn node_deleted(&mut self, node: &str) -> Vec<Effect> {
+        self.ctx
+            .gone
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(node.to_string());
+        let (dropped, ready) = self.lanes.drop_binds_to(node);
+        for effect in &dropped {
+            if let Effect::Bind { pod, .. } = effect {
+                self.failed.insert(pod.clone());
+            }
+        }
+        for ready in ready {
+            self.start(ready);
+        }
+        dropped
+    }
+
+    /// `node` exists (again).
+    pub fn node_exists(&mut self, node: &str) {
+        let mut gone = self.ctx.gone.lock().unwrap_or_else(|p| p.into_inner());
+        if !gone.is_empty() {
+            gone.remove(node);
+        }
+    }
+
+    /// Binds sent (or waiting for the rate limiter) and not answered.
+    pub fn binds_running(&self) -> usize {
+        self.lanes.binds_running()
+    }
+
+    /// Bind slots free.
+    pub fn free_slots(&self) -> usize {
+        self.lanes.free_slots()
     }
 
     /// Effects running or waiting.
@@ -156,47 +314,42 @@ impl Executor {
     }
 }
 
-async fn perform(ctx: &Ctx, effect: Effect) -> Outcome {
+/// Performs `effect`: whether it succeeded, and what the core must hear.
+async fn perform(ctx: &Ctx, effect: Effect) -> (bool, Outcome) {
+    if !ctx.may_write() {
+        // Leadership ran out: not started, and the process is about to exit.
+        return (false, Outcome::Done);
+    }
+    let done = |ok: bool| (ok, Outcome::Done);
     match effect {
         Effect::Bind {
             pod,
             uid,
             node,
             annotations,
-        } => bind::bind(ctx, pod, uid, node, annotations).await,
+        } => {
+            let outcome = bind::bind(ctx, pod, uid, node, annotations).await;
+            (outcome == Outcome::Done, outcome)
+        }
         Effect::PodCondition {
             pod,
             status,
             reason,
             message,
-        } => {
-            pod::condition(ctx, &pod, status, &reason, &message).await;
-            Outcome::Done
-        }
-        Effect::NominatePod { pod, node } => {
-            pod::nominate(ctx, &pod, node.as_deref()).await;
-            Outcome::Done
-        }
+        } => done(pod::condition(ctx, &pod, status, &reason, &message).await),
+        Effect::NominatePod { pod, node } => done(pod::nominate(ctx, &pod, node.as_deref()).await),
         Effect::AnnotatePod { pod, annotations } => {
-            pod::annotate(ctx, &pod, &annotations).await;
-            Outcome::Done
+            done(pod::annotate(ctx, &pod, &annotations).await)
         }
         Effect::ReservationStatus { name, uid, status } => {
-            reservation::status(ctx, &name, &uid, &status).await;
-            Outcome::Done
+            done(reservation::status(ctx, &name, &uid, &status).await)
         }
         Effect::AnnotateReservation {
             name,
             uid,
             annotations,
-        } => {
-            reservation::annotate(ctx, &name, &uid, &annotations).await;
-            Outcome::Done
-        }
-        Effect::CreateReservation(r) => {
-            reservation::create(ctx, &r).await;
-            Outcome::Done
-        }
+        } => done(reservation::annotate(ctx, &name, &uid, &annotations).await),
+        Effect::CreateReservation(r) => done(reservation::create(ctx, &r).await),
         Effect::Delete {
             key,
             uid,
@@ -204,15 +357,11 @@ async fn perform(ctx: &Ctx, effect: Effect) -> Outcome {
             preemption,
         } => {
             delete::delete(ctx, &key, &uid, resource_version, preemption.as_ref()).await;
-            Outcome::Done
-        }
-        Effect::Record(r) => {
-            record::publish(ctx, &r).await;
-            Outcome::Done
+            done(true)
         }
         other => {
             tracing::warn!(effect = ?other, "effect not supported by the cluster adapter");
-            Outcome::Done
+            done(false)
         }
     }
 }

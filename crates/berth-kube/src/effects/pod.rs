@@ -20,7 +20,7 @@ async fn patch(
     pod: &ObjectKey,
     status: bool,
     body: serde_json::Value,
-) {
+) -> bool {
     let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &pod.namespace);
     let pp = PatchParams::default();
     let r = retry(Backoff::default(), || async {
@@ -35,9 +35,12 @@ async fn patch(
     ctx.metrics
         .request(op, r.as_ref().map_or_else(retry::code, |_| 200));
     match r {
-        Ok(_) => {}
-        Err(e) if classify(&e) == Class::NotFound => {}
-        Err(e) => tracing::warn!(pod = %pod, op, error = %e, "pod write failed"),
+        Ok(_) => true,
+        Err(e) if classify(&e) == Class::NotFound => false,
+        Err(e) => {
+            tracing::warn!(pod = %pod, op, error = %e, "pod write failed");
+            false
+        }
     }
 }
 
@@ -48,7 +51,7 @@ pub(super) async fn condition(
     status: &str,
     reason: &str,
     message: &str,
-) {
+) -> bool {
     let now = berth_core::time::rfc3339(super::wall_clock_ms());
     let body = json!({"status": {"conditions": [{
         "type": "PodScheduled",
@@ -58,17 +61,21 @@ pub(super) async fn condition(
         "lastProbeTime": null,
         "lastTransitionTime": now,
     }]}});
-    patch(ctx, "pod_condition", pod, true, body).await;
+    patch(ctx, "pod_condition", pod, true, body).await
 }
 
 /// Sets or clears `status.nominatedNodeName`.
-pub(super) async fn nominate(ctx: &Ctx, pod: &ObjectKey, node: Option<&str>) {
+pub(super) async fn nominate(ctx: &Ctx, pod: &ObjectKey, node: Option<&str>) -> bool {
     let body = json!({"status": {"nominatedNodeName": node}});
-    patch(ctx, "nominate", pod, true, body).await;
+    patch(ctx, "nominate", pod, true, body).await
 }
 
 /// Merges annotations.
-pub(super) async fn annotate(ctx: &Ctx, pod: &ObjectKey, annotations: &BTreeMap<String, String>) {
+pub(super) async fn annotate(
+    ctx: &Ctx,
+    pod: &ObjectKey,
+    annotations: &BTreeMap<String, String>,
+) -> bool {
     let body = json!({"metadata": {"annotations": annotations}});
-    patch(ctx, "annotate", pod, false, body).await;
+    patch(ctx, "annotate", pod, false, body).await
 }

@@ -16,22 +16,23 @@ fn api(ctx: &Ctx) -> Api<DynamicObject> {
     Api::all_with(ctx.client.clone(), &Served::reservation_resource())
 }
 
-pub(super) async fn status(ctx: &Ctx, name: &str, uid: &str, status: &ReservationStatus) {
+/// Writes `status`; whether it is on the reservation now.
+pub(super) async fn status(ctx: &Ctx, name: &str, uid: &str, status: &ReservationStatus) -> bool {
     let api = api(ctx);
     let value = match serde_json::to_value(status) {
         Ok(v) => v,
         Err(e) => {
             tracing::error!(reservation = name, error = %e, "status cannot be encoded");
-            return;
+            return false;
         }
     };
     for _ in 0..CONFLICT_RETRIES {
         let current = match retry(Backoff::default(), || api.get(name)).await {
             Ok(o) => o,
-            Err(e) if classify(&e) == Class::NotFound => return,
+            Err(e) if classify(&e) == Class::NotFound => return false,
             Err(e) => {
                 tracing::warn!(reservation = name, error = %e, "reading for a status write failed");
-                return;
+                return false;
             }
         };
         if !uid.is_empty() && current.metadata.uid.as_deref() != Some(uid) {
@@ -39,10 +40,13 @@ pub(super) async fn status(ctx: &Ctx, name: &str, uid: &str, status: &Reservatio
                 reservation = name,
                 "status for a former incarnation dropped"
             );
-            return;
+            return false;
         }
         if current.data.get("status") == Some(&value) {
-            return;
+            return true;
+        }
+        if !ctx.may_write() {
+            return false;
         }
         let mut next = current;
         next.data["status"] = value.clone();
@@ -53,12 +57,12 @@ pub(super) async fn status(ctx: &Ctx, name: &str, uid: &str, status: &Reservatio
             r.as_ref().map_or_else(retry::code, |_| 200),
         );
         match r {
-            Ok(_) => return,
+            Ok(_) => return true,
             Err(e) if classify(&e) == Class::Conflict => continue,
-            Err(e) if classify(&e) == Class::NotFound => return,
+            Err(e) if classify(&e) == Class::NotFound => return false,
             Err(e) => {
                 tracing::warn!(reservation = name, error = %e, "status write failed");
-                return;
+                return false;
             }
         }
     }
@@ -66,6 +70,7 @@ pub(super) async fn status(ctx: &Ctx, name: &str, uid: &str, status: &Reservatio
         reservation = name,
         "status write kept conflicting; the next change writes it again"
     );
+    false
 }
 
 /// Merges annotations into the reservation (a merge patch carrying `metadata.uid`, which the
@@ -75,7 +80,7 @@ pub(super) async fn annotate(
     name: &str,
     uid: &str,
     annotations: &std::collections::BTreeMap<String, String>,
-) {
+) -> bool {
     let api = api(ctx);
     let mut meta = serde_json::json!({ "annotations": annotations });
     if !uid.is_empty() {
@@ -90,21 +95,22 @@ pub(super) async fn annotate(
         r.as_ref().map_or_else(retry::code, |_| 200),
     );
     match r {
-        Ok(_) => {}
-        Err(e) if matches!(classify(&e), Class::NotFound | Class::Conflict) => {}
+        Ok(_) => true,
+        Err(e) if matches!(classify(&e), Class::NotFound | Class::Conflict) => false,
         Err(e) => {
-            tracing::warn!(reservation = name, error = %e, "annotating the reservation failed")
+            tracing::warn!(reservation = name, error = %e, "annotating the reservation failed");
+            false
         }
     }
 }
 
-pub(super) async fn create(ctx: &Ctx, r: &Reservation) {
+pub(super) async fn create(ctx: &Ctx, r: &Reservation) -> bool {
     let name = r.metadata.name.clone().unwrap_or_default();
     let obj: DynamicObject = match serde_json::to_value(r).and_then(serde_json::from_value) {
         Ok(o) => o,
         Err(e) => {
             tracing::error!(reservation = name, error = %e, "reservation cannot be encoded");
-            return;
+            return false;
         }
     };
     let api = api(ctx);
@@ -115,10 +121,17 @@ pub(super) async fn create(ctx: &Ctx, r: &Reservation) {
         res.as_ref().map_or_else(retry::code, |_| 201),
     );
     match res {
-        Ok(_) => tracing::info!(reservation = name, "reservation created"),
+        Ok(_) => {
+            tracing::info!(reservation = name, "reservation created");
+            true
+        }
         Err(e) if classify(&e) == Class::Conflict => {
             tracing::info!(reservation = name, "reservation already exists");
+            true
         }
-        Err(e) => tracing::warn!(reservation = name, error = %e, "creating the reservation failed"),
+        Err(e) => {
+            tracing::warn!(reservation = name, error = %e, "creating the reservation failed");
+            false
+        }
     }
 }
