@@ -1,8 +1,9 @@
-//! The API client: kubeconfig or in-cluster configuration, and `clientConnection`'s
-//! qps/burst as a token bucket in front of every request (client-go's rate limiter).
+//! The API clients: kubeconfig or in-cluster configuration, and `clientConnection`'s
+//! qps/burst as token buckets (client-go's rate limiter), one per client.
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -28,6 +29,10 @@ pub struct Clients {
     /// The lease: unthrottled (one call every `retryPeriod`); the elector bounds each call
     /// by [`crate::settings::LeaderElection::call_timeout`].
     pub leader: Client,
+    /// Bindings: `main`'s connection and bucket, but the token taken by the caller
+    /// ([`Bucket::acquire`]) so that it checks the node still exists after waiting for it.
+    /// `None`: `main` is unthrottled, bind through it.
+    pub bind: Option<(Client, Arc<Bucket>)>,
 }
 
 impl std::fmt::Debug for Clients {
@@ -43,6 +48,7 @@ impl From<Client> for Clients {
             main: client.clone(),
             events: client.clone(),
             leader: client,
+            bind: None,
         }
     }
 }
@@ -63,10 +69,22 @@ pub async fn connect_all(
     settings: &ClientConnection,
 ) -> Result<Clients, Error> {
     let config = load(kubeconfig, settings).await?;
+    let (main, bind) = if settings.qps > 0.0 {
+        let bucket = Bucket::new(settings.qps, settings.burst);
+        // Binds on a connection of their own, their tokens from the writes' bucket.
+        let unthrottled = crate::transport::builder(&config)?.build();
+        let layered = crate::transport::builder(&config)?
+            .with_layer(&ThrottleLayer::shared(bucket.clone()))
+            .build();
+        (layered, Some((unthrottled, bucket)))
+    } else {
+        (crate::transport::builder(&config)?.build(), None)
+    };
     Ok(Clients {
-        main: throttled(&config, settings)?,
+        main,
         events: throttled(&config, settings)?,
         leader: crate::transport::builder(&config)?.build(),
+        bind,
     })
 }
 
@@ -100,20 +118,67 @@ fn throttled(config: &Config, settings: &ClientConnection) -> Result<Client, Err
     })
 }
 
-/// client-go's token bucket: `burst` requests at once, then `qps` per second.
-#[derive(Debug, Clone, Copy)]
-pub struct ThrottleLayer {
+/// client-go's token bucket: `burst` requests at once, then `qps` per second. Shared by the
+/// [`Throttle`] in front of a client and by callers that must take their token before a
+/// last check (a bind checks its node still exists after its wait, not before).
+#[derive(Debug)]
+pub struct Bucket {
     qps: f64,
     burst: f64,
+    state: std::sync::Mutex<(f64, Instant)>,
+}
+
+impl Bucket {
+    /// A bucket of `burst` tokens (at least one) refilled at `qps` per second.
+    pub fn new(qps: f64, burst: u32) -> Arc<Self> {
+        let burst = f64::from(burst.max(1));
+        Arc::new(Self {
+            qps,
+            burst,
+            state: std::sync::Mutex::new((burst, Instant::now())),
+        })
+    }
+
+    /// Takes a token if one is there; otherwise how long until one is.
+    fn try_take(&self) -> Result<(), Duration> {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let now = Instant::now();
+        let elapsed = now.duration_since(state.1).as_secs_f64();
+        state.1 = now;
+        state.0 = (state.0 + elapsed * self.qps).min(self.burst);
+        if state.0 >= 1.0 {
+            state.0 -= 1.0;
+            Ok(())
+        } else {
+            Err(Duration::from_secs_f64((1.0 - state.0) / self.qps))
+        }
+    }
+
+    /// Waits for a token and takes it.
+    pub async fn acquire(&self) {
+        while let Err(wait) = self.try_take() {
+            tokio::time::sleep(wait).await;
+        }
+    }
+}
+
+/// Puts a [`Bucket`] in front of a client.
+#[derive(Debug, Clone)]
+pub struct ThrottleLayer {
+    bucket: Arc<Bucket>,
 }
 
 impl ThrottleLayer {
     /// A bucket of `burst` tokens (at least one) refilled at `qps` per second.
     pub fn new(qps: f64, burst: u32) -> Self {
         Self {
-            qps,
-            burst: f64::from(burst.max(1)),
+            bucket: Bucket::new(qps, burst),
         }
+    }
+
+    /// A layer taking its tokens from `bucket`.
+    pub fn shared(bucket: Arc<Bucket>) -> Self {
+        Self { bucket }
     }
 }
 
@@ -122,36 +187,20 @@ impl<S> Layer<S> for ThrottleLayer {
     fn layer(&self, inner: S) -> Self::Service {
         Throttle {
             inner,
-            qps: self.qps,
-            burst: self.burst,
-            tokens: self.burst,
-            last: Instant::now(),
+            bucket: self.bucket.clone(),
             sleep: None,
             reserved: false,
         }
     }
 }
 
-/// The service [`ThrottleLayer`] makes. kube's client puts its stack behind a buffer, so one
-/// instance sees every request and the bucket needs no lock.
+/// The service [`ThrottleLayer`] makes.
 pub struct Throttle<S> {
     inner: S,
-    qps: f64,
-    burst: f64,
-    tokens: f64,
-    last: Instant,
+    bucket: Arc<Bucket>,
     sleep: Option<Pin<Box<Sleep>>>,
     /// A token is taken for the next `call`.
     reserved: bool,
-}
-
-impl<S> Throttle<S> {
-    fn refill(&mut self) {
-        let now = Instant::now();
-        let elapsed = now.duration_since(self.last).as_secs_f64();
-        self.last = now;
-        self.tokens = (self.tokens + elapsed * self.qps).min(self.burst);
-    }
 }
 
 impl<S, R> Service<R> for Throttle<S>
@@ -170,13 +219,9 @@ where
                 }
                 self.sleep = None;
             }
-            self.refill();
-            if self.tokens >= 1.0 {
-                self.tokens -= 1.0;
-                self.reserved = true;
-            } else {
-                let wait = (1.0 - self.tokens) / self.qps;
-                self.sleep = Some(Box::pin(tokio::time::sleep(Duration::from_secs_f64(wait))));
+            match self.bucket.try_take() {
+                Ok(()) => self.reserved = true,
+                Err(wait) => self.sleep = Some(Box::pin(tokio::time::sleep(wait))),
             }
         }
         self.inner.poll_ready(cx)

@@ -302,7 +302,7 @@ pub async fn start(clients: impl Into<Clients>, options: RunOptions) -> Result<H
     };
     let events = Events::spawn(clients.events.clone(), reporter, metrics.clone());
     let executor = Executor::new(
-        client,
+        &clients,
         events,
         metrics.clone(),
         fence,

@@ -166,6 +166,12 @@ impl Settings {
 
     /// Reads the text of a configuration file named `file` (for messages).
     pub fn parse(file: &str, text: &str) -> Result<Self, Error> {
+        Self::parse_as(file, text, DEFAULT_SCHEDULER_NAME)
+    }
+
+    /// [`Settings::parse`], unnamed profiles taking `default_name` (`berth simulate`'s and
+    /// kube-scheduler's `default-scheduler`, for tests comparing `berth run` with them).
+    pub fn parse_as(file: &str, text: &str, default_name: &str) -> Result<Self, Error> {
         let err = |field: &str, message: String| Error::Config {
             file: file.to_string(),
             field: field.to_string(),
@@ -191,7 +197,7 @@ impl Settings {
         }
         for p in &mut cfg.profiles {
             if p.scheduler_name.as_deref().is_none_or(str::is_empty) {
-                p.scheduler_name = Some(DEFAULT_SCHEDULER_NAME.into());
+                p.scheduler_name = Some(default_name.into());
             }
         }
         let profiles = Profile::from_configuration(&cfg).map_err(|e| Error::Config {

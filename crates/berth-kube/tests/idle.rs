@@ -35,7 +35,10 @@ fn pod(name: &str, cpu: &str) -> serde_json::Value {
 async fn idle_rounds(cluster: &TestCluster, leader_elect: bool) -> u64 {
     let client = cluster.client();
     let mut settings = Settings::builtin();
+    // The test's pods name no scheduler: this replica takes kube-scheduler's (there is none).
+    settings.profiles[0].scheduler_name = "default-scheduler".into();
     settings.leader_election.leader_elect = leader_elect;
+    settings.leader_election.resource_namespace = "kube-system".into();
     settings.leader_election.resource_name = format!("berth-idle-{leader_elect}");
     let mut handle = berth_kube::driver::start(client.clone(), RunOptions::new(settings))
         .await

@@ -481,9 +481,19 @@ async fn settle(handle: &mut berth_kube::Handle) {
 async fn run_in_cluster(cluster: &TestCluster, case: &Case) -> Vec<Value> {
     let client = cluster.client();
     clean(&client).await;
+    // Unnamed profiles are `default-scheduler`'s, as in `berth simulate` (berth run's own
+    // default is `berth`).
     let settings = match &case.config {
-        Some(c) => Settings::load(&c.display().to_string()).expect("config"),
-        None => Settings::builtin(),
+        Some(c) => {
+            let file = c.display().to_string();
+            let text = std::fs::read_to_string(c).expect("config");
+            Settings::parse_as(&file, &text, "default-scheduler").expect("config")
+        }
+        None => {
+            let mut s = Settings::builtin();
+            s.profiles[0].scheduler_name = "default-scheduler".into();
+            s
+        }
     };
     let kubelet = tokio::spawn(finish_deletions(client.clone()));
     // A file whose objects carry a status describes what a restarted scheduler finds: the

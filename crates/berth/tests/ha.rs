@@ -53,7 +53,14 @@ fn the_standby_takes_over_a_killed_leader_and_every_pod_is_bound_once() {
             );
             tokio::time::sleep(Duration::from_millis(200)).await;
         };
-        let (mut lead, standby) = if leader == "berth-a" { (a, b) } else { (b, a) };
+        let (a_id, b_id) = (a.identity(), b.identity());
+        assert_ne!(a_id, b_id, "two processes on one host share an identity");
+        let (mut lead, standby, standby_id) = if leader == a_id {
+            (a, b, b_id)
+        } else {
+            assert_eq!(leader, b_id, "the lease is held by neither");
+            (b, a, a_id)
+        };
         // Both ready: the standby's caches are warm too.
         for r in [&lead, &standby] {
             let deadline = Instant::now() + Duration::from_secs(60);
@@ -90,7 +97,7 @@ fn the_standby_takes_over_a_killed_leader_and_every_pod_is_bound_once() {
         lead.kill9();
         let deadline = Instant::now() + LEASE * 3;
         loop {
-            if holder(&client).await.as_deref() == Some(standby.name.as_str()) {
+            if holder(&client).await.as_deref() == Some(standby_id.as_str()) {
                 break;
             }
             assert!(

@@ -53,17 +53,6 @@ pub(super) async fn bind(
             return fail(class, format!("running PreBind: {e}"));
         }
     }
-    // The last moment to stop: leadership ran out (the standby may be binding now), or the
-    // node was deleted while this bind waited (the API server binds to a missing node).
-    if !ctx.may_write() {
-        return Outcome::Done;
-    }
-    if ctx.node_gone(&node) {
-        return fail(
-            BindFailure::Transient,
-            format!("node {node} was deleted before the binding was sent"),
-        );
-    }
     let binding = Binding {
         metadata: ObjectMeta {
             name: Some(pod.name.to_string()),
@@ -79,15 +68,49 @@ pub(super) async fn bind(
         },
     };
     let pp = PostParams::default();
-    let r = retry(Backoff::default(), || {
-        api.create_subresource::<_, serde_json::Value>("binding", &pod.name, &pp, &binding)
+    let (bind_api, bucket) = match &ctx.bind {
+        Some((client, bucket)) => (
+            Api::<Pod>::namespaced(client.clone(), &pod.namespace),
+            Some(bucket.clone()),
+        ),
+        None => (api.clone(), None),
+    };
+    // Each attempt takes its rate-limiter token first, then looks again, as late as can
+    // be: leadership may have run out (the standby may be binding now), or the node may have
+    // been deleted while this bind waited (the API server binds to a node that does not
+    // exist).
+    let r = retry(Backoff::default(), || async {
+        if let Some(bucket) = &bucket {
+            bucket.acquire().await;
+        }
+        if !ctx.may_write() {
+            return Ok(Err(Stop::Fenced));
+        }
+        if ctx.node_gone(&node) {
+            return Ok(Err(Stop::NodeGone));
+        }
+        bind_api
+            .create_subresource::<_, serde_json::Value>("binding", &pod.name, &pp, &binding)
+            .await
+            .map(Ok)
     })
     .await;
-    ctx.metrics
-        .request("bind", r.as_ref().map_or_else(retry::code, |_| 201));
     let e = match r {
-        Ok(_) => return Outcome::Done,
-        Err(e) => e,
+        Ok(Ok(_)) => {
+            ctx.metrics.request("bind", 201);
+            return Outcome::Done;
+        }
+        Ok(Err(Stop::Fenced)) => return Outcome::Done,
+        Ok(Err(Stop::NodeGone)) => {
+            return fail(
+                BindFailure::Transient,
+                format!("node {node} was deleted before the binding was sent"),
+            )
+        }
+        Err(e) => {
+            ctx.metrics.request("bind", retry::code(&e));
+            e
+        }
     };
     match classify(&e) {
         Class::NotFound => fail(BindFailure::NotFound, e.to_string()),
@@ -103,6 +126,14 @@ pub(super) async fn bind(
         Class::Transient if landed(&api, &pod, &uid, &node).await => Outcome::Done,
         Class::Transient => fail(BindFailure::Transient, e.to_string()),
     }
+}
+
+/// Why a bind was not sent.
+enum Stop {
+    /// Leadership ran out (the process is about to exit).
+    Fenced,
+    /// The node was deleted.
+    NodeGone,
 }
 
 /// Whether the API server shows the pod (this incarnation) bound to `node`.

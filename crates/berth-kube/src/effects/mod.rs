@@ -31,6 +31,7 @@ use kube::Client;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
+use crate::client::{Bucket, Clients};
 use crate::events::Events;
 use crate::leader::Fence;
 use crate::metrics::Metrics;
@@ -73,6 +74,8 @@ pub enum Outcome {
 /// What every effect task needs.
 pub(crate) struct Ctx {
     pub client: Client,
+    /// Bindings' client and the bucket they take their tokens from ([`Clients::bind`]).
+    pub bind: Option<(Client, Arc<Bucket>)>,
     pub metrics: Arc<Metrics>,
     /// Closed once leadership ran out: no write starts after that.
     pub fence: Arc<Fence>,
@@ -125,10 +128,10 @@ impl std::fmt::Debug for Executor {
 }
 
 impl Executor {
-    /// An executor writing through `client`, reporting completions on `tx`, sending events
+    /// An executor writing through `clients`' main (and bind) client, reporting completions on `tx`, sending events
     /// through `events`, and starting no write once `fence` has closed.
     pub fn new(
-        client: Client,
+        clients: &Clients,
         events: Events,
         metrics: Arc<Metrics>,
         fence: Arc<Fence>,
@@ -137,7 +140,8 @@ impl Executor {
     ) -> Self {
         Self {
             ctx: Arc::new(Ctx {
-                client,
+                client: clients.main.clone(),
+                bind: clients.bind.clone(),
                 metrics,
                 fence,
                 gone: Mutex::new(HashSet::new()),

@@ -55,8 +55,10 @@ pub struct Berth {
 }
 
 impl Berth {
-    /// Starts `berth run` with `config` (YAML text) against `kubeconfig`, as `name` (its
-    /// identity in the lease and events).
+    /// Starts `berth run` with `config` (YAML text) against `kubeconfig`; `name` names its
+    /// files. Its identity in the lease is the host name plus a random suffix (see
+    /// [`Berth::identity`]), whatever the environment says: `POD_NAME` and `HOSTNAME` are
+    /// left out of it, as in a shell that does not export them.
     pub fn start(dir: &Path, name: &str, kubeconfig: &Path, config: &str) -> Berth {
         let config_path = dir.join(format!("{name}-config.yaml"));
         std::fs::write(&config_path, config).expect("config");
@@ -70,7 +72,8 @@ impl Berth {
             .arg(&config_path)
             .arg("--metrics-bind-address")
             .arg(format!("127.0.0.1:{metrics_port}"))
-            .env("POD_NAME", name)
+            .env_remove("POD_NAME")
+            .env_remove("HOSTNAME")
             .env("RUST_LOG", "info,kube=warn")
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).expect("log file"))
@@ -96,6 +99,39 @@ impl Berth {
             .filter(|l| l.starts_with(prefix))
             .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
             .sum()
+    }
+
+    /// Its identity in the lease, from its first log lines (waits up to 30 s for them).
+    pub fn identity(&self) -> String {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+            if let Some(id) = text
+                .split("identity=")
+                .nth(1)
+                .and_then(|rest| rest.split_whitespace().next())
+            {
+                return id.trim_matches('"').to_string();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{} logged no identity",
+                self.name
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Waits up to `within` for the process to exit; its status.
+    pub fn wait_exit(&mut self, within: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
     }
 
     /// The tail of its log.
