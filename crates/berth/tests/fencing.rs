@@ -24,8 +24,9 @@ use support::*;
 
 const RENEW_DEADLINE: Duration = Duration::from_secs(3);
 const LEASE_DURATION: Duration = Duration::from_secs(4);
-/// 8 nodes of 1 CPU, pods of 100m.
-const NODES: usize = 8;
+/// Nodes of 1 CPU, pods of 100m: room for 300, filled only near the end of the pod stream
+/// (one pod every 100 ms), so that every replica binds while it leads.
+const NODES: usize = 30;
 const CAPACITY: usize = NODES * 10;
 
 fn config() -> String {
@@ -60,7 +61,7 @@ async fn wait_holder(client: &kube::Client, id: &str, within: Duration, why: &dy
     }
 }
 
-/// Creates pods `from..to` in `ns`, one every 40 ms, as a stream the leader keeps binding.
+/// Creates pods `from..to` in `ns`, one every 100 ms, as a stream the leader keeps binding.
 fn trickle(
     client: &kube::Client,
     ns: &'static str,
@@ -75,7 +76,7 @@ fn trickle(
                 vec![perf_pod(ns, &format!("p{i:04}"), serde_json::json!({}))],
             )
             .await;
-            tokio::time::sleep(Duration::from_millis(40)).await;
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
     })
 }
@@ -185,7 +186,7 @@ fn a_starved_leader_stops_before_its_successor_starts_and_nothing_is_bound_twice
         }
 
         // Phase 1: the leader binds a stream of pods; its lease stays fresh meanwhile.
-        let creator = trickle(&client, "burst", 0, CAPACITY + 40);
+        let creator = trickle(&client, "burst", 0, CAPACITY + 60);
         wait_bound(&client, "burst", 15, Duration::from_secs(60), || {
             a.log_tail()
         })
@@ -233,11 +234,14 @@ fn a_starved_leader_stops_before_its_successor_starts_and_nothing_is_bound_twice
         assert_no_overcommit(&client).await;
         assert_eq!(bound(&client, "burst").await, CAPACITY);
         assert_eq!(proxies[1].stats().bindings, before);
-        let bindings: u64 = proxies.iter().map(|p| p.stats().bindings).sum();
-        assert_eq!(bindings, CAPACITY as u64, "accepted bindings vs bound pods");
         for (p, name) in proxies.iter().zip(["a", "b", "c"]) {
             eprintln!("{name}: {:?}", p.stats());
+            assert!(p.stats().bindings > 0, "{name} never bound while it led");
         }
+        let bindings: u64 = proxies.iter().map(|p| p.stats().bindings).sum();
+        assert_eq!(bindings, CAPACITY as u64, "accepted bindings vs bound pods");
+        let conflicts = c.metric("berth_api_requests_total{operation=\"bind\",code=\"409\"}");
+        assert_eq!(conflicts, 0.0, "409s on binding:\n{}", c.metrics());
         drop(c);
     });
 }
