@@ -45,6 +45,12 @@ impl Case {
         Self::new("basic-500", 500, 500, 1000, 0)
     }
 
+    /// The defaults case of issue 24: 500 nodes, 5,000 pods (a backlog: run it with
+    /// `--mode backlog --tuning defaults`), 100 init pods.
+    pub fn backlog_500() -> Self {
+        Self::new("backlog-500", 500, 100, 5000, 0)
+    }
+
     /// SchedulingBasic 5,000 nodes / 1,000 init pods / 5,000 pods.
     pub fn basic_5000() -> Self {
         Self::new("basic-5000", 5000, 1000, 5000, 0)

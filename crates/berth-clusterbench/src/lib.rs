@@ -25,5 +25,5 @@ pub mod workload;
 pub use case::Case;
 pub use error::Error;
 pub use run::{run_one, Mode, Outcome, RunConfig};
-pub use scheduler::{BerthOptions, Which};
+pub use scheduler::{BerthOptions, Tuning, Which};
 pub use workload::{Measured, Workload};

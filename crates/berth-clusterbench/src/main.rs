@@ -4,7 +4,9 @@
 use std::path::PathBuf;
 
 use anyhow::Context;
-use berth_clusterbench::{report, run_one, BerthOptions, Case, Mode, Outcome, RunConfig, Which};
+use berth_clusterbench::{
+    report, run_one, BerthOptions, Case, Mode, Outcome, RunConfig, Tuning, Which,
+};
 use clap::{Parser, ValueEnum};
 
 /// Scheduling throughput through a real kube-apiserver: kube-scheduler, then berth, each on
@@ -12,8 +14,8 @@ use clap::{Parser, ValueEnum};
 #[derive(Debug, Parser)]
 #[command(name = "berth-clusterbench", version, about, long_about = None)]
 struct Cli {
-    /// Which case: basic-500 (500 nodes / 500 init / 1,000 pods), basic-5000 (5,000 / 1,000 /
-    /// 5,000), reservations (basic-5000 with 1,000 Available reservations and half the pods
+    /// Which case: basic-500 (500 nodes / 500 init / 1,000 pods), backlog-500 (500 / 100 /
+    /// 5,000), basic-5000 (5,000 / 1,000 / 5,000), reservations (basic-5000 with 1,000 Available reservations and half the pods
     /// owners; berth only, compared with berth's basic-5000 run, which it runs too), or all.
     #[arg(long, value_enum, default_value_t = CaseArg::All)]
     case: CaseArg,
@@ -38,6 +40,10 @@ struct Cli {
     /// drains (backlog: the scheduler is measured, not the harness's create rate).
     #[arg(long, value_enum, default_value_t = ModeArg::Backlog)]
     mode: ModeArg,
+    /// Both schedulers tuned (qps/burst 5000, leader election off, as scheduler_perf) or on
+    /// their defaults (no clientConnection: qps 50 / burst 100; leader election on).
+    #[arg(long, value_enum, default_value_t = TuningArg::Tuned)]
+    tuning: TuningArg,
     /// Where the schedulers' configurations and logs are written.
     #[arg(long, value_name = "DIR", default_value = "target/clusterbench")]
     work_dir: PathBuf,
@@ -49,8 +55,16 @@ enum CaseArg {
     Basic500,
     #[value(name = "basic-5000")]
     Basic5000,
+    #[value(name = "backlog-500")]
+    Backlog500,
     Reservations,
     All,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum TuningArg {
+    Tuned,
+    Defaults,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -72,6 +86,7 @@ fn plan(case: CaseArg, sched: SchedArg) -> Vec<(Case, Which)> {
     let cases = match case {
         CaseArg::Basic500 => vec![Case::basic_500()],
         CaseArg::Basic5000 => vec![Case::basic_5000()],
+        CaseArg::Backlog500 => vec![Case::backlog_500()],
         CaseArg::Reservations => vec![Case::reservations()],
         CaseArg::All => vec![Case::basic_500(), Case::basic_5000(), Case::reservations()],
     };
@@ -148,6 +163,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         berth: BerthOptions {
             binary: cli.berth.clone(),
             max_binds_in_flight: cli.max_binds_in_flight,
+            tuning: match cli.tuning {
+                TuningArg::Tuned => Tuning::Tuned,
+                TuningArg::Defaults => Tuning::Defaults,
+            },
         },
         concurrency: cli.concurrency,
         work_dir: cli.work_dir.clone(),
@@ -157,6 +176,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     }
     println!("machine: {}", machine());
     println!("mode: {}", config.mode.name());
+    println!("settings: {}", config.berth.tuning.name());
     let mut outcomes: Vec<Outcome> = Vec::new();
     let rounds = cli.repeat.max(1);
     for (round, (case, which)) in (0..rounds).flat_map(|r| runs.iter().map(move |run| (r, run))) {

@@ -1,5 +1,7 @@
-//! The schedulers under test, as processes: `berth run` and kube-scheduler, each with
-//! `clientConnection` qps/burst 5000 and leader election off, logging to a file.
+//! The schedulers under test, as processes: `berth run` and kube-scheduler, logging to a
+//! file, both tuned (`clientConnection` qps/burst 5000, leader election off, as
+//! scheduler_perf runs kube-scheduler) or both on their defaults (no `clientConnection`: qps
+//! 50 / burst 100; leader election on), as a new user runs them.
 
 use std::fs::File;
 use std::io::{BufRead, BufReader};
@@ -35,13 +37,37 @@ impl Which {
     }
 }
 
-/// How to start berth.
+/// How both schedulers are configured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Tuning {
+    /// `clientConnection` qps/burst [`QPS`], leader election off.
+    #[default]
+    Tuned,
+    /// Their defaults: no `clientConnection` (qps 50 / burst 100), leader election on
+    /// (lease in kube-system). berth's only setting is the profile, `default-scheduler`
+    /// (named, as berth takes no pod of kube-scheduler's unless told).
+    Defaults,
+}
+
+impl Tuning {
+    /// The name in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Tuning::Tuned => "tuned (qps/burst 5000, no leader election)",
+            Tuning::Defaults => "defaults (qps 50 / burst 100, leader election on)",
+        }
+    }
+}
+
+/// How to start berth (and, for [`Tuning`], kube-scheduler too).
 #[derive(Debug, Clone)]
 pub struct BerthOptions {
     /// The `berth` binary.
     pub binary: PathBuf,
     /// `--max-binds-in-flight`.
     pub max_binds_in_flight: usize,
+    /// Both schedulers' settings.
+    pub tuning: Tuning,
 }
 
 /// A running scheduler process, killed when dropped.
@@ -64,7 +90,10 @@ impl SchedulerProcess {
         let kubeconfig = cluster.kubeconfig_path();
         let config_path = dir.join(format!("{}-config.yaml", which.name()));
         let log = dir.join(format!("{}.log", which.name()));
-        let mut client = json!({"qps": QPS, "burst": QPS});
+        let mut client = match berth.tuning {
+            Tuning::Tuned => json!({"qps": QPS, "burst": QPS}),
+            Tuning::Defaults => json!({}),
+        };
         let mut cmd = match which {
             Which::KubeScheduler => {
                 client["kubeconfig"] = json!(kubeconfig.to_string_lossy());
@@ -95,13 +124,25 @@ impl SchedulerProcess {
                 cmd
             }
         };
-        let config = json!({
+        let mut config = json!({
             "apiVersion": "kubescheduler.config.k8s.io/v1",
             "kind": "KubeSchedulerConfiguration",
-            "clientConnection": client,
-            "leaderElection": {"leaderElect": false},
             "profiles": [{"schedulerName": "default-scheduler"}],
         });
+        match berth.tuning {
+            Tuning::Tuned => {
+                config["clientConnection"] = client;
+                config["leaderElection"] = json!({"leaderElect": false});
+            }
+            Tuning::Defaults => {
+                // kube-scheduler reads its kubeconfig from here only; berth has the flag.
+                if client.as_object().is_some_and(|o| !o.is_empty()) {
+                    config["clientConnection"] = client;
+                }
+                config["leaderElection"] =
+                    json!({"leaderElect": true, "resourceNamespace": "kube-system"});
+            }
+        }
         let text = serde_json::to_string_pretty(&config).map_err(|source| Error::Json {
             context: "rendering the scheduler configuration".into(),
             source,

@@ -3,7 +3,9 @@
 
 use std::time::{Duration, Instant};
 
-use berth_clusterbench::{run::cluster_options, Case, Workload};
+use berth_clusterbench::{
+    run::cluster_options, run_one, BerthOptions, Case, Mode, RunConfig, Tuning, Which, Workload,
+};
 use berth_testcluster::TestCluster;
 
 #[test]
@@ -19,6 +21,7 @@ fn tiny_case_binds_every_pod_exactly_once() {
         let workload = Workload::new(cluster.client(), case.clone(), 50);
         workload.create_nodes().await.unwrap();
         let mut settings = berth_kube::Settings::builtin();
+        settings.profiles[0].scheduler_name = "default-scheduler".into();
         settings.client.qps = 0.0;
         let handle =
             berth_kube::driver::start(cluster.client(), berth_kube::RunOptions::new(settings))
@@ -61,6 +64,7 @@ fn tiny_backlog_is_drained_by_a_scheduler_started_after_it() {
         workload.create_nodes().await.unwrap();
         let options = || {
             let mut settings = berth_kube::Settings::builtin();
+            settings.profiles[0].scheduler_name = "default-scheduler".into();
             settings.client.qps = 0.0;
             berth_kube::RunOptions::new(settings)
         };
@@ -91,6 +95,87 @@ fn tiny_backlog_is_drained_by_a_scheduler_started_after_it() {
             .unwrap()
             .take()
             .expect("the scheduler was started");
+        handle.stop().await.unwrap();
+    });
+}
+
+/// The defaults mode (issue 24), tiny: kube-scheduler as the benchmark starts it on its
+/// defaults (no clientConnection, leader election on) drains a backlog, and so does berth
+/// on its defaults (qps 50 / burst 100, leader election on; in-process, as above), which
+/// takes its tokens for binds from the same bucket as its other writes and sends its events
+/// through a client of their own.
+#[test]
+fn tiny_backlog_on_both_schedulers_defaults() {
+    let case = Case::new("tiny-defaults", 20, 10, 50, 0);
+    let work_dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("tiny-defaults-{}", std::process::id()));
+    let config = RunConfig {
+        mode: Mode::Backlog,
+        berth: BerthOptions {
+            binary: "berth-not-needed".into(),
+            max_binds_in_flight: 256,
+            tuning: Tuning::Defaults,
+        },
+        concurrency: 50,
+        work_dir: work_dir.clone(),
+    };
+    let outcome = run_one(&case, Which::KubeScheduler, &config).unwrap();
+    assert_eq!(outcome.measured.pods, 50);
+    assert!(
+        outcome.measured.throughput.avg > 0.0,
+        "{:?}",
+        outcome.measured
+    );
+    let written = std::fs::read_to_string(
+        work_dir.join("tiny-defaults-kube-scheduler/kube-scheduler-config.yaml"),
+    )
+    .unwrap();
+    assert!(!written.contains("qps"), "{written}");
+    assert!(written.contains("\"leaderElect\": true"), "{written}");
+
+    let cluster = TestCluster::start_with(cluster_options()).unwrap();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let workload = Workload::new(cluster.client(), case.clone(), 50);
+        workload.create_nodes().await.unwrap();
+        let options = || {
+            // Nothing but the profile's name: qps 50 / burst 100, leader election on.
+            let mut settings = berth_kube::Settings::builtin();
+            settings.profiles[0].scheduler_name = "default-scheduler".into();
+            assert!(settings.leader_election.leader_elect);
+            assert_eq!(settings.client.qps, 50.0);
+            berth_kube::RunOptions::new(settings)
+        };
+        let first = berth_kube::driver::start(cluster.client(), options())
+            .await
+            .unwrap();
+        let mut alive = || Ok(());
+        workload.run_init(&mut alive).await.unwrap();
+        first.stop().await.unwrap();
+        let second = std::sync::Mutex::new(None);
+        let rt = tokio::runtime::Handle::current();
+        let mut start = || {
+            let handle = tokio::task::block_in_place(|| {
+                rt.block_on(async {
+                    let clients = berth_kube::client::connect_all(
+                        Some(&cluster.kubeconfig_path().display().to_string()),
+                        &berth_kube::settings::ClientConnection::default(),
+                    )
+                    .await?;
+                    berth_kube::driver::start(clients, options()).await
+                })
+            })
+            .map_err(|e| berth_clusterbench::Error::Check(e.to_string()))?;
+            *second.lock().unwrap() = Some(handle);
+            Ok(std::process::id())
+        };
+        let m = workload.run_backlog(&mut start, &mut alive).await.unwrap();
+        assert_eq!(m.pods, 50);
+        assert!(m.throughput.avg > 0.0, "{m:?}");
+        let handle = second.lock().unwrap().take().expect("started");
         handle.stop().await.unwrap();
     });
 }

@@ -259,5 +259,53 @@ fn berth_runs_with_only_the_rights_deploy_grants() {
         assert!(!metrics.contains("berth_watch_errors_total{"), "a watch failed:\n{metrics}");
         assert!(metrics.contains("scheduler_schedule_attempts_total{result=\"scheduled\",profile=\"berth\"}"), "{metrics}");
         handle.stop().await.expect("stop");
+
+        // A lease where deploy/'s Role grants nothing (kube-system, as a configuration
+        // without `leaderElection` used to get outside a pod): refused, `/readyz` fails
+        // with the reason, and the process ends after a bounded number of tries instead of
+        // standing by for ever.
+        let mut settings = deployed_settings();
+        settings.leader_election.resource_namespace = "kube-system".into();
+        settings.leader_election.lease_duration = Duration::from_secs(4);
+        settings.leader_election.renew_deadline = Duration::from_secs(3);
+        settings.leader_election.retry_period = Duration::from_millis(500);
+        let client = berth_kube::client::connect(
+            Some(&sa_kubeconfig.display().to_string()),
+            &ClientConnection::default(),
+        )
+        .await
+        .expect("client");
+        let mut options = RunOptions::new(settings);
+        options.metrics_addr = Some("127.0.0.1:0".parse().expect("addr"));
+        let mut handle = berth_kube::driver::start(client, options).await.expect("start");
+        let addr = handle
+            .wait_for(Duration::from_secs(60), |s| s.metrics_addr.is_some())
+            .await
+            .expect("serving")
+            .metrics_addr
+            .expect("addr");
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let (code, body) = http_get(addr, "/readyz").await;
+            if code == 503 && body.contains("refuses the lease") {
+                break;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "/readyz: {code} {body}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let started = tokio::time::Instant::now();
+        let ended = tokio::time::timeout(
+            Duration::from_secs(30),
+            handle.run_until(std::future::pending::<()>()),
+        )
+        .await
+        .expect("a refused lease ends berth run");
+        match ended {
+            Err(e @ berth_kube::Error::LeaseForbidden { .. }) => {
+                assert!(e.to_string().contains("kube-system/berth"), "{e}");
+            }
+            other => panic!("expected LeaseForbidden, got {other:?}"),
+        }
+        assert!(started.elapsed() < Duration::from_secs(15), "{:?}", started.elapsed());
     });
 }
