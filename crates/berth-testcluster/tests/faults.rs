@@ -366,3 +366,44 @@ async fn a_concurrent_burst_through_the_proxy_is_streamed_to_a_watch() {
         proxy.stats()
     );
 }
+
+/// `hold_paths`: matching requests hang unanswered (never forwarded) while the faults name
+/// them, the rest goes through; released, they fail (dropped); bindings are counted.
+#[tokio::test]
+async fn held_paths_hang_until_released_and_bindings_are_counted() {
+    let cluster = TestCluster::shared().unwrap();
+    let proxy = FaultProxy::start(
+        cluster,
+        Faults {
+            hold_paths: vec!["/configmaps".into()],
+            ..Faults::default()
+        },
+    )
+    .await
+    .unwrap();
+    let client = proxy.client().unwrap();
+    let held: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let namespaces: Api<Namespace> = Api::all(client);
+    let pending = tokio::spawn(async move { held.get_opt("anything").await });
+    // The rest passes while one request hangs.
+    namespaces.get("default").await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while proxy.stats().held == 0 {
+        assert!(Instant::now() < deadline, "{:?}", proxy.stats());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!pending.is_finished(), "a held request was answered");
+    let forwarded = proxy.stats().forwarded;
+    proxy.set_faults(Faults::none());
+    let answer = tokio::time::timeout(Duration::from_secs(10), pending)
+        .await
+        .expect("released")
+        .expect("task");
+    assert!(
+        answer.is_err(),
+        "a held request is dropped, not forwarded: {answer:?}"
+    );
+    assert_eq!(proxy.stats().forwarded, forwarded);
+    assert_eq!(proxy.stats().bindings, 0);
+}
