@@ -119,7 +119,10 @@ fn generate(seed: u64) -> Generated {
 type Outcome = BTreeMap<String, Result<(), String>>;
 
 async fn create_all(cluster: &TestCluster, gen: &Generated) {
-    cluster.create_namespace(NAMESPACE).await.expect("namespace");
+    cluster
+        .create_namespace(NAMESPACE)
+        .await
+        .expect("namespace");
     for n in &gen.nodes {
         let node: Node = serde_json::from_value(n.clone()).expect("node");
         cluster.create_node_with(node).await.expect("create node");
@@ -194,7 +197,10 @@ async fn with_kube_scheduler(gen: &Generated) -> Outcome {
     let config = cluster.dir().join("kube-scheduler-config.yaml");
     std::fs::write(
         &config,
-        KUBE_SCHEDULER_CONFIG.replace("KUBECONFIG", &cluster.kubeconfig_path().display().to_string()),
+        KUBE_SCHEDULER_CONFIG.replace(
+            "KUBECONFIG",
+            &cluster.kubeconfig_path().display().to_string(),
+        ),
     )
     .expect("config");
     let _scheduler = Reaped(
@@ -292,6 +298,9 @@ fn kube_scheduler_and_berth_leave_the_same_pods_unschedulable_with_the_same_mess
             !k.is_empty() && k.len() < gen.pods.len(),
             "seed {seed}: the generated cluster should leave some pods, not all, unschedulable: {k:#?}"
         );
-        assert_eq!(k, b, "seed {seed}: kube-scheduler (left) and berth (right) differ");
+        assert_eq!(
+            k, b,
+            "seed {seed}: kube-scheduler (left) and berth (right) differ"
+        );
     }
 }

@@ -524,8 +524,13 @@ fn resized(
         "initContainerStatuses",
         &c.name,
     )
-    .or_else(|| status_of(status.container_statuses.as_deref(), "containerStatuses", &c.name))
-    else {
+    .or_else(|| {
+        status_of(
+            status.container_statuses.as_deref(),
+            "containerStatuses",
+            &c.name,
+        )
+    }) else {
         return Ok(spec);
     };
     let Some(actuated) = cs.resources.as_ref() else {
@@ -533,10 +538,18 @@ fn resized(
     };
     let mut out = if infeasible { Named::default() } else { spec };
     if let Some(r) = actuated.requests.as_ref() {
-        out.max_with(&parse_list(r, &format!("{field}.resources.requests"), names)?);
+        out.max_with(&parse_list(
+            r,
+            &format!("{field}.resources.requests"),
+            names,
+        )?);
     }
     if let Some(a) = cs.allocated_resources.as_ref() {
-        out.max_with(&parse_list(a, &format!("{field}.allocatedResources"), names)?);
+        out.max_with(&parse_list(
+            a,
+            &format!("{field}.allocatedResources"),
+            names,
+        )?);
     }
     Ok(out)
 }
@@ -583,7 +596,11 @@ fn container_requests(
         amounts: r,
         names: 0,
     };
-    for (name, _) in requests.into_iter().flatten().chain(limits.into_iter().flatten()) {
+    for (name, _) in requests
+        .into_iter()
+        .flatten()
+        .chain(limits.into_iter().flatten())
+    {
         named.names |= 1 << names.intern(name)?.0;
     }
     Ok(named)
@@ -717,8 +734,10 @@ mod tests {
 
     fn pod_with(spec: serde_json::Value, status: serde_json::Value) -> Arc<Pod> {
         Arc::new(
-            serde_json::from_value(json!({"metadata": {"name": "p"}, "spec": spec, "status": status}))
-                .unwrap(),
+            serde_json::from_value(
+                json!({"metadata": {"name": "p"}, "spec": spec, "status": status}),
+            )
+            .unwrap(),
         )
     }
 
@@ -739,7 +758,10 @@ mod tests {
         assert_eq!(info.non_zero[ResourceId::CPU], 7100);
         // Memory is named nowhere: no request, and each container's scoring default.
         assert_eq!(info.requests[ResourceId::MEMORY], 0);
-        assert_eq!(info.non_zero[ResourceId::MEMORY], 2 * DEFAULT_MEMORY_REQUEST);
+        assert_eq!(
+            info.non_zero[ResourceId::MEMORY],
+            2 * DEFAULT_MEMORY_REQUEST
+        );
         assert_eq!(info.qos, QosClass::Burstable);
         // A resource the pod level does not name keeps the containers' sum, without
         // scoring defaults once some container names it.
@@ -831,10 +853,14 @@ mod tests {
         assert_eq!(cpu("1", plain, &mut names), 1000);
         // An infeasible resize: the spec's request does not count.
         let mut st = status("2", "2");
-        st["conditions"] = json!([{"type": "PodResizePending", "status": "True", "reason": "Infeasible"}]);
+        st["conditions"] =
+            json!([{"type": "PodResizePending", "status": "True", "reason": "Infeasible"}]);
         assert_eq!(cpu("8", st, &mut names), 2000);
         let err = PodInfo::new(
-            pod_with(json!({"containers": [container("1", "1Gi")]}), status("2", "-2")),
+            pod_with(
+                json!({"containers": [container("1", "1Gi")]}),
+                status("2", "-2"),
+            ),
             &mut names,
         )
         .unwrap_err();

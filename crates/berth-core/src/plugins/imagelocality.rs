@@ -63,10 +63,7 @@ fn node_image_names(node: &Node) -> impl Iterator<Item = (&str, i64)> {
         .iter()
         .flat_map(|img| {
             let size = img.size_bytes.unwrap_or(0);
-            img.names
-                .iter()
-                .flatten()
-                .map(move |n| (n.as_str(), size))
+            img.names.iter().flatten().map(move |n| (n.as_str(), size))
         })
 }
 
@@ -114,7 +111,11 @@ impl Plugin for ImageLocality {
         _nodes: &[NodeIdx],
     ) -> Status {
         let spec = pod.spec();
-        let containers = spec.init_containers.iter().flatten().chain(&spec.containers);
+        let containers = spec
+            .init_containers
+            .iter()
+            .flatten()
+            .chain(&spec.containers);
         let mut st = State {
             images: Vec::new(),
             containers: spec.containers.len() + spec.init_containers.as_ref().map_or(0, Vec::len),
@@ -201,8 +202,14 @@ mod tests {
         }
         let c = |i: &&str| json!({"name": "c", "image": i});
         let p = pod("p")
-            .spec("containers", json!(images.iter().map(c).collect::<Vec<_>>()))
-            .spec("initContainers", json!(init.iter().map(c).collect::<Vec<_>>()))
+            .spec(
+                "containers",
+                json!(images.iter().map(c).collect::<Vec<_>>()),
+            )
+            .spec(
+                "initContainers",
+                json!(init.iter().map(c).collect::<Vec<_>>()),
+            )
             .build_info();
         let mut st = CycleState::default();
         let order: Vec<NodeIdx> = cx.node_order().to_vec();
@@ -233,10 +240,7 @@ mod tests {
         // 100 * ((40M + 300M)/2 - 23M) / (1000M * 2 - 23M) = 7.
         assert_eq!(scores(&two, &[], &["gcr.io/40", "gcr.io/300"]), vec![7, 0]);
         // Init containers count too: 100 * (300M/2 - 23M) / (1000M * 2 - 23M) = 6.
-        assert_eq!(
-            scores(&two, &["gcr.io/300"], &["gcr.io/30"]),
-            vec![6, 0]
-        );
+        assert_eq!(scores(&two, &["gcr.io/300"], &["gcr.io/30"]), vec![6, 0]);
         let n60040900 = json!([
             {"names": ["gcr.io/600:latest"], "sizeBytes": 600 * MB},
             {"names": ["gcr.io/40:latest"], "sizeBytes": 40 * MB},
@@ -267,13 +271,17 @@ mod tests {
     #[test]
     fn counts_follow_nodes_coming_and_going() {
         let mut cx = Cluster::default();
-        let imgs = json!([{"names": ["a:1", "a:1"], "sizeBytes": 1}, {"names": ["a:1"], "sizeBytes": 1}]);
+        let imgs =
+            json!([{"names": ["a:1", "a:1"], "sizeBytes": 1}, {"names": ["a:1"], "sizeBytes": 1}]);
         cx.apply_node(with_images("n1", imgs.clone())).unwrap();
         cx.apply_node(with_images("n2", imgs)).unwrap();
         assert_eq!(cx.images.nodes_with("a:1"), 2);
         // An update replaces the node's images.
-        cx.apply_node(with_images("n2", json!([{"names": ["b:1"], "sizeBytes": 1}])))
-            .unwrap();
+        cx.apply_node(with_images(
+            "n2",
+            json!([{"names": ["b:1"], "sizeBytes": 1}]),
+        ))
+        .unwrap();
         assert_eq!(cx.images.nodes_with("a:1"), 1);
         assert_eq!(cx.images.nodes_with("b:1"), 1);
         cx.delete_node("n1");

@@ -307,8 +307,14 @@ mod tests {
                 Some(taint) => {
                     assert_eq!(got.code(), Code::UnschedulableAndUnresolvable, "{}", c.name);
                     assert_eq!(got.reasons(), [ERR_REASON_UNTOLERATED], "{}", c.name);
-                    let found = find_untolerated(&n.taints, pod_tolerations(&p), is_do_not_schedule);
-                    assert_eq!(found.map(describe_taint).as_deref(), Some(taint), "{}", c.name);
+                    let found =
+                        find_untolerated(&n.taints, pod_tolerations(&p), is_do_not_schedule);
+                    assert_eq!(
+                        found.map(describe_taint).as_deref(),
+                        Some(taint),
+                        "{}",
+                        c.name
+                    );
                 }
             }
         }
