@@ -126,6 +126,10 @@ pub struct Rejection {
     /// Said only when the pods nominated to the node (by an earlier preemption) are counted.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub with_nominated_pods: bool,
+    /// What the reasons leave unsaid: the taint TaintToleration's reason no longer names
+    /// since kube-scheduler 1.35 (`untolerated taint {key: value}`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
 }
 
 /// One score plugin on one feasible node.
@@ -363,7 +367,16 @@ fn rejection(plugin: &str, point: &'static str, st: &Status, nominated: bool) ->
         code: code_name(st.code()),
         reasons: st.reasons().iter().map(|r| r.to_string()).collect(),
         with_nominated_pods: nominated,
+        detail: None,
     }
+}
+
+/// The taint `pod` does not tolerate on `node`, as [`Rejection::detail`] says it.
+fn untolerated_detail(pod: &PodInfo, node: &NodeInfo) -> Option<String> {
+    use crate::plugins::tainttoleration::{describe_taint, find_untolerated, is_do_not_schedule};
+    let tolerations = pod.spec().tolerations.as_deref().unwrap_or(&[]);
+    find_untolerated(&node.taints, tolerations, is_do_not_schedule)
+        .map(|t| format!("untolerated taint {}", describe_taint(t)))
 }
 
 /// PreFilter, Filter on every node, Score on the feasible ones, then reservations, NUMA and
@@ -411,6 +424,7 @@ fn evaluate(s: &Scheduler, prof_idx: usize, pod: &Arc<PodInfo>, now: Time, out: 
                         state.subset_plugins.join(" ")
                     )],
                     with_nominated_pods: false,
+                    detail: None,
                 });
             }
         }
@@ -423,13 +437,21 @@ fn evaluate(s: &Scheduler, prof_idx: usize, pod: &Arc<PodInfo>, now: Time, out: 
             if let Some(w) = &with {
                 let st = p.filter(cx, &state, pod, w);
                 if !st.is_success() {
-                    rejections.push(rejection(p.name(), "Filter", &st, true));
+                    let mut r = rejection(p.name(), "Filter", &st, true);
+                    if p.name() == crate::plugins::names::TAINT_TOLERATION {
+                        r.detail = untolerated_detail(pod, node);
+                    }
+                    rejections.push(r);
                     continue;
                 }
             }
             let st = p.filter(cx, &state, pod, node);
             if !st.is_success() {
-                rejections.push(rejection(p.name(), "Filter", &st, false));
+                let mut r = rejection(p.name(), "Filter", &st, false);
+                if p.name() == crate::plugins::names::TAINT_TOLERATION {
+                    r.detail = untolerated_detail(pod, node);
+                }
+                rejections.push(r);
             }
         }
         if rejections.is_empty() {

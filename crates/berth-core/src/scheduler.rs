@@ -884,6 +884,11 @@ impl Scheduler {
                     if let (true, PodState::Assumed, Some(idx)) = (discard, p.state, node) {
                         self.requeue(now, ClusterEvent::topology(idx));
                     }
+                    // An in-place resize that shrank what the pod holds frees room, as a
+                    // pod leaving would (kube-scheduler's `UpdatePodScaleDown`).
+                    if !p.info.requests.le(&info.requests) {
+                        self.requeue(now, ClusterEvent::assigned_pod_deleted(node));
+                    }
                 }
                 (held, holds) => {
                     if let Some(p) = held {

@@ -155,6 +155,10 @@ fn rejection_lines(out: &mut String, indent: &str, n: &NodeExplanation) {
             },
             r.reasons.join("; ")
         );
+        if let Some(d) = &r.detail {
+            out.truncate(out.len() - 1);
+            let _ = writeln!(out, " ({d})");
+        }
     }
 }
 

@@ -190,6 +190,15 @@ fn a_single_numa_node_policy_takes_every_cpu_from_one_numa_node() {
 }
 
 #[test]
+fn pod_level_requests_are_the_cpus_taken_from_one_numa_node() {
+    let sim = run("tests/scenarios/cpuset/pod-level-resources.yaml");
+    assert_eq!(pod_cpus(&sim, "a").as_deref(), Some("0,4"));
+    assert_eq!(pod_cpus(&sim, "b").as_deref(), Some("2-3,6-7"));
+    assert_eq!(pod_cpus(&sim, "c"), None);
+    assert_no_cpu_held_twice(&sim);
+}
+
+#[test]
 fn the_agent_publishes_cpu_topology_for_a_node_declaring_its_layout() {
     let sim = run("tests/scenarios/cpuset/agent-layout.yaml");
     let nrt = sim.store().nrt("big").expect("the agent wrote big's NRT");

@@ -123,6 +123,8 @@ pub struct Cluster {
     /// How many nodes carry a PreferNoSchedule taint: while none does, TaintToleration
     /// scores every node 0 without looking at any.
     soft_tainted: usize,
+    /// How many nodes list each image (ImageLocality's spread).
+    pub images: crate::plugins::imagelocality::ImageCounts,
 }
 
 impl Cluster {
@@ -133,7 +135,12 @@ impl Cluster {
             self.changes.record(idx);
             if let Some(info) = self.nodes[idx.index()].as_mut() {
                 let was = usize::from(info.has_prefer_no_schedule_taint());
+                let old = info.node.clone();
                 let set = info.set_node(node, &mut self.names);
+                // The images of whatever object the node now holds (a refused update
+                // keeps the old one).
+                self.images.count(&old, false);
+                self.images.count(&info.node, true);
                 self.soft_tainted =
                     self.soft_tainted + usize::from(info.has_prefer_no_schedule_taint()) - was;
                 set?;
@@ -145,6 +152,7 @@ impl Cluster {
             .pop()
             .unwrap_or(NodeIdx(self.nodes.len() as u32));
         let info = NodeInfo::new(idx, node, &mut self.names)?;
+        self.images.count(&info.node, true);
         self.soft_tainted += usize::from(info.has_prefer_no_schedule_taint());
         self.changes.record(idx);
         if idx.index() == self.nodes.len() {
@@ -173,6 +181,7 @@ impl Cluster {
     pub fn delete_node(&mut self, name: &str) -> Option<NodeInfo> {
         let idx = self.node_ids.remove(name)?;
         let info = self.nodes[idx.index()].take()?;
+        self.images.count(&info.node, false);
         self.soft_tainted -= usize::from(info.has_prefer_no_schedule_taint());
         self.changes.record(idx);
         self.order.retain(|i| *i != idx);

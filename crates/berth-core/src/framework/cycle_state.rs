@@ -38,6 +38,8 @@ pub struct CycleState {
     pub pod_topology_spread: Option<Box<plugins::podtopologyspread::State>>,
     /// PodTopologySpread's PreScore state.
     pub pod_topology_spread_score: Option<Box<plugins::podtopologyspread::ScoreState>>,
+    /// ImageLocality's PreScore state.
+    pub image_locality: Option<Box<plugins::imagelocality::State>>,
     /// Reservation.
     pub reservation: Option<Box<plugins::reservation::State>>,
     /// NodeResourceTopologyMatch.

@@ -22,7 +22,7 @@ pub struct Diagnosis {
     reasons: ReasonCounts,
     /// Message of a PreFilter rejection (then per-node reasons are empty).
     pub pre_filter_msg: Option<String>,
-    /// Message of PostFilter (preemption), appended last.
+    /// Message of PostFilter (preemption), appended last, as the plugins worded it.
     pub post_filter_msg: Option<String>,
     /// Plugins that rejected the pod, for queueing decisions.
     pub unschedulable_plugins: Vec<&'static str>,
@@ -79,7 +79,7 @@ impl Diagnosis {
         self.nodes_rejected = 0;
     }
 
-    /// `0/N nodes are available: 2 Insufficient cpu, 1 node(s) had untolerated taint {k: v}.`
+    /// `0/N nodes are available: 1 node(s) had untolerated taint(s), 2 Insufficient cpu.`
     /// Reasons are "count reason" strings sorted as strings, as kube-scheduler's `FitError`
     /// sorts them.
     pub fn render(&self, num_all_nodes: usize) -> String {
@@ -100,8 +100,11 @@ impl Diagnosis {
                 msg.push_str(&format!(" {}.", parts.join(", ")));
             }
         }
+        // kube-scheduler appends PostFilter's message after a space, as its plugins worded
+        // it (`FitError.Error`).
         if let Some(post) = &self.post_filter_msg {
-            msg.push_str(&format!(" {post}."));
+            msg.push(' ');
+            msg.push_str(post);
         }
         msg
     }
@@ -116,12 +119,10 @@ mod tests {
         let mut d = Diagnosis::default();
         d.add(&Status::unschedulable("Insufficient cpu"));
         d.add(&Status::unschedulable("Insufficient cpu"));
-        d.add(&Status::unresolvable(
-            "node(s) had untolerated taint {k: v}",
-        ));
+        d.add(&Status::unresolvable("node(s) had untolerated taint(s)"));
         assert_eq!(
             d.render(3),
-            "0/3 nodes are available: 1 node(s) had untolerated taint {k: v}, 2 Insufficient cpu."
+            "0/3 nodes are available: 1 node(s) had untolerated taint(s), 2 Insufficient cpu."
         );
     }
 
@@ -140,7 +141,7 @@ mod tests {
         let d = Diagnosis {
             pre_filter_msg: Some("node(s) didn't satisfy plugin(s) [NodeAffinity]".into()),
             post_filter_msg: Some(
-                "preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling"
+                "preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling."
                     .into(),
             ),
             ..Diagnosis::default()

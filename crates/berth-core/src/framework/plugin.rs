@@ -102,8 +102,10 @@ pub struct PostFilterResult {
     pub nomination: Nomination,
     /// Pods to evict (with [`Nomination::Node`]), most important first.
     pub victims: Vec<crate::object::ObjectKey>,
-    /// The message appended to the FitError (`preemption: ...`, without the final period
-    /// the FitError adds).
+    /// The message appended to the FitError after a space, as the plugin words it
+    /// (DefaultPreemption's `preemption: 0/3 nodes are available: ... .` ends with a period,
+    /// Koordinator's reservation counts do not); several plugins' messages are joined with
+    /// `, ` as kube-scheduler's `RunPostFilterPlugins` joins their reasons.
     pub message: Option<String>,
     /// With [`Nomination::Node`]: hold the freed capacity for the pod with a reservation it
     /// owns, living this many milliseconds (reservation-backed preemption).

@@ -2,7 +2,8 @@
 
 use std::sync::{Arc, OnceLock};
 
-use berth_api::k8s_openapi::api::core::v1::{Container, Pod};
+use berth_api::k8s_openapi::api::core::v1::{Container, ContainerStatus, Pod, PodSpec};
+use berth_api::k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use berth_api::quantity::{ParsedQuantity, QuantityError};
 use smallvec::SmallVec;
 
@@ -134,51 +135,22 @@ impl PodInfo {
             meta.name.as_deref().unwrap_or(""),
         );
         let spec = pod.spec.as_ref();
-        let mut requests = Resources::ZERO;
-        let mut non_zero = Resources::ZERO;
-        let mut sidecars = Resources::ZERO;
-        let mut sidecars_nz = Resources::ZERO;
-        let mut init_peak = Resources::ZERO;
-        let mut init_peak_nz = Resources::ZERO;
         let mut host_ports = SmallVec::new();
         let mut qos = QosState::default();
-        if let Some(spec) = spec {
-            for (i, c) in spec.containers.iter().enumerate() {
-                let (r, nz) =
-                    container_requests(c, &format!("spec.containers[{i}]"), names, &mut qos)?;
-                requests.add(&r);
-                non_zero.add(&nz);
-                collect_ports(c, &mut host_ports);
-            }
-            for (i, c) in spec.init_containers.iter().flatten().enumerate() {
-                let (r, nz) =
-                    container_requests(c, &format!("spec.initContainers[{i}]"), names, &mut qos)?;
-                if c.restart_policy.as_deref() == Some("Always") {
-                    sidecars.add(&r);
-                    sidecars_nz.add(&nz);
-                    init_peak = init_peak.max(&sidecars);
-                    init_peak_nz = init_peak_nz.max(&sidecars_nz);
+        let (requests, non_zero) = match spec {
+            Some(spec) => {
+                for c in &spec.containers {
                     collect_ports(c, &mut host_ports);
-                } else {
-                    let mut step = r;
-                    step.add(&sidecars);
-                    init_peak = init_peak.max(&step);
-                    let mut step = nz;
-                    step.add(&sidecars_nz);
-                    init_peak_nz = init_peak_nz.max(&step);
                 }
+                for c in spec.init_containers.iter().flatten() {
+                    if c.restart_policy.as_deref() == Some("Always") {
+                        collect_ports(c, &mut host_ports);
+                    }
+                }
+                pod_requests(&pod, spec, names, &mut qos)?
             }
-            requests.add(&sidecars);
-            non_zero.add(&sidecars_nz);
-            requests = requests.max(&init_peak);
-            non_zero = non_zero.max(&init_peak_nz);
-            for (name, q) in spec.overhead.iter().flatten() {
-                let v = parse_amount(name, &q.0, &format!("spec.overhead[{name}]"))?;
-                let id = names.intern(name)?;
-                requests[id] += v;
-                non_zero[id] += v;
-            }
-        }
+            None => (Resources::ZERO, Resources::ZERO),
+        };
         let status_phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
         let priority = spec.and_then(|s| s.priority).unwrap_or(0);
         Ok(Self {
@@ -265,11 +237,15 @@ struct QosState {
     any: bool,
     all_guaranteed: bool,
     seen: bool,
+    /// With `spec.resources`, only the pod level decides.
+    pod_level: Option<QosClass>,
 }
 
 impl QosState {
     fn class(&self) -> QosClass {
-        if !self.any {
+        if let Some(class) = self.pod_level {
+            class
+        } else if !self.any {
             QosClass::BestEffort
         } else if self.seen && self.all_guaranteed {
             QosClass::Guaranteed
@@ -279,12 +255,311 @@ impl QosState {
     }
 }
 
+/// Amounts with the names a resource list carries: kube's lists are maps, and a named zero
+/// is not an absent name (scoring defaults apply only to absent ones, and a pod-level
+/// request replaces the containers' sum only for the names it carries).
+#[derive(Debug, Clone, Copy, Default)]
+struct Named {
+    amounts: Resources,
+    /// Bit `i`: slot `i` is named.
+    names: u32,
+}
+
+impl Named {
+    fn set(&mut self, id: ResourceId, v: i64) {
+        self.amounts[id] = v;
+        self.names |= 1 << id.0;
+    }
+
+    fn has(&self, id: ResourceId) -> bool {
+        self.names & (1 << id.0) != 0
+    }
+
+    /// kube's `maxResourceList`: every name of `other`, at the larger amount.
+    fn max_with(&mut self, other: &Named) {
+        for id in ResourceId::in_mask(other.names) {
+            if !self.has(id) || other.amounts[id] > self.amounts[id] {
+                self.set(id, other.amounts[id]);
+            }
+        }
+    }
+
+    /// With kube-scheduler's scoring defaults (100m CPU, 200Mi memory) for cpu and memory
+    /// where this list does not name them (`NonMissingContainerRequests`).
+    fn non_zero(&self) -> Resources {
+        let mut nz = self.amounts;
+        if !self.has(ResourceId::CPU) {
+            nz[ResourceId::CPU] = DEFAULT_MILLI_CPU_REQUEST;
+        }
+        if !self.has(ResourceId::MEMORY) {
+            nz[ResourceId::MEMORY] = DEFAULT_MEMORY_REQUEST;
+        }
+        nz
+    }
+}
+
+/// Parses a resource list (a status one) into named amounts.
+fn parse_list(
+    list: &std::collections::BTreeMap<String, Quantity>,
+    field: &str,
+    names: &mut ResourceNames,
+) -> Result<Named, PodError> {
+    let mut out = Named::default();
+    for (name, q) in list {
+        let v = parse_amount(name, &q.0, &format!("{field}[{name}]"))?;
+        out.set(names.intern(name)?, v);
+    }
+    Ok(out)
+}
+
+/// The pod's request as kube-scheduler 1.35 reads it (component-helpers' `PodRequests`
+/// with pod-level resources and in-place resize on, as `PodInfo.CalculateResource` calls
+/// it): the containers' sum (sidecars added, the largest init step as a floor), each
+/// container at the larger of its spec and what its status says is allocated while a
+/// resize is in progress; then pod-level requests (`spec.resources`) in place of that sum
+/// for the resources they name; then the overhead. The second vector is the same with the
+/// scoring defaults for containers that request no cpu or memory (only where neither the
+/// pod level nor any container names it, when pod-level requests are set).
+fn pod_requests(
+    pod: &Pod,
+    spec: &PodSpec,
+    names: &mut ResourceNames,
+    qos: &mut QosState,
+) -> Result<(Resources, Resources), PodError> {
+    let infeasible = resize_infeasible(pod);
+    let mut requests = Resources::ZERO;
+    let mut non_zero = Resources::ZERO;
+    let mut named = 0u32;
+    for (i, c) in spec.containers.iter().enumerate() {
+        let r = container_requests(c, &format!("spec.containers[{i}]"), names, qos)?;
+        let r = resized(pod, c, r, infeasible, names)?;
+        named |= r.names;
+        requests.add(&r.amounts);
+        non_zero.add(&r.non_zero());
+    }
+    let mut sidecars = Resources::ZERO;
+    let mut sidecars_nz = Resources::ZERO;
+    let mut init_peak = Resources::ZERO;
+    let mut init_peak_nz = Resources::ZERO;
+    for (i, c) in spec.init_containers.iter().flatten().enumerate() {
+        let r = container_requests(c, &format!("spec.initContainers[{i}]"), names, qos)?;
+        let sidecar = c.restart_policy.as_deref() == Some("Always");
+        let r = if sidecar {
+            resized(pod, c, r, infeasible, names)?
+        } else {
+            r
+        };
+        named |= r.names;
+        let nz = r.non_zero();
+        if sidecar {
+            sidecars.add(&r.amounts);
+            sidecars_nz.add(&nz);
+            init_peak = init_peak.max(&sidecars);
+            init_peak_nz = init_peak_nz.max(&sidecars_nz);
+        } else {
+            let mut step = r.amounts;
+            step.add(&sidecars);
+            init_peak = init_peak.max(&step);
+            let mut step = nz;
+            step.add(&sidecars_nz);
+            init_peak_nz = init_peak_nz.max(&step);
+        }
+    }
+    requests.add(&sidecars);
+    non_zero.add(&sidecars_nz);
+    requests = requests.max(&init_peak);
+    non_zero = non_zero.max(&init_peak_nz);
+    let mut overhead = Named::default();
+    for (name, q) in spec.overhead.iter().flatten() {
+        let v = parse_amount(name, &q.0, &format!("spec.overhead[{name}]"))?;
+        overhead.set(names.intern(name)?, v);
+    }
+    let pod_level = pod_level_requests(spec, &requests, named, names)?;
+    qos.pod_level = pod_level_qos(spec, &pod_level, names)?;
+    if pod_level.names != 0 {
+        // Defaults only for what neither the pod level, a container nor the overhead
+        // names (`getNonMissingContainerRequests`).
+        let all_named = named | pod_level.names | overhead.names;
+        let defaulted = non_zero;
+        for id in ResourceId::in_mask(pod_level.names) {
+            requests[id] = pod_level.amounts[id];
+        }
+        non_zero = requests;
+        for id in [ResourceId::CPU, ResourceId::MEMORY] {
+            if all_named & (1 << id.0) == 0 {
+                non_zero[id] = defaulted[id];
+            }
+        }
+    }
+    requests.add(&overhead.amounts);
+    non_zero.add(&overhead.amounts);
+    Ok((requests, non_zero))
+}
+
+/// Whether kube's pod-level resources cover `name` (`IsSupportedPodLevelResource`).
+fn is_pod_level_resource(name: &str) -> bool {
+    name == "cpu" || name == "memory" || name.starts_with("hugepages-")
+}
+
+/// The pod-level requests, as the API server defaults them (`defaultPodRequests`: with
+/// pod-level limits, a resource the containers request defaults to their sum (cpu and
+/// memory, which may be overcommitted), any other limited one to its limit). Only the
+/// resources pod-level resources support count, as in `PodRequests`.
+fn pod_level_requests(
+    spec: &PodSpec,
+    containers: &Resources,
+    containers_named: u32,
+    names: &mut ResourceNames,
+) -> Result<Named, PodError> {
+    let mut out = Named::default();
+    let Some(res) = spec.resources.as_ref() else {
+        return Ok(out);
+    };
+    for (name, q) in res.requests.iter().flatten() {
+        if is_pod_level_resource(name) {
+            let v = parse_amount(name, &q.0, &format!("spec.resources.requests[{name}]"))?;
+            out.set(names.intern(name)?, v);
+        }
+    }
+    let limits = res.limits.as_ref().filter(|l| !l.is_empty());
+    if limits.is_some() {
+        for id in [ResourceId::CPU, ResourceId::MEMORY] {
+            if containers_named & (1 << id.0) != 0 && !out.has(id) {
+                out.set(id, containers[id]);
+            }
+        }
+    }
+    for (name, q) in limits.into_iter().flatten() {
+        if is_pod_level_resource(name) {
+            let v = parse_amount(name, &q.0, &format!("spec.resources.limits[{name}]"))?;
+            let id = names.intern(name)?;
+            if !out.has(id) {
+                out.set(id, v);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The QoS class of a pod with `spec.resources` (`ComputePodQOS`: then only the pod-level
+/// cpu and memory count); `None` when it has none.
+fn pod_level_qos(
+    spec: &PodSpec,
+    requests: &Named,
+    names: &mut ResourceNames,
+) -> Result<Option<QosClass>, PodError> {
+    let Some(res) = spec.resources.as_ref() else {
+        return Ok(None);
+    };
+    let cpu_mem = [ResourceId::CPU, ResourceId::MEMORY];
+    let mut limits = Named::default();
+    for (name, q) in res.limits.iter().flatten() {
+        if name == "cpu" || name == "memory" {
+            let v = parse_amount(name, &q.0, &format!("spec.resources.limits[{name}]"))?;
+            if v > 0 {
+                limits.set(names.intern(name)?, v);
+            }
+        }
+    }
+    let positive = |n: &Named, id: ResourceId| n.has(id) && n.amounts[id] > 0;
+    let any = cpu_mem
+        .iter()
+        .any(|id| positive(requests, *id) || positive(&limits, *id));
+    if !any {
+        return Ok(Some(QosClass::BestEffort));
+    }
+    // Guaranteed: cpu and memory limits, and requests equal to them.
+    let guaranteed = cpu_mem.iter().all(|id| {
+        positive(&limits, *id)
+            && positive(requests, *id)
+            && requests.amounts[*id] == limits.amounts[*id]
+    });
+    Ok(Some(if guaranteed {
+        QosClass::Guaranteed
+    } else {
+        QosClass::Burstable
+    }))
+}
+
+/// Whether the pod's `PodResizePending` condition says `Infeasible`: then the spec's
+/// (refused) requests do not count (`IsPodResizeInfeasible`).
+fn resize_infeasible(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.type_ == "PodResizePending"))
+        .is_some_and(|c| c.reason.as_deref() == Some("Infeasible"))
+}
+
+/// The status of the container named `name` in `list`, with its field path.
+fn status_of<'a>(
+    list: Option<&'a [ContainerStatus]>,
+    field: &str,
+    name: &str,
+) -> Option<(String, &'a ContainerStatus)> {
+    list?
+        .iter()
+        .enumerate()
+        .find(|(_, s)| s.name == name)
+        .map(|(i, s)| (format!("status.{field}[{i}]"), s))
+}
+
+/// A container's request while it may be being resized in place (`determineEffectiveRequests`):
+/// once its status reports resources, the larger of the spec, the actuated
+/// (`status.containerStatuses[].resources.requests`) and the allocated
+/// (`allocatedResources`) amounts, per resource.
+fn resized(
+    pod: &Pod,
+    c: &Container,
+    spec: Named,
+    infeasible: bool,
+    names: &mut ResourceNames,
+) -> Result<Named, PodError> {
+    let Some(status) = pod.status.as_ref() else {
+        return Ok(spec);
+    };
+    // kube indexes app then init container statuses by name, init ones last (winning).
+    let Some((field, cs)) = status_of(
+        status.init_container_statuses.as_deref(),
+        "initContainerStatuses",
+        &c.name,
+    )
+    .or_else(|| {
+        status_of(
+            status.container_statuses.as_deref(),
+            "containerStatuses",
+            &c.name,
+        )
+    }) else {
+        return Ok(spec);
+    };
+    let Some(actuated) = cs.resources.as_ref() else {
+        return Ok(spec);
+    };
+    let mut out = if infeasible { Named::default() } else { spec };
+    if let Some(r) = actuated.requests.as_ref() {
+        out.max_with(&parse_list(
+            r,
+            &format!("{field}.resources.requests"),
+            names,
+        )?);
+    }
+    if let Some(a) = cs.allocated_resources.as_ref() {
+        out.max_with(&parse_list(
+            a,
+            &format!("{field}.allocatedResources"),
+            names,
+        )?);
+    }
+    Ok(out)
+}
+
 fn container_requests(
     c: &Container,
     field: &str,
     names: &mut ResourceNames,
     qos: &mut QosState,
-) -> Result<(Resources, Resources), PodError> {
+) -> Result<Named, PodError> {
     let mut r = Resources::ZERO;
     let res = c.resources.as_ref();
     let requests = res.and_then(|r| r.requests.as_ref());
@@ -314,20 +589,21 @@ fn container_requests(
     } else {
         qos.all_guaranteed &= guaranteed;
     }
-    // Defaults apply to a request that is absent, not to an explicit zero
-    // (kube-scheduler's `GetNonzeroRequestForResource`).
-    let present = |name: &str| {
-        requests.is_some_and(|m| m.contains_key(name))
-            || limits.is_some_and(|m| m.contains_key(name))
+    // Every name the container lists counts as requested (the API server copies a limit
+    // into a missing request), even at zero: scoring defaults apply only to absent ones
+    // (kube-scheduler's `NonMissingContainerRequests`).
+    let mut named = Named {
+        amounts: r,
+        names: 0,
     };
-    let mut nz = r;
-    if !present("cpu") {
-        nz[ResourceId::CPU] = DEFAULT_MILLI_CPU_REQUEST;
+    for (name, _) in requests
+        .into_iter()
+        .flatten()
+        .chain(limits.into_iter().flatten())
+    {
+        named.names |= 1 << names.intern(name)?.0;
     }
-    if !present("memory") {
-        nz[ResourceId::MEMORY] = DEFAULT_MEMORY_REQUEST;
-    }
-    Ok((r, nz))
+    Ok(named)
 }
 
 fn collect_ports(c: &Container, out: &mut SmallVec<[HostPort; 2]>) {
@@ -453,6 +729,144 @@ mod tests {
             err.to_string()
                 .starts_with("spec.containers[0].resources.requests[memory]:"),
             "{err}"
+        );
+    }
+
+    fn pod_with(spec: serde_json::Value, status: serde_json::Value) -> Arc<Pod> {
+        Arc::new(
+            serde_json::from_value(
+                json!({"metadata": {"name": "p"}, "spec": spec, "status": status}),
+            )
+            .unwrap(),
+        )
+    }
+
+    #[test]
+    fn pod_level_requests_replace_the_containers_sum_for_what_they_name() {
+        let mut names = ResourceNames::default();
+        // Containers without requests: the pod level alone counts, overhead on top.
+        let info = PodInfo::new(
+            pod(json!({
+                "containers": [{"name": "a"}, {"name": "b"}],
+                "resources": {"requests": {"cpu": "7"}},
+                "overhead": {"cpu": "100m"},
+            })),
+            &mut names,
+        )
+        .unwrap();
+        assert_eq!(info.requests[ResourceId::CPU], 7100);
+        assert_eq!(info.non_zero[ResourceId::CPU], 7100);
+        // Memory is named nowhere: no request, and each container's scoring default.
+        assert_eq!(info.requests[ResourceId::MEMORY], 0);
+        assert_eq!(
+            info.non_zero[ResourceId::MEMORY],
+            2 * DEFAULT_MEMORY_REQUEST
+        );
+        assert_eq!(info.qos, QosClass::Burstable);
+        // A resource the pod level does not name keeps the containers' sum, without
+        // scoring defaults once some container names it.
+        let info = PodInfo::new(
+            pod(json!({
+                "containers": [container("1", "1Gi"), {"name": "b"}],
+                "resources": {"requests": {"cpu": "3"}},
+            })),
+            &mut names,
+        )
+        .unwrap();
+        assert_eq!(info.requests[ResourceId::CPU], 3000);
+        assert_eq!(info.requests[ResourceId::MEMORY], 1 << 30);
+        assert_eq!(info.non_zero[ResourceId::MEMORY], 1 << 30);
+        // Unsupported names at the pod level are ignored, as PodRequests ignores them.
+        let info = PodInfo::new(
+            pod(json!({
+                "containers": [container("1", "1Gi")],
+                "resources": {"requests": {"ephemeral-storage": "1Gi"}},
+            })),
+            &mut names,
+        )
+        .unwrap();
+        assert_eq!(info.requests[ResourceId::CPU], 1000);
+        assert_eq!(info.requests[ResourceId::EPHEMERAL_STORAGE], 0);
+    }
+
+    #[test]
+    fn pod_level_limits_default_the_pod_level_requests_and_decide_qos() {
+        let mut names = ResourceNames::default();
+        let info = PodInfo::new(
+            pod(json!({
+                "containers": [{"name": "a"}],
+                "resources": {"limits": {"cpu": "2", "memory": "1Gi"}},
+            })),
+            &mut names,
+        )
+        .unwrap();
+        assert_eq!(info.requests[ResourceId::CPU], 2000);
+        assert_eq!(info.requests[ResourceId::MEMORY], 1 << 30);
+        assert_eq!(info.qos, QosClass::Guaranteed);
+        // Containers' requests default the pod level before its limits do.
+        let info = PodInfo::new(
+            pod(json!({
+                "containers": [container("500m", "256Mi")],
+                "resources": {"limits": {"cpu": "2", "memory": "1Gi"}},
+            })),
+            &mut names,
+        )
+        .unwrap();
+        assert_eq!(info.requests[ResourceId::CPU], 500);
+        assert_eq!(info.qos, QosClass::Burstable);
+        let err = PodInfo::new(
+            pod(json!({"containers": [{"name": "a"}], "resources": {"requests": {"cpu": "-1"}}})),
+            &mut names,
+        )
+        .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "spec.resources.requests[cpu]: must be greater than or equal to 0"
+        );
+    }
+
+    #[test]
+    fn a_resize_in_progress_counts_the_larger_of_spec_and_status() {
+        let mut names = ResourceNames::default();
+        let status = |actuated: &str, allocated: &str| {
+            json!({"containerStatuses": [{
+                "name": "c", "image": "i", "imageID": "", "ready": true, "restartCount": 0,
+                "resources": {"requests": {"cpu": actuated}},
+                "allocatedResources": {"cpu": allocated},
+            }]})
+        };
+        let cpu = |spec: &str, st: serde_json::Value, names: &mut ResourceNames| {
+            PodInfo::new(
+                pod_with(json!({"containers": [container(spec, "1Gi")]}), st),
+                names,
+            )
+            .unwrap()
+            .requests[ResourceId::CPU]
+        };
+        // Scaling up, not yet allocated; scaling down, not yet actuated.
+        assert_eq!(cpu("4", status("2", "2"), &mut names), 4000);
+        assert_eq!(cpu("1", status("2", "2"), &mut names), 2000);
+        assert_eq!(cpu("1", status("1", "3"), &mut names), 3000);
+        // No resources in the status: the spec alone.
+        let plain = json!({"containerStatuses": [{"name": "c", "image": "i", "imageID": "",
+            "ready": true, "restartCount": 0, "allocatedResources": {"cpu": "8"}}]});
+        assert_eq!(cpu("1", plain, &mut names), 1000);
+        // An infeasible resize: the spec's request does not count.
+        let mut st = status("2", "2");
+        st["conditions"] =
+            json!([{"type": "PodResizePending", "status": "True", "reason": "Infeasible"}]);
+        assert_eq!(cpu("8", st, &mut names), 2000);
+        let err = PodInfo::new(
+            pod_with(
+                json!({"containers": [container("1", "1Gi")]}),
+                status("2", "-2"),
+            ),
+            &mut names,
+        )
+        .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "status.containerStatuses[0].allocatedResources[cpu]: must be greater than or equal to 0"
         );
     }
 

@@ -7,6 +7,7 @@ use crate::framework::plugin::Plugin;
 
 pub mod args;
 pub mod defaultpreemption;
+pub mod imagelocality;
 pub mod interpodaffinity;
 pub mod names;
 pub mod nodeaffinity;
@@ -79,6 +80,7 @@ pub fn build(name: &str, args: Option<&serde_json::Value>) -> Result<Box<dyn Plu
             Box::new(numatopology::NodeResourceTopologyMatch::new(args)?)
         }
         NODE_NUMA_RESOURCE => Box::new(nodenumaresource::NodeNumaResource::new(args)?),
+        IMAGE_LOCALITY => Box::new(imagelocality::ImageLocality),
         other if is_known(other) => Box::new(noop::NoOp::new(other)),
         other => return Err(ConfigError::new("", format!("unknown plugin {other:?}"))),
     })

@@ -74,10 +74,14 @@ pub fn is_do_not_schedule(taint: &Taint) -> bool {
     taint.effect == NO_SCHEDULE || taint.effect == NO_EXECUTE
 }
 
-/// kube-scheduler's Filter reason, `node(s) had untolerated taint {key: value}`.
-pub fn untolerated_reason(taint: &Taint) -> String {
+/// kube-scheduler 1.35's Filter reason. It names no taint (earlier releases did, and
+/// `berth explain` still does, with [`describe_taint`]).
+pub const ERR_REASON_UNTOLERATED: &str = "node(s) had untolerated taint(s)";
+
+/// A taint as kube-scheduler's messages wrote it before 1.35, `{key: value}`.
+pub fn describe_taint(taint: &Taint) -> String {
     format!(
-        "node(s) had untolerated taint {{{}: {}}}",
+        "{{{}: {}}}",
         taint.key,
         taint.value.as_deref().unwrap_or("")
     )
@@ -104,8 +108,7 @@ impl Plugin for TaintToleration {
     fn filter(&self, _cx: &Cluster, _state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
         match find_untolerated(&node.taints, pod_tolerations(pod), is_do_not_schedule) {
             None => Status::success(),
-            // Formatting only for rejected nodes; kube-scheduler does the same.
-            Some(taint) => Status::unresolvable(untolerated_reason(taint)),
+            Some(_) => Status::unresolvable(ERR_REASON_UNTOLERATED),
         }
     }
 
@@ -204,7 +207,7 @@ mod tests {
                 name: "a pod with no tolerations is rejected by a NoSchedule taint",
                 tolerations: vec![],
                 taints: vec![("dedicated", "user1", "NoSchedule")],
-                want: Some("node(s) had untolerated taint {dedicated: user1}"),
+                want: Some("{dedicated: user1}"),
             },
             Case {
                 name: "an Equal toleration without operator tolerates the same key and value",
@@ -220,7 +223,7 @@ mod tests {
                     json!({"key": "dedicated", "operator": "Equal", "value": "user2", "effect": "NoSchedule"}),
                 ],
                 taints: vec![("dedicated", "user1", "NoSchedule")],
-                want: Some("node(s) had untolerated taint {dedicated: user1}"),
+                want: Some("{dedicated: user1}"),
             },
             Case {
                 name: "Exists ignores the value",
@@ -248,7 +251,7 @@ mod tests {
                     json!({"key": "foo", "operator": "Equal", "value": "bar", "effect": "PreferNoSchedule"}),
                 ],
                 taints: vec![("foo", "bar", "NoSchedule")],
-                want: Some("node(s) had untolerated taint {foo: bar}"),
+                want: Some("{foo: bar}"),
             },
             Case {
                 name: "an empty effect tolerates every effect",
@@ -268,7 +271,7 @@ mod tests {
                 name: "NoExecute taints reject too",
                 tolerations: vec![],
                 taints: vec![("node.kubernetes.io/not-ready", "", "NoExecute")],
-                want: Some("node(s) had untolerated taint {node.kubernetes.io/not-ready: }"),
+                want: Some("{node.kubernetes.io/not-ready: }"),
             },
             Case {
                 name: "an empty key with Exists tolerates everything",
@@ -284,13 +287,13 @@ mod tests {
                     ("b", "2", "NoSchedule"),
                     ("c", "3", "NoExecute"),
                 ],
-                want: Some("node(s) had untolerated taint {b: 2}"),
+                want: Some("{b: 2}"),
             },
             Case {
                 name: "an unknown operator tolerates nothing",
                 tolerations: vec![json!({"key": "a", "operator": "Gt", "value": "1"})],
                 taints: vec![("a", "1", "NoSchedule")],
-                want: Some("node(s) had untolerated taint {a: 1}"),
+                want: Some("{a: 1}"),
             },
         ];
         let cx = Cluster::default();
@@ -301,9 +304,17 @@ mod tests {
             let got = TaintToleration.filter(&cx, &st, &p, &n);
             match c.want {
                 None => assert!(got.is_success(), "{}: {got:?}", c.name),
-                Some(reason) => {
+                Some(taint) => {
                     assert_eq!(got.code(), Code::UnschedulableAndUnresolvable, "{}", c.name);
-                    assert_eq!(got.reasons(), [reason], "{}", c.name);
+                    assert_eq!(got.reasons(), [ERR_REASON_UNTOLERATED], "{}", c.name);
+                    let found =
+                        find_untolerated(&n.taints, pod_tolerations(&p), is_do_not_schedule);
+                    assert_eq!(
+                        found.map(describe_taint).as_deref(),
+                        Some(taint),
+                        "{}",
+                        c.name
+                    );
                 }
             }
         }

@@ -17,8 +17,7 @@ use crate::object::{Kind, ObjectKey};
 /// kube-scheduler's `ErrReasonDiskConflict`.
 pub const ERR_REASON_DISK_CONFLICT: &str = "node(s) had no available disk";
 /// kube-scheduler's `ErrReasonReadWriteOncePodConflict`.
-pub const ERR_REASON_RWOP_CONFLICT: &str =
-    "node has pod using PersistentVolumeClaim with the same name and ReadWriteOncePod access mode";
+pub const ERR_REASON_RWOP_CONFLICT: &str = "node(s) unavailable due to PersistentVolumeClaim with ReadWriteOncePod access mode already in-use by another pod";
 /// The access mode that allows a single pod.
 pub const READ_WRITE_ONCE_POD: &str = "ReadWriteOncePod";
 

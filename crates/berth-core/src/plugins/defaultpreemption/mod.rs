@@ -54,14 +54,14 @@ pub const NO_VICTIMS: &str = "No preemption victims found for incoming pod";
 /// Reason given for every node preemption did not try.
 pub const NOT_HELPFUL: &str = "Preemption is not helpful for scheduling";
 /// The pod's `preemptionPolicy` is `Never`.
-pub const NOT_ELIGIBLE_POLICY: &str = "not eligible due to preemptionPolicy=Never";
+pub const NOT_ELIGIBLE_POLICY: &str = "not eligible due to preemptionPolicy=Never.";
 /// The pod waits for victims of its earlier preemption to terminate.
 pub const NOT_ELIGIBLE_TERMINATING: &str =
-    "not eligible due to a terminating pod on the nominated node";
+    "not eligible due to a terminating pod on the nominated node.";
 /// The pod's reservation on its nominated node waits for the victims of its earlier
 /// preemption to leave (berth's reservation-backed preemption).
 pub const NOT_ELIGIBLE_HELD: &str =
-    "not eligible due to its reservation waiting for the victims on the nominated node";
+    "not eligible due to its reservation waiting for the victims on the nominated node.";
 
 /// The DefaultPreemption plugin.
 #[derive(Debug)]
@@ -292,8 +292,8 @@ fn terminating_by_preemption(p: &PodInfo) -> bool {
 }
 
 /// The FitError preemption reports when it found no candidate: the dry run's per-node
-/// statuses, and [`NOT_HELPFUL`] for every other node. Without the final period, which the
-/// outer FitError adds.
+/// statuses, and [`NOT_HELPFUL`] for every other node (its final period included: the
+/// outer FitError appends PostFilter's message as it is).
 fn fit_error(num_all: usize, statuses: &[Status]) -> String {
     let mut d = Diagnosis::default();
     for st in statuses {
@@ -303,8 +303,7 @@ fn fit_error(num_all: usize, statuses: &[Status]) -> String {
         NOT_HELPFUL.to_string(),
         num_all.saturating_sub(statuses.len()) as u32,
     );
-    let text = d.render(num_all);
-    text.strip_suffix('.').unwrap_or(&text).to_string()
+    d.render(num_all)
 }
 
 /// How the dry run simulates a node.

@@ -170,8 +170,7 @@ fn victims(c: &Candidate) -> Vec<&str> {
 }
 
 fn upstream_message(r: &PostFilterResult) -> String {
-    // berth keeps the final period for the outer FitError to add.
-    format!("{}.", r.message.as_deref().unwrap_or(""))
+    r.message.clone().unwrap_or_default()
 }
 
 #[test]

@@ -1027,8 +1027,13 @@ mod tests {
             ),
             "{msg}"
         );
+        // Each PostFilter plugin's text as it words it, joined with ", " (kube-scheduler's
+        // `RunPostFilterPlugins`): preemption's ends with its FitError's period,
+        // Koordinator's counts with none.
         assert!(
-            msg.ends_with(", 0 Reservation(s) matched owner total."),
+            msg.ends_with(
+                " preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling., 0 Reservation(s) matched owner total"
+            ),
             "{msg}"
         );
     }
