@@ -132,7 +132,11 @@ pub fn resource_status(data: &[u8]) -> bool {
     let mut nodes = BTreeSet::new();
     for n in &v.numa_node_resources {
         assert!(n.node >= 0, "{t:?}: NUMA node {} accepted", n.node);
-        assert!(nodes.insert(n.node), "{t:?}: NUMA node {} accepted twice", n.node);
+        assert!(
+            nodes.insert(n.node),
+            "{t:?}: NUMA node {} accepted twice",
+            n.node
+        );
         let amounts = berth_api::annotations::resource_amounts("fuzz", "resources", &n.resources);
         assert_countable(t, &amounts.expect("parse checked the amounts"));
     }
@@ -164,7 +168,10 @@ pub fn reservation_template(data: &[u8]) -> bool {
     };
     assert!(v.recommended_amounts().is_ok(), "{t:?}");
     assert!(v.round_up_amounts().is_ok(), "{t:?}");
-    for a in [v.recommended_amounts(), v.round_up_amounts()].into_iter().flatten() {
+    for a in [v.recommended_amounts(), v.round_up_amounts()]
+        .into_iter()
+        .flatten()
+    {
         assert_countable(t, &a);
     }
     true

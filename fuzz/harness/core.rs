@@ -28,12 +28,28 @@ fn assert_accepted_nrt_is_consistent(nrt: &NodeResourceTopology, text: &str) {
             assert!(seen.insert(n), "{what} {n:?} accepted twice: {text:?}");
         }
     };
-    unique(nrt.spec.attributes.iter().map(|a| a.name.as_str()).collect(), "attribute");
-    unique(nrt.spec.zones.iter().map(|z| z.name.as_str()).collect(), "zone");
+    unique(
+        nrt.spec
+            .attributes
+            .iter()
+            .map(|a| a.name.as_str())
+            .collect(),
+        "attribute",
+    );
+    unique(
+        nrt.spec.zones.iter().map(|z| z.name.as_str()).collect(),
+        "zone",
+    );
     for z in &nrt.spec.zones {
-        unique(z.resources.iter().map(|r| r.name.as_str()).collect(), "resource");
+        unique(
+            z.resources.iter().map(|r| r.name.as_str()).collect(),
+            "resource",
+        );
         unique(z.costs.iter().map(|c| c.name.as_str()).collect(), "cost");
-        unique(z.attributes.iter().map(|a| a.name.as_str()).collect(), "zone attribute");
+        unique(
+            z.attributes.iter().map(|a| a.name.as_str()).collect(),
+            "zone attribute",
+        );
         for c in &z.costs {
             assert!(c.value >= 0, "negative cost accepted: {text:?}");
         }
@@ -41,7 +57,11 @@ fn assert_accepted_nrt_is_consistent(nrt: &NodeResourceTopology, text: &str) {
             let read = |q: &str| {
                 berth_api::parse_resource(&r.name, q).expect("the CRD's grammar, checked")
             };
-            let (c, a, v) = (read(&r.capacity.0), read(&r.allocatable.0), read(&r.available.0));
+            let (c, a, v) = (
+                read(&r.capacity.0),
+                read(&r.allocatable.0),
+                read(&r.available.0),
+            );
             assert!(
                 0 <= v && v <= a && a <= c && c < i64::MAX,
                 "{}: capacity {c}, allocatable {a}, available {v} accepted: {text:?}",

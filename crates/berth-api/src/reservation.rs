@@ -917,7 +917,10 @@ mod tests {
             bad.to_string(),
             r#"spec.template.spec.containers: invalid type: string "not a list", expected a sequence"#
         );
-        assert_eq!(serde_json::to_value(&r).expect("writes")["spec"], doc["spec"]);
+        assert_eq!(
+            serde_json::to_value(&r).expect("writes")["spec"],
+            doc["spec"]
+        );
         let deep = json!({"spec": {"containers": [{"name": "c", "resources": {"requests": 5}}]}});
         let t = ReservationPodTemplate::from_value(deep);
         assert_eq!(
@@ -925,8 +928,13 @@ mod tests {
             Some("spec.template.spec.containers[0].resources.requests")
         );
         let t = ReservationPodTemplate::from_value(json!("x"));
-        assert_eq!(t.unreadable.map(|b| b.path).as_deref(), Some("spec.template"));
-        let good = ReservationPodTemplate::from_value(json!({"spec": {"containers": [{"name": "c"}]}, "namespace": "d"}));
+        assert_eq!(
+            t.unreadable.map(|b| b.path).as_deref(),
+            Some("spec.template")
+        );
+        let good = ReservationPodTemplate::from_value(
+            json!({"spec": {"containers": [{"name": "c"}]}, "namespace": "d"}),
+        );
         assert!(good.unreadable.is_none());
         assert_eq!(good.unknown_fields.get("namespace"), Some(&json!("d")));
     }

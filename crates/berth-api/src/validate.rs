@@ -317,12 +317,18 @@ mod tests {
     #[test]
     fn amounts_refuse_negative_huge_and_malformed() {
         assert_eq!(amount("p", "cpu", "1500m"), Ok(1500));
-        assert_eq!(amount("p", "cpu", "-1").map_err(|e| e.rule), Err(Rule::Negative));
+        assert_eq!(
+            amount("p", "cpu", "-1").map_err(|e| e.rule),
+            Err(Rule::Negative)
+        );
         assert_eq!(
             amount("p", "memory", "1e40").map_err(|e| e.rule),
             Err(Rule::OutOfRange)
         );
-        assert_eq!(amount("p", "cpu", "x").map_err(|e| e.rule), Err(Rule::Malformed));
+        assert_eq!(
+            amount("p", "cpu", "x").map_err(|e| e.rule),
+            Err(Rule::Malformed)
+        );
         assert_eq!(amount("p", "cpu", "-0"), Ok(0), "minus zero is zero");
     }
 }

@@ -105,7 +105,10 @@ mod tests {
 
     #[test]
     fn the_rule_is_read_back_from_a_message() {
-        assert_eq!(rule_of("x: \"-1\" is negative (rule: negative)"), Rule::Negative);
+        assert_eq!(
+            rule_of("x: \"-1\" is negative (rule: negative)"),
+            Rule::Negative
+        );
         assert_eq!(rule_of("a: b (rule: out-of-range)"), Rule::OutOfRange);
         assert_eq!(rule_of("no owners"), Rule::Malformed);
     }

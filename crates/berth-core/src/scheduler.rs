@@ -46,8 +46,8 @@ use crate::object::{Kind, Object, ObjectKey};
 use crate::queue::hints::{self, ClusterEvent};
 use crate::queue::SchedulingQueue;
 use crate::rng::SplitMix64;
-use berth_api::validate::Rule;
 use crate::time::Time;
+use berth_api::validate::Rule;
 
 mod drp;
 mod feedback;
@@ -502,25 +502,36 @@ impl Scheduler {
         let cpus_changed = self.apply_cpu_topology(now, nrt);
         match self.cluster.numa.apply_nrt(nrt, now) {
             Ok(changed) => {
-                if let (true, Some(idx)) =
-                    (changed || cpus_changed, self.cluster.node_idx(&node))
-                {
+                if let (true, Some(idx)) = (changed || cpus_changed, self.cluster.node_idx(&node)) {
                     self.requeue(now, ClusterEvent::topology(idx));
                 }
             }
-            Err(e) => self.refuse(key, &uid, REASON_INVALID_NRT, Rule::Malformed, e.to_string()),
+            Err(e) => self.refuse(
+                key,
+                &uid,
+                REASON_INVALID_NRT,
+                Rule::Malformed,
+                e.to_string(),
+            ),
         }
     }
 
     /// Reads the koordlet CPU annotations of an NRT (a refused one is a Warning on the
     /// node, which then has no CPU topology) and recomputes the node's excluded CPUs.
     /// Returns whether exclusive-CPU pods may see the node differently.
-    fn apply_cpu_topology(&mut self, now: Time, nrt: &berth_api::nrt::NodeResourceTopology) -> bool {
+    fn apply_cpu_topology(
+        &mut self,
+        now: Time,
+        nrt: &berth_api::nrt::NodeResourceTopology,
+    ) -> bool {
         let name = nrt.node_name().to_string();
         let before = self.cluster.cpusets.node(&name).is_some();
         let key = ObjectKey::cluster(Kind::Node, &name);
         match self.cluster.cpusets.apply_nrt(nrt) {
-            Ok(()) => self.cluster.refusals.accept(&key, REASON_INVALID_CPU_TOPOLOGY),
+            Ok(()) => self
+                .cluster
+                .refusals
+                .accept(&key, REASON_INVALID_CPU_TOPOLOGY),
             Err((rule, message)) => {
                 let uid = self
                     .cluster
@@ -553,7 +564,14 @@ impl Scheduler {
 
     /// Reports `key` refused by the capacity rule for `reason`: a Warning event the first
     /// time (and when the message changes), never on every update of the same object.
-    fn refuse(&mut self, key: ObjectKey, uid: &str, reason: &'static str, rule: Rule, message: String) {
+    fn refuse(
+        &mut self,
+        key: ObjectKey,
+        uid: &str,
+        reason: &'static str,
+        rule: Rule,
+        message: String,
+    ) {
         if self.cluster.refusals.refuse(&key, reason, rule, &message) {
             self.record(key, uid, "Warning", reason, message);
         }

@@ -128,7 +128,12 @@ fn cpu_by_node(sim: &Sim) -> BTreeMap<String, i64> {
             continue;
         };
         let mut milli = 0;
-        for c in &p.spec.as_ref().map(|s| s.containers.clone()).unwrap_or_default() {
+        for c in &p
+            .spec
+            .as_ref()
+            .map(|s| s.containers.clone())
+            .unwrap_or_default()
+        {
             let q = c
                 .resources
                 .as_ref()
@@ -180,14 +185,16 @@ fn node_case() -> impl Strategy<Value = NodeCase> {
         any::<bool>(),
         prop::collection::vec(1u32..4, 1..9),
     )
-        .prop_map(|(cpus, cpu, memory, reserved_cpus, topology, pods)| NodeCase {
-            cpus,
-            cpu,
-            memory,
-            reserved_cpus,
-            topology,
-            pods,
-        })
+        .prop_map(
+            |(cpus, cpu, memory, reserved_cpus, topology, pods)| NodeCase {
+                cpus,
+                cpu,
+                memory,
+                reserved_cpus,
+                topology,
+                pods,
+            },
+        )
 }
 
 /// A CPU topology of `cpus` CPUs, one core each, one socket and NUMA node.
@@ -556,7 +563,10 @@ fn run_reservation_case(c: &ReservationCase) -> Result<(), TestCaseError> {
         };
         if let Some(a) = resize {
             let v = json!({"resources": {"cpu": a.text()}}).to_string();
-            b = b.annotation("scheduling.koordinator.sh/reservation-resize-allocatable", &v);
+            b = b.annotation(
+                "scheduling.koordinator.sh/reservation-resize-allocatable",
+                &v,
+            );
         }
         let bad = match template {
             Template::Cpu(a) => a.bad(),
@@ -608,7 +618,12 @@ fn run_reservation_case(c: &ReservationCase) -> Result<(), TestCaseError> {
     // Refused or not, every reservation expires on its TTL.
     sim.advance(10 * 60 * 1000 + 1);
     for (name, _) in &refused {
-        prop_assert_eq!(sim.phase(name), "Failed", "reservation {} after its TTL", name);
+        prop_assert_eq!(
+            sim.phase(name),
+            "Failed",
+            "reservation {} after its TTL",
+            name
+        );
     }
     Ok(())
 }

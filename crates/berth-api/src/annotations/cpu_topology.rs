@@ -53,7 +53,10 @@ json_codec!(
     empty_is_absent = true,
     check = |v: &CpuTopology| {
         let refuse = |path: String, rule: Rule, detail: String| {
-            refused(ANNOTATION_NODE_CPU_TOPOLOGY, Refusal::new(path, rule, detail))
+            refused(
+                ANNOTATION_NODE_CPU_TOPOLOGY,
+                Refusal::new(path, rule, detail),
+            )
         };
         if v.detail.len() as u64 > MAX_CPU_LIST_CPUS {
             return Err(refuse(

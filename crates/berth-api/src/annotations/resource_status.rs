@@ -52,11 +52,20 @@ json_codec!(
             let path = format!("numaNodeResources[{i}].node");
             if numa.node < 0 {
                 let detail = format!("{} is negative", numa.node);
-                return Err(refused(ANNOTATION_RESOURCE_STATUS, Refusal::new(path, Rule::Negative, detail)));
+                return Err(refused(
+                    ANNOTATION_RESOURCE_STATUS,
+                    Refusal::new(path, Rule::Negative, detail),
+                ));
             }
             if let Some(first) = seen.insert(numa.node, i) {
-                let detail = format!("NUMA node {} is listed twice (first at numaNodeResources[{first}])", numa.node);
-                return Err(refused(ANNOTATION_RESOURCE_STATUS, Refusal::new(path, Rule::Duplicate, detail)));
+                let detail = format!(
+                    "NUMA node {} is listed twice (first at numaNodeResources[{first}])",
+                    numa.node
+                );
+                return Err(refused(
+                    ANNOTATION_RESOURCE_STATUS,
+                    Refusal::new(path, Rule::Duplicate, detail),
+                ));
             }
             check_quantities(
                 ANNOTATION_RESOURCE_STATUS,
@@ -115,9 +124,21 @@ mod tests {
     #[test]
     fn negative_and_duplicate_numa_entries_are_refused() {
         for (text, path, rule) in [
-            (r#"{"numaNodeResources":[{"node":0,"resources":{"cpu":"-2"}}]}"#, "numaNodeResources[0].resources.cpu", Rule::Negative),
-            (r#"{"numaNodeResources":[{"node":-1}]}"#, "numaNodeResources[0].node", Rule::Negative),
-            (r#"{"numaNodeResources":[{"node":1},{"node":1}]}"#, "numaNodeResources[1].node", Rule::Duplicate),
+            (
+                r#"{"numaNodeResources":[{"node":0,"resources":{"cpu":"-2"}}]}"#,
+                "numaNodeResources[0].resources.cpu",
+                Rule::Negative,
+            ),
+            (
+                r#"{"numaNodeResources":[{"node":-1}]}"#,
+                "numaNodeResources[0].node",
+                Rule::Negative,
+            ),
+            (
+                r#"{"numaNodeResources":[{"node":1},{"node":1}]}"#,
+                "numaNodeResources[1].node",
+                Rule::Duplicate,
+            ),
         ] {
             let err = ResourceStatus::parse(text).expect_err(text);
             assert_eq!(err.rule(), rule, "{err}");

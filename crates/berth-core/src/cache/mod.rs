@@ -187,7 +187,8 @@ impl Cluster {
         let Some(layout) = self.cpusets.layout(&info.name) else {
             return;
         };
-        let Ok(Some(r)) = NodeReservation::from_annotations(info.node.metadata.annotations.as_ref())
+        let Ok(Some(r)) =
+            NodeReservation::from_annotations(info.node.metadata.annotations.as_ref())
         else {
             return;
         };

@@ -141,7 +141,8 @@ impl CpusetCluster {
         let refused = |e: AnnotationError| (e.rule(), e.to_string());
         let parsed = (|| {
             let topology = CpuTopology::from_annotations(annotations).map_err(refused)?;
-            let kubelet = KubeletCpuManagerPolicy::from_annotations(annotations).map_err(refused)?;
+            let kubelet =
+                KubeletCpuManagerPolicy::from_annotations(annotations).map_err(refused)?;
             let reservation = NodeReservation::from_annotations(annotations).map_err(refused)?;
             berth_api::annotations::CpuSharedPools::from_annotations(annotations)
                 .map_err(refused)?;

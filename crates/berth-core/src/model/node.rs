@@ -199,7 +199,10 @@ impl NodeInfo {
             .or_else(|| status.and_then(|s| s.capacity.as_ref()));
         let mut alloc = Resources::ZERO;
         let mut pods = DEFAULT_MAX_PODS;
-        let field = if status.and_then(|s| s.allocatable.as_ref()).is_some_and(|m| !m.is_empty()) {
+        let field = if status
+            .and_then(|s| s.allocatable.as_ref())
+            .is_some_and(|m| !m.is_empty())
+        {
             "status.allocatable"
         } else {
             "status.capacity"
@@ -522,7 +525,9 @@ mod tests {
     fn a_malformed_annotation_is_reported_and_the_node_stays_usable() {
         let n = info("{not json");
         assert_eq!(n.allocatable[ResourceId::CPU], 32_000);
-        let (rule, msg) = n.annotation_error.unwrap_or((Rule::Negative, String::new()));
+        let (rule, msg) = n
+            .annotation_error
+            .unwrap_or((Rule::Negative, String::new()));
         assert_eq!(rule, Rule::Malformed);
         assert!(msg.contains("node.koordinator.sh/reservation"), "{msg}");
     }
@@ -531,7 +536,11 @@ mod tests {
     fn a_negative_reservation_is_ignored_whole_never_added() {
         let n = info(r#"{"resources":{"cpu":"-3","memory":"1Gi"}}"#);
         assert_eq!(n.allocatable[ResourceId::CPU], 32_000, "not 35");
-        assert_eq!(n.allocatable[ResourceId::MEMORY], 64 << 30, "memory untrimmed too");
+        assert_eq!(
+            n.allocatable[ResourceId::MEMORY],
+            64 << 30,
+            "memory untrimmed too"
+        );
         let (rule, msg) = n.annotation_error.clone().expect("refused");
         assert_eq!(rule, Rule::Negative);
         assert!(msg.contains("resources.cpu"), "{msg}");

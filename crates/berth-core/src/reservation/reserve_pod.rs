@@ -19,11 +19,11 @@ use berth_api::annotations::{
     ANNOTATION_IS_PRE_ALLOCATION, ANNOTATION_RESERVATION_NAME, ANNOTATION_RESERVATION_NODE,
     ANNOTATION_RESERVE_POD,
 };
+use berth_api::format_resource;
 use berth_api::k8s_openapi::api::core::v1::Pod;
 use berth_api::k8s_openapi::api::scheduling::v1::PriorityClass;
 use berth_api::k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use berth_api::reservation::{Reservation, SchedulerProblem};
-use berth_api::format_resource;
 
 use crate::model::pod::{PodInfo, PodKind};
 use crate::object::{Kind, ObjectKey};
