@@ -22,6 +22,15 @@ use berth_api::annotations::{
 use berth_api::duration::{format_duration_nanos, parse_duration_millis, parse_duration_nanos};
 use berth_api::quantity::{format_resource, parse_resource, ParsedQuantity};
 
+/// The capacity rule (issue 25): no accepted amount can raise capacity. Every amount a
+/// codec accepted is counted as written: not negative, not saturated.
+fn assert_countable(t: &str, amounts: &BTreeMap<String, i64>) {
+    for (name, v) in amounts {
+        assert!(*v >= 0, "{t:?}: {name} = {v} accepted though negative");
+        assert!(*v < i64::MAX, "{t:?}: {name} accepted though beyond range");
+    }
+}
+
 /// The input as text; parsers of outside input only ever see strings.
 fn text(data: &[u8]) -> Option<&str> {
     std::str::from_utf8(data).ok()
@@ -119,6 +128,18 @@ pub fn resource_status(data: &[u8]) -> bool {
     };
     // `parse` checked the cpuset, so reading it again cannot fail.
     assert!(v.cpu_ids().is_ok(), "{t:?}");
+    // The capacity rule: each NUMA node once, none negative, every amount countable.
+    let mut nodes = BTreeSet::new();
+    for n in &v.numa_node_resources {
+        assert!(n.node >= 0, "{t:?}: NUMA node {} accepted", n.node);
+        assert!(
+            nodes.insert(n.node),
+            "{t:?}: NUMA node {} accepted twice",
+            n.node
+        );
+        let amounts = berth_api::annotations::resource_amounts("fuzz", "resources", &n.resources);
+        assert_countable(t, &amounts.expect("parse checked the amounts"));
+    }
     true
 }
 
@@ -131,6 +152,10 @@ pub fn node_reservation(data: &[u8]) -> bool {
     assert!(v.reserved_cpu_ids().is_ok(), "{t:?}");
     let amounts = v.reserved_amounts();
     assert!(amounts.is_ok(), "{t:?}: {amounts:?}");
+    // The capacity rule: a reservation subtracted from allocatable never adds to it.
+    if let Ok(a) = &amounts {
+        assert_countable(t, a);
+    }
     let _ = v.trims_allocatable();
     true
 }
@@ -143,6 +168,12 @@ pub fn reservation_template(data: &[u8]) -> bool {
     };
     assert!(v.recommended_amounts().is_ok(), "{t:?}");
     assert!(v.round_up_amounts().is_ok(), "{t:?}");
+    for a in [v.recommended_amounts(), v.round_up_amounts()]
+        .into_iter()
+        .flatten()
+    {
+        assert_countable(t, &a);
+    }
     true
 }
 
@@ -153,6 +184,9 @@ pub fn new_reservation_requirement(data: &[u8]) -> bool {
         return false;
     };
     assert!(v.amounts().is_ok(), "{t:?}");
+    if let Ok(a) = v.amounts() {
+        assert_countable(t, &a);
+    }
     true
 }
 
@@ -173,6 +207,9 @@ pub fn other_annotations(data: &[u8]) -> bool {
                 return false;
             };
             assert!(v.amounts().is_ok(), "{t:?}");
+            if let Ok(a) = v.amounts() {
+                assert_countable(t, &a);
+            }
             true
         }
         _ => {

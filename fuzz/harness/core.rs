@@ -19,6 +19,58 @@ use berth_core::model::selector::{Labels, NodeSelectorMatcher, Selector};
 use berth_core::numa::fingerprint::{self, Fingerprint, FingerprintError};
 use berth_core::numa::{FingerprintMethod, NodeTopology};
 
+/// What an NRT the capacity rule accepted must be, checked without its code.
+fn assert_accepted_nrt_is_consistent(nrt: &NodeResourceTopology, text: &str) {
+    use std::collections::BTreeSet;
+    let unique = |names: Vec<&str>, what: &str| {
+        let mut seen = BTreeSet::new();
+        for n in names {
+            assert!(seen.insert(n), "{what} {n:?} accepted twice: {text:?}");
+        }
+    };
+    unique(
+        nrt.spec
+            .attributes
+            .iter()
+            .map(|a| a.name.as_str())
+            .collect(),
+        "attribute",
+    );
+    unique(
+        nrt.spec.zones.iter().map(|z| z.name.as_str()).collect(),
+        "zone",
+    );
+    for z in &nrt.spec.zones {
+        unique(
+            z.resources.iter().map(|r| r.name.as_str()).collect(),
+            "resource",
+        );
+        unique(z.costs.iter().map(|c| c.name.as_str()).collect(), "cost");
+        unique(
+            z.attributes.iter().map(|a| a.name.as_str()).collect(),
+            "zone attribute",
+        );
+        for c in &z.costs {
+            assert!(c.value >= 0, "negative cost accepted: {text:?}");
+        }
+        for r in &z.resources {
+            let read = |q: &str| {
+                berth_api::parse_resource(&r.name, q).expect("the CRD's grammar, checked")
+            };
+            let (c, a, v) = (
+                read(&r.capacity.0),
+                read(&r.allocatable.0),
+                read(&r.available.0),
+            );
+            assert!(
+                0 <= v && v <= a && a <= c && c < i64::MAX,
+                "{}: capacity {c}, allocatable {a}, available {v} accepted: {text:?}",
+                r.name
+            );
+        }
+    }
+}
+
 /// Reads small choices from the input, then zeros once it runs out (so every input is a
 /// complete case, and short inputs are simple ones).
 pub struct Bytes<'a>(&'a [u8]);
@@ -295,8 +347,15 @@ pub fn nrt(data: &[u8]) -> bool {
     let Ok(nrt) = NodeResourceTopology::from_any_version(value) else {
         return false;
     };
-    let Ok(topology) = NodeTopology::from_nrt(&nrt) else {
+    // The capacity rule (issue 25): an NRT the scheduler accepts lists each zone, resource,
+    // cost and attribute once, and every resource has 0 <= available <= allocatable <=
+    // capacity, all countable; anything else is refused whole (never "the last wins").
+    if berth_api::validate::nrt(&nrt).is_err() {
         return false;
+    }
+    assert_accepted_nrt_is_consistent(&nrt, text);
+    let Ok(topology) = NodeTopology::from_nrt(&nrt) else {
+        panic!("an NRT the capacity rule accepts converts: {text:?}");
     };
     if let Some(f) = &topology.fingerprint {
         assert!(!f.signature.is_empty());

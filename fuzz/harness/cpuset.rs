@@ -176,6 +176,18 @@ pub fn cpuset(data: &[u8]) -> bool {
     nrt.metadata.name = Some("n1".into());
     nrt.metadata.annotations = Some(annotations);
     let mut cluster = CpusetCluster::default();
-    assert_eq!(cluster.apply_nrt(&nrt), Ok(()), "{text}");
+    // The capacity rule: a node reservation naming CPUs the topology lacks is refused
+    // whole (inconsistent), never applied in part.
+    let absent = reservation
+        .reserved_cpu_ids()
+        .is_ok_and(|ids| ids.iter().any(|c| !layout.contains(*c)));
+    match cluster.apply_nrt(&nrt) {
+        Ok(()) => assert!(!absent, "{reservation:?} on {text}: absent CPUs accepted"),
+        Err((rule, message)) => {
+            assert!(absent, "{text}: {message}");
+            assert_eq!(rule, berth_api::validate::Rule::Inconsistent, "{message}");
+            assert!(message.contains("reservedCPUs"), "{message}");
+        }
+    }
     true
 }

@@ -12,6 +12,7 @@ pub mod limits;
 pub mod nrt;
 pub mod quantity;
 pub mod reservation;
+pub mod validate;
 
 pub use duration::{DurationError, GoDuration};
 pub use k8s_openapi;

@@ -135,14 +135,125 @@ impl ReservationSpec {
 /// stores unknown keys; keeping them means an object berth reads and writes back is unchanged.
 /// Koordinator itself ignores them: for example the upstream sample's `template.namespace` is
 /// *not* the reserve pod's namespace (that is `template.metadata.namespace`).
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+///
+/// Being schemaless, the template may hold anything (`containers: "not a list"`): such a
+/// template still reads, as [`ReservationPodTemplate::unreadable`] (the field path and what is
+/// wrong) with the written value kept verbatim, so the Reservation remains a Reservation the
+/// scheduler can report on, expire and explain instead of an object it cannot see.
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct ReservationPodTemplate {
-    /// The pod template (`metadata`, `spec`).
-    #[serde(flatten)]
+    /// The pod template (`metadata`, `spec`); empty when [`Self::unreadable`].
     pub pod: PodTemplateSpec,
     /// Keys other than `metadata` and `spec`, kept verbatim.
-    #[serde(flatten)]
     pub unknown_fields: BTreeMap<String, serde_json::Value>,
+    /// Why `metadata` or `spec` could not be read as a pod template, and the value as written.
+    pub unreadable: Option<UnreadableTemplate>,
+}
+
+/// A template that is not a pod template (see [`ReservationPodTemplate`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct UnreadableTemplate {
+    /// Path of the offending value from the Reservation's root, e.g.
+    /// `spec.template.spec.containers`.
+    pub path: String,
+    /// What is wrong there (serde's description).
+    pub message: String,
+    /// The template as written, serialized back unchanged.
+    pub raw: serde_json::Value,
+}
+
+impl fmt::Display for UnreadableTemplate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.path, self.message)
+    }
+}
+
+/// The wire form of a readable template.
+#[derive(Serialize, Deserialize)]
+struct TemplateWire {
+    #[serde(flatten)]
+    pod: PodTemplateSpec,
+    #[serde(flatten)]
+    unknown_fields: BTreeMap<String, serde_json::Value>,
+}
+
+impl Serialize for ReservationPodTemplate {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        if let Some(bad) = &self.unreadable {
+            return bad.raw.serialize(serializer);
+        }
+        TemplateWire {
+            pod: self.pod.clone(),
+            unknown_fields: self.unknown_fields.clone(),
+        }
+        .serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for ReservationPodTemplate {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let raw = serde_json::Value::deserialize(deserializer)?;
+        Ok(Self::from_value(raw))
+    }
+}
+
+impl ReservationPodTemplate {
+    /// Reads a template from its JSON value; never fails (see [`Self::unreadable`]).
+    pub fn from_value(raw: serde_json::Value) -> Self {
+        let unreadable = |path: String, message: String, raw: serde_json::Value| Self {
+            unreadable: Some(UnreadableTemplate { path, message, raw }),
+            ..Self::default()
+        };
+        let serde_json::Value::Object(map) = &raw else {
+            let message = format!("expected an object, got {}", json_type(&raw));
+            return unreadable("spec.template".into(), message, raw);
+        };
+        let mut pod = PodTemplateSpec::default();
+        let mut unknown_fields = BTreeMap::new();
+        for (key, value) in map {
+            let read = match key.as_str() {
+                "metadata" => field(value).map(|m| pod.metadata = m),
+                "spec" => field(value).map(|s| pod.spec = s),
+                _ => {
+                    unknown_fields.insert(key.clone(), value.clone());
+                    Ok(())
+                }
+            };
+            if let Err((path, message)) = read {
+                let path = match path.as_str() {
+                    "" | "." => format!("spec.template.{key}"),
+                    p => format!("spec.template.{key}.{p}"),
+                };
+                return unreadable(path, message, raw);
+            }
+        }
+        Self {
+            pod,
+            unknown_fields,
+            unreadable: None,
+        }
+    }
+}
+
+/// Reads one field of the template, with the path inside it of whatever does not read.
+fn field<T: serde::de::DeserializeOwned>(value: &serde_json::Value) -> Result<T, (String, String)> {
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let path = e.path().to_string();
+        let message = e.into_inner().to_string();
+        (path, message)
+    })
+}
+
+/// The JSON type of `v`, as serde's messages name it.
+fn json_type(v: &serde_json::Value) -> &'static str {
+    match v {
+        serde_json::Value::Null => "null",
+        serde_json::Value::Bool(_) => "a boolean",
+        serde_json::Value::Number(_) => "a number",
+        serde_json::Value::String(_) => "a string",
+        serde_json::Value::Array(_) => "a list",
+        serde_json::Value::Object(_) => "an object",
+    }
 }
 
 impl From<PodTemplateSpec> for ReservationPodTemplate {
@@ -150,6 +261,7 @@ impl From<PodTemplateSpec> for ReservationPodTemplate {
         Self {
             pod,
             unknown_fields: BTreeMap::new(),
+            unreadable: None,
         }
     }
 }
@@ -784,6 +896,48 @@ mod tests {
     use k8s_openapi::api::core::v1::{Container, PodSpec};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement;
     use serde_json::json;
+
+    #[test]
+    fn an_unreadable_template_still_reads_names_its_path_and_round_trips() {
+        let doc = json!({
+            "apiVersion": "scheduling.koordinator.sh/v1alpha1",
+            "kind": "Reservation",
+            "metadata": {"name": "r"},
+            "spec": {
+                "template": {"metadata": {"labels": {"a": "b"}}, "spec": {"containers": "not a list"}, "x": 1},
+                "owners": [{"object": {"name": "p"}}],
+                "ttl": "10m",
+            },
+        });
+        let r: Reservation = serde_json::from_value(doc.clone()).expect("still a Reservation");
+        let t = r.spec.template.as_ref().expect("template");
+        let bad = t.unreadable.as_ref().expect("unreadable");
+        assert_eq!(bad.path, "spec.template.spec.containers");
+        assert_eq!(
+            bad.to_string(),
+            r#"spec.template.spec.containers: invalid type: string "not a list", expected a sequence"#
+        );
+        assert_eq!(
+            serde_json::to_value(&r).expect("writes")["spec"],
+            doc["spec"]
+        );
+        let deep = json!({"spec": {"containers": [{"name": "c", "resources": {"requests": 5}}]}});
+        let t = ReservationPodTemplate::from_value(deep);
+        assert_eq!(
+            t.unreadable.map(|b| b.path).as_deref(),
+            Some("spec.template.spec.containers[0].resources.requests")
+        );
+        let t = ReservationPodTemplate::from_value(json!("x"));
+        assert_eq!(
+            t.unreadable.map(|b| b.path).as_deref(),
+            Some("spec.template")
+        );
+        let good = ReservationPodTemplate::from_value(
+            json!({"spec": {"containers": [{"name": "c"}]}, "namespace": "d"}),
+        );
+        assert!(good.unreadable.is_none());
+        assert_eq!(good.unknown_fields.get("namespace"), Some(&json!("d")));
+    }
 
     impl ReservationSpec {
         fn ttl_millis_for_test(&self) -> Option<i64> {

@@ -169,6 +169,10 @@ pub struct NodeExplanation {
     /// NUMA zones, for a node with topology data.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub numa: Option<NumaDetail>,
+    /// Why the node's NodeResourceTopology was refused (the field path and the rule): NUMA
+    /// filtering then treats the node as having none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub topology_refused: Option<String>,
 }
 
 impl NodeExplanation {
@@ -487,6 +491,7 @@ fn evaluate(s: &Scheduler, prof_idx: usize, pod: &Arc<PodInfo>, now: Time, out: 
             total_score: None,
             shortfall: Vec::new(),
             numa: numa::detail(cx, pod, node),
+            topology_refused: cx.numa.refused_nrt(&node.name).map(str::to_string),
         });
     }
     for &idx in &feasible {

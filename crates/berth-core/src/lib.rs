@@ -20,6 +20,7 @@ pub mod numa;
 pub mod object;
 pub mod plugins;
 pub mod queue;
+pub mod refusal;
 pub mod reservation;
 pub mod resources;
 pub mod rng;

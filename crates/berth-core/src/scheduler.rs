@@ -47,6 +47,7 @@ use crate::queue::hints::{self, ClusterEvent};
 use crate::queue::SchedulingQueue;
 use crate::rng::SplitMix64;
 use crate::time::Time;
+use berth_api::validate::Rule;
 
 mod drp;
 mod feedback;
@@ -58,6 +59,15 @@ use filter_nodes::{Filtering, Found};
 /// Reason of the Warning event on a pod holding CPUs its node now reserves
 /// (`node.koordinator.sh/reservation`): the pod should be evicted.
 pub const EVICT_RESERVED_CPUS: &str = "CPUsReservedByNode";
+
+/// Event reason: a node's `node.koordinator.sh/reservation` is refused (ignored).
+pub const REASON_INVALID_NODE_RESERVATION: &str = "InvalidNodeReservation";
+/// Event reason: a NodeResourceTopology is refused (the node is scheduled as without one).
+pub const REASON_INVALID_NRT: &str = "InvalidNodeResourceTopology";
+/// Event reason: the koordlet CPU annotations of a node's NRT are refused.
+pub const REASON_INVALID_CPU_TOPOLOGY: &str = "InvalidCPUTopology";
+/// Event reason: a Node object itself is refused (a negative allocatable).
+pub const REASON_INVALID_NODE: &str = "InvalidNode";
 
 /// Scheduler-wide settings.
 #[derive(Debug, Clone, Default)]
@@ -429,26 +439,7 @@ impl Scheduler {
                 self.cluster.storage_classes.insert(name, sc);
                 self.requeue(now, ClusterEvent::pvc());
             }
-            Object::NodeResourceTopology(nrt) => {
-                let cpus_changed = self.apply_cpu_topology(&nrt);
-                match self.cluster.numa.apply_nrt(&nrt, now) {
-                    Ok(changed) => {
-                        if let (true, Some(idx)) = (
-                            changed || cpus_changed,
-                            self.cluster.node_idx(nrt.node_name()),
-                        ) {
-                            self.requeue(now, ClusterEvent::topology(idx));
-                        }
-                    }
-                    Err(e) => self.record(
-                        ObjectKey::cluster(Kind::NodeResourceTopology, nrt.node_name()),
-                        nrt.metadata.uid.as_deref().unwrap_or(""),
-                        "Warning",
-                        "InvalidNodeResourceTopology",
-                        e.to_string(),
-                    ),
-                }
-            }
+            Object::NodeResourceTopology(nrt) => self.apply_nrt(now, &nrt),
             Object::Reservation(r) => {
                 let status = r
                     .metadata
@@ -481,28 +472,115 @@ impl Scheduler {
         }
     }
 
-    /// Reads the koordlet CPU annotations of an NRT (a malformed one is a Warning on the
+    /// An NRT was observed. One the capacity rule refuses (a duplicate zone or resource,
+    /// a negative amount, available above allocatable above capacity...) is treated as
+    /// absent: NUMA filtering and exclusive CPUs fall back as for a node without an NRT, a
+    /// Warning event names the field and the rule, and `explain` says why.
+    fn apply_nrt(&mut self, now: Time, nrt: &berth_api::nrt::NodeResourceTopology) {
+        let node = nrt.node_name().to_string();
+        let key = ObjectKey::cluster(Kind::NodeResourceTopology, &node);
+        let uid = nrt.metadata.uid.as_deref().unwrap_or("").to_string();
+        if let Err(refusal) = berth_api::validate::nrt(nrt) {
+            let message = format!(
+                "{refusal}; NodeResourceTopology {node} is ignored: node {node} is scheduled as if it published none"
+            );
+            let had = self.cluster.numa.node_has_topology(&node)
+                || self.cluster.cpusets.node(&node).is_some();
+            self.cluster.numa.delete_nrt(&node);
+            self.cluster.numa.refuse_nrt(&node, message.clone());
+            self.cluster.cpusets.delete_nrt(&node);
+            self.reread_node_reservation(now, &node);
+            self.refresh_cpus(&node);
+            self.refuse(key, &uid, REASON_INVALID_NRT, refusal.rule, message);
+            if let (true, Some(idx)) = (had, self.cluster.node_idx(&node)) {
+                self.requeue(now, ClusterEvent::topology(idx));
+            }
+            return;
+        }
+        self.cluster.refusals.accept(&key, REASON_INVALID_NRT);
+        self.cluster.numa.accept_nrt(&node);
+        let cpus_changed = self.apply_cpu_topology(now, nrt);
+        match self.cluster.numa.apply_nrt(nrt, now) {
+            Ok(changed) => {
+                if let (true, Some(idx)) = (changed || cpus_changed, self.cluster.node_idx(&node)) {
+                    self.requeue(now, ClusterEvent::topology(idx));
+                }
+            }
+            Err(e) => self.refuse(
+                key,
+                &uid,
+                REASON_INVALID_NRT,
+                Rule::Malformed,
+                e.to_string(),
+            ),
+        }
+    }
+
+    /// Reads the koordlet CPU annotations of an NRT (a refused one is a Warning on the
     /// node, which then has no CPU topology) and recomputes the node's excluded CPUs.
     /// Returns whether exclusive-CPU pods may see the node differently.
-    fn apply_cpu_topology(&mut self, nrt: &berth_api::nrt::NodeResourceTopology) -> bool {
+    fn apply_cpu_topology(
+        &mut self,
+        now: Time,
+        nrt: &berth_api::nrt::NodeResourceTopology,
+    ) -> bool {
         let name = nrt.node_name().to_string();
         let before = self.cluster.cpusets.node(&name).is_some();
-        if let Err(message) = self.cluster.cpusets.apply_nrt(nrt) {
-            let uid = self
+        let key = ObjectKey::cluster(Kind::Node, &name);
+        match self.cluster.cpusets.apply_nrt(nrt) {
+            Ok(()) => self
                 .cluster
-                .node_by_name(&name)
-                .and_then(|n| n.node.metadata.uid.clone())
-                .unwrap_or_default();
-            self.record(
-                ObjectKey::cluster(Kind::Node, &name),
-                &uid,
-                "Warning",
-                "InvalidCPUTopology",
-                message,
-            );
+                .refusals
+                .accept(&key, REASON_INVALID_CPU_TOPOLOGY),
+            Err((rule, message)) => {
+                let uid = self
+                    .cluster
+                    .node_by_name(&name)
+                    .and_then(|n| n.node.metadata.uid.clone())
+                    .unwrap_or_default();
+                self.refuse(key, &uid, REASON_INVALID_CPU_TOPOLOGY, rule, message);
+            }
         }
+        self.reread_node_reservation(now, &name);
         self.refresh_cpus(&name);
         before || self.cluster.cpusets.node(&name).is_some()
+    }
+
+    /// The CPU topology `node` publishes changed: a node reservation naming CPUs by id
+    /// (`reservedCPUs`) is checked against it again ([`Cluster::check_reserved_cpus`]).
+    fn reread_node_reservation(&mut self, now: Time, node: &str) {
+        use berth_api::annotations::{AnnotationCodec, NodeReservation};
+        let Some(obj) = self.cluster.node_by_name(node).map(|n| n.node.clone()) else {
+            return;
+        };
+        let names_cpus = NodeReservation::from_annotations(obj.metadata.annotations.as_ref())
+            .ok()
+            .flatten()
+            .is_some_and(|r| !r.reserved_cpus.is_empty());
+        if names_cpus {
+            self.apply_node(now, obj);
+        }
+    }
+
+    /// Reports `key` refused by the capacity rule for `reason`: a Warning event the first
+    /// time (and when the message changes), never on every update of the same object.
+    fn refuse(
+        &mut self,
+        key: ObjectKey,
+        uid: &str,
+        reason: &'static str,
+        rule: Rule,
+        message: String,
+    ) {
+        if self.cluster.refusals.refuse(&key, reason, rule, &message) {
+            self.record(key, uid, "Warning", reason, message);
+        }
+    }
+
+    /// Refusals reported since the last call, by kind and rule (for
+    /// `berth_unreadable_objects_total{kind,reason}`).
+    pub fn take_refusals(&mut self) -> Vec<(Kind, Rule)> {
+        self.cluster.refusals.take_new()
     }
 
     /// Recomputes what `node` keeps from exclusive-CPU pods and reports each pod that holds
@@ -517,25 +595,28 @@ impl Scheduler {
     fn apply_node(&mut self, now: Time, node: Arc<berth_api::k8s_openapi::api::core::v1::Node>) {
         let name = node.metadata.name.clone().unwrap_or_default();
         let before = self.cluster.node_by_name(&name).map(hints::NodeBefore::of);
+        let uid = node.metadata.uid.clone().unwrap_or_default();
         match self.cluster.apply_node(node) {
             Ok(idx) => {
+                let key = ObjectKey::cluster(Kind::Node, &name);
+                self.cluster.refusals.accept(&key, REASON_INVALID_NODE);
                 let bad = self
                     .cluster
                     .node(idx)
                     .and_then(|n| n.annotation_error.clone());
-                if let Some(message) = bad {
-                    let uid = self
+                match bad {
+                    Some((rule, message)) => {
+                        let uid = self
+                            .cluster
+                            .node(idx)
+                            .and_then(|n| n.node.metadata.uid.clone())
+                            .unwrap_or_default();
+                        self.refuse(key, &uid, REASON_INVALID_NODE_RESERVATION, rule, message);
+                    }
+                    None => self
                         .cluster
-                        .node(idx)
-                        .and_then(|n| n.node.metadata.uid.clone())
-                        .unwrap_or_default();
-                    self.record(
-                        ObjectKey::cluster(Kind::Node, &name),
-                        &uid,
-                        "Warning",
-                        "InvalidNodeReservation",
-                        message,
-                    );
+                        .refusals
+                        .accept(&key, REASON_INVALID_NODE_RESERVATION),
                 }
                 crate::reservation::lifecycle::node_applied(&mut self.cluster, idx);
                 let cpus_before = self.cluster.cpusets.node(&name).map(|c| c.excluded.clone());
@@ -552,18 +633,20 @@ impl Scheduler {
                     self.requeue(now, ClusterEvent::topology(idx));
                 }
             }
-            Err(e) => self.record(
-                ObjectKey::cluster(Kind::Node, &name),
-                "",
-                "Warning",
-                "InvalidNode",
-                e.to_string(),
-            ),
+            Err(e) => {
+                let rule = e.rule();
+                let key = ObjectKey::cluster(Kind::Node, &name);
+                self.refuse(key, &uid, REASON_INVALID_NODE, rule, e.to_string());
+            }
         }
     }
 
     /// An object was deleted (observed, or missing from a re-LIST).
     fn delete(&mut self, now: Time, key: ObjectKey) {
+        self.cluster.refusals.forget(&key);
+        if key.kind == Kind::NodeResourceTopology {
+            self.cluster.numa.accept_nrt(&key.name);
+        }
         if let Some(seen) = self.relisting.get_mut(&key.kind) {
             seen.remove(&key);
         }

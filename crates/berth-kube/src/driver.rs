@@ -495,6 +495,7 @@ impl Driver {
         for event in mirror.replay() {
             self.scheduler.handle(now, event);
         }
+        self.count_refusals();
         tracing::info!("leading: scheduling");
     }
 
@@ -516,9 +517,11 @@ impl Driver {
                 self.track_seen(&event);
                 self.track_nodes(&event);
                 self.scheduler.handle(now(), event);
+                self.count_refusals();
             }
             Input::Unreadable(bad) => {
-                self.metrics.unreadable(bad.kind);
+                self.metrics
+                    .unreadable(bad.kind, berth_api::validate::Rule::Malformed);
                 tracing::warn!(%bad, "object not read");
                 self.executor.submit(berth_core::Effect::Record(Record {
                     involved: ObjectKey::cluster(bad.kind, &bad.name),
@@ -529,6 +532,13 @@ impl Driver {
                 }));
             }
             Input::Done(c) => self.done(c),
+        }
+    }
+
+    /// Objects the core refused since the last look (each reported once, with its event).
+    fn count_refusals(&mut self) {
+        for (kind, rule) in self.scheduler.take_refusals() {
+            self.metrics.unreadable(kind, rule);
         }
     }
 

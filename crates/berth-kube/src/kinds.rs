@@ -93,13 +93,16 @@ pub fn reservation(obj: DynamicObject) -> Result<Object, Unreadable> {
         uid: uid.clone(),
         message: e.to_string(),
     })?;
-    serde_json::from_value::<Reservation>(value)
+    // A template that is no pod template still reads (the core reports it on the
+    // Reservation, which then expires like any other); what cannot be read at all is named
+    // by its field path.
+    serde_path_to_error::deserialize::<_, Reservation>(value)
         .map(|r| Object::Reservation(Arc::new(r)))
         .map_err(|e| Unreadable {
             kind: Kind::Reservation,
             name,
             uid,
-            message: format!("cannot be read: {e}"),
+            message: format!("cannot be read: {}: {}", e.path(), e.inner()),
         })
 }
 
@@ -156,10 +159,23 @@ mod tests {
         let e = reservation(bad).unwrap_err();
         assert_eq!(e.name, "r1");
         assert_eq!(e.uid, "u1");
-        assert!(
-            e.message.contains("owners") || e.message.contains("sequence"),
-            "{e}"
-        );
+        assert!(e.message.contains("spec.owners: "), "{e}");
+        let schemaless = dynamic(serde_json::json!({
+            "apiVersion": "scheduling.koordinator.sh/v1alpha1", "kind": "Reservation",
+            "metadata": {"name": "r3"},
+            "spec": {"owners": [{"labelSelector": {"matchLabels": {"a": "b"}}}],
+                     "template": {"spec": {"containers": "not a list"}}}
+        }));
+        match reservation(schemaless) {
+            Ok(Object::Reservation(r)) => {
+                let bad = r.spec.template.as_ref().and_then(|t| t.unreadable.as_ref());
+                assert_eq!(
+                    bad.map(|b| b.path.as_str()),
+                    Some("spec.template.spec.containers")
+                );
+            }
+            other => panic!("still a Reservation: {other:?}"),
+        }
         let good = dynamic(serde_json::json!({
             "apiVersion": "scheduling.koordinator.sh/v1alpha1", "kind": "Reservation",
             "metadata": {"name": "r2"},

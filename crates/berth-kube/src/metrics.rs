@@ -38,6 +38,12 @@ struct KindLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct UnreadableLabels {
+    kind: &'static str,
+    reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct PhaseLabels {
     phase: &'static str,
 }
@@ -132,7 +138,7 @@ pub struct Metrics {
     requests: Family<RequestLabels, Counter>,
     watch_events: Family<KindLabels, Counter>,
     watch_errors: Family<KindLabels, Counter>,
-    unreadable: Family<KindLabels, Counter>,
+    unreadable: Family<UnreadableLabels, Counter>,
     drp: Drp,
     preemption_attempts: Counter,
     preemption_victims: Counter,
@@ -235,10 +241,10 @@ impl Metrics {
             "Watch failures (each followed by a re-list after back-off), by kind.",
             watch_errors.clone(),
         );
-        let unreadable = Family::<KindLabels, Counter>::default();
+        let unreadable = Family::<UnreadableLabels, Counter>::default();
         r.register(
             "berth_unreadable_objects",
-            "Watched objects berth could not read (reported with a warning event), by kind.",
+            "Watched objects berth could not read or refused (reported with a warning event), by kind and the rule broken (malformed, negative, duplicate, inconsistent, out-of-range).",
             unreadable.clone(),
         );
         let drp = Drp {
@@ -460,11 +466,12 @@ impl Metrics {
         }
     }
 
-    /// An object of `kind` could not be read.
-    pub fn unreadable(&self, kind: Kind) {
+    /// An object of `kind` could not be read, or was refused for `rule`.
+    pub fn unreadable(&self, kind: Kind, rule: berth_api::validate::Rule) {
         self.unreadable
-            .get_or_create(&KindLabels {
+            .get_or_create(&UnreadableLabels {
                 kind: kind.as_str(),
+                reason: rule.as_str(),
             })
             .inc();
     }

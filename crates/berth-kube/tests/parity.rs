@@ -126,7 +126,7 @@ fn resource(obj: &Value) -> (ApiResource, bool) {
     };
     let namespaced = matches!(
         kind,
-        "Pod" | "PersistentVolumeClaim" | "PodDisruptionBudget"
+        "Pod" | "PersistentVolumeClaim" | "PodDisruptionBudget" | "Event"
     );
     (
         ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, kind)),
@@ -289,9 +289,19 @@ fn api_version_of(kind: &str) -> &'static str {
         "CSINode" => "storage.k8s.io/v1",
         "PriorityClass" => "scheduling.k8s.io/v1",
         "PodDisruptionBudget" => "policy/v1",
+        "Event" => "events.k8s.io/v1",
         _ => "v1",
     }
 }
+
+/// Event reasons of objects refused by the capacity rule (issue 25): both drivers must
+/// report the same refusals, once each, with the same message.
+const REFUSALS: [&str; 4] = [
+    "InvalidNode",
+    "InvalidNodeReservation",
+    "InvalidNodeResourceTopology",
+    "InvalidCPUTopology",
+];
 
 /// Removes everything a scenario may have created.
 async fn clean(client: &Client) {
@@ -314,7 +324,12 @@ async fn clean(client: &Client) {
             let _ = api.delete(&name, &dp).await;
         }
     }
-    for kind in ["Pod", "PersistentVolumeClaim", "PodDisruptionBudget"] {
+    for kind in [
+        "Pod",
+        "PersistentVolumeClaim",
+        "PodDisruptionBudget",
+        "Event",
+    ] {
         let (ar, _) = resource(&json!({"apiVersion": api_version_of(kind), "kind": kind}));
         let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
         for o in api.list(&lp).await.map(|l| l.items).unwrap_or_default() {
@@ -409,6 +424,32 @@ fn summary(items: &[Value]) -> BTreeMap<String, Value> {
                     }),
                 );
             }
+            // `v1` Events from simulate, `events.k8s.io/v1` from the cluster.
+            "Event" => {
+                let reason = o["reason"].as_str().unwrap_or("");
+                if o["type"] != "Warning" || !REFUSALS.contains(&reason) {
+                    continue;
+                }
+                let about = if o["regarding"].is_object() {
+                    &o["regarding"]
+                } else {
+                    &o["involvedObject"]
+                };
+                let message = if o["note"].is_string() {
+                    &o["note"]
+                } else {
+                    &o["message"]
+                };
+                let key = format!(
+                    "Warning {reason} {}/{}",
+                    about["kind"].as_str().unwrap_or(""),
+                    about["name"].as_str().unwrap_or("")
+                );
+                let entry = out.entry(key).or_insert_with(|| json!([]));
+                if let Some(list) = entry.as_array_mut() {
+                    list.push(message.clone());
+                }
+            }
             _ => {}
         }
     }
@@ -418,7 +459,7 @@ fn summary(items: &[Value]) -> BTreeMap<String, Value> {
 async fn cluster_items(client: &Client) -> Vec<Value> {
     let lp = ListParams::default();
     let mut items = Vec::new();
-    for kind in ["Pod", "Reservation"] {
+    for kind in ["Pod", "Reservation", "Event"] {
         let (ar, _) = resource(&json!({"apiVersion": api_version_of(kind), "kind": kind}));
         let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
         for mut o in api.list(&lp).await.expect("list").items {

@@ -186,6 +186,9 @@ fn score_line(n: &NodeExplanation) -> String {
 }
 
 fn numa_lines(out: &mut String, indent: &str, n: &NodeExplanation) {
+    if let Some(why) = &n.topology_refused {
+        let _ = writeln!(out, "{indent}NUMA: no usable topology data: {why}");
+    }
     let Some(d) = &n.numa else { return };
     let _ = writeln!(
         out,

@@ -100,7 +100,7 @@ fn a_malformed_cpu_topology_is_a_warning_on_the_node() {
     assert_eq!(
         e.message.as_deref(),
         Some(
-            "annotation node.koordinator.sh/cpu-topology: detail: detail[1]: CPU 0 is listed twice"
+            "annotation node.koordinator.sh/cpu-topology: detail[1].id: CPU 0 is listed twice (first at detail[0]) (rule: duplicate)"
         )
     );
     assert_eq!(pod_cpus(&sim, "lsr").as_deref(), Some("0,4"));

@@ -16,8 +16,10 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
+use crate::validate::{Refusal, Rule};
+
 use super::{
-    json_codec, parse_cpu_list, AnnotationError, CpuListError,
+    json_codec, parse_cpu_list, refused, AnnotationError, CpuListError,
     ANNOTATION_KUBELET_CPU_MANAGER_POLICY, ANNOTATION_NODE_CPU_SHARED_POOLS,
     ANNOTATION_NODE_CPU_TOPOLOGY, ANNOTATION_RESOURCE_SPEC, MAX_CPU_LIST_CPUS,
 };
@@ -50,33 +52,43 @@ json_codec!(
     ANNOTATION_NODE_CPU_TOPOLOGY,
     empty_is_absent = true,
     check = |v: &CpuTopology| {
-        let invalid = |reason: String| AnnotationError::Invalid {
-            key: ANNOTATION_NODE_CPU_TOPOLOGY,
-            field: "detail",
-            reason,
+        let refuse = |path: String, rule: Rule, detail: String| {
+            refused(
+                ANNOTATION_NODE_CPU_TOPOLOGY,
+                Refusal::new(path, rule, detail),
+            )
         };
         if v.detail.len() as u64 > MAX_CPU_LIST_CPUS {
-            return Err(invalid(format!(
-                "lists {} CPUs; berth reads at most {MAX_CPU_LIST_CPUS}",
-                v.detail.len()
-            )));
+            return Err(refuse(
+                "detail".into(),
+                Rule::OutOfRange,
+                format!(
+                    "lists {} CPUs; berth reads at most {MAX_CPU_LIST_CPUS}",
+                    v.detail.len()
+                ),
+            ));
         }
-        let mut seen = BTreeSet::new();
+        let mut seen = BTreeMap::new();
         // A physical core lives in one socket and one NUMA node.
         let mut core_home: BTreeMap<u32, (u32, u32)> = BTreeMap::new();
         for (i, cpu) in v.detail.iter().enumerate() {
-            if !seen.insert(cpu.id) {
-                return Err(invalid(format!(
-                    "detail[{i}]: CPU {} is listed twice",
-                    cpu.id
-                )));
+            if let Some(first) = seen.insert(cpu.id, i) {
+                return Err(refuse(
+                    format!("detail[{i}].id"),
+                    Rule::Duplicate,
+                    format!("CPU {} is listed twice (first at detail[{first}])", cpu.id),
+                ));
             }
             let home = *core_home.entry(cpu.core).or_insert((cpu.socket, cpu.node));
             if home != (cpu.socket, cpu.node) {
-                return Err(invalid(format!(
-                    "detail[{i}]: core {} is in socket {} node {} and in socket {} node {}",
-                    cpu.core, home.0, home.1, cpu.socket, cpu.node
-                )));
+                return Err(refuse(
+                    format!("detail[{i}].core"),
+                    Rule::Inconsistent,
+                    format!(
+                        "core {} is in socket {} node {} and in socket {} node {}",
+                        cpu.core, home.0, home.1, cpu.socket, cpu.node
+                    ),
+                ));
             }
         }
         Ok(())
@@ -275,8 +287,9 @@ mod tests {
         .expect_err("duplicate id");
         assert_eq!(
             err.to_string(),
-            "annotation node.koordinator.sh/cpu-topology: detail: detail[1]: CPU 0 is listed twice"
+            "annotation node.koordinator.sh/cpu-topology: detail[1].id: CPU 0 is listed twice (first at detail[0]) (rule: duplicate)"
         );
+        assert_eq!(err.rule(), crate::validate::Rule::Duplicate);
         let err = CpuTopology::parse(
             r#"{"detail":[{"id":0,"core":0,"socket":0,"node":0},{"id":1,"core":0,"socket":1,"node":1}]}"#,
         )

@@ -28,6 +28,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use serde::Serialize;
 
 use crate::quantity::{parse_resource, ParsedQuantity, QuantityError};
+use crate::validate::{Refusal, Rule};
 
 pub use affinity::{ReservationAffinity, ReservationAffinitySelector};
 pub use allocated::ReservationAllocated;
@@ -95,6 +96,15 @@ pub enum AnnotationError {
         /// What is wrong.
         reason: String,
     },
+    /// A value the capacity rule refuses (negative, duplicate, inconsistent, out of range:
+    /// see [`crate::validate`]).
+    #[error("annotation {key}: {refusal}")]
+    Refused {
+        /// The annotation key.
+        key: &'static str,
+        /// Where and why.
+        refusal: Refusal,
+    },
     /// A label or annotation that must hold a decimal integer does not.
     #[error("{key}: {value:?} is not a valid {bits}-bit integer")]
     Integer {
@@ -105,6 +115,17 @@ pub enum AnnotationError {
         /// 32 or 64.
         bits: u8,
     },
+}
+
+impl AnnotationError {
+    /// The rule the value breaks: [`Rule::Malformed`] unless it was refused by the capacity
+    /// rule.
+    pub fn rule(&self) -> Rule {
+        match self {
+            Self::Refused { refusal, .. } => refusal.rule,
+            _ => Rule::Malformed,
+        }
+    }
 }
 
 /// A JSON-valued Koordinator annotation.
@@ -154,7 +175,8 @@ fn from_json<T: serde::de::DeserializeOwned>(
     serde_json::from_str(text).map_err(|source| AnnotationError::Json { key, source })
 }
 
-/// Checks every amount of a resource list (`field` is its path, for the message).
+/// Checks every amount of a resource list (`field` is its path, for the message): a
+/// quantity, not negative, within range ([`crate::validate::amount`]).
 fn check_quantities(
     key: &'static str,
     field: &str,
@@ -167,7 +189,12 @@ fn check_quantities(
             source,
         })?;
     }
-    Ok(())
+    crate::validate::resource_list(field, resources).map_err(|refusal| refused(key, refusal))
+}
+
+/// A refusal of the value of `key`: a malformed quantity keeps its own variant.
+fn refused(key: &'static str, refusal: Refusal) -> AnnotationError {
+    AnnotationError::Refused { key, refusal }
 }
 
 /// Converts a resource list from an annotation into berth's integer amounts (milli-CPU,

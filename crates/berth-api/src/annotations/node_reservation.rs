@@ -162,4 +162,16 @@ mod tests {
             .expect_err("1C is not a quantity");
         assert!(err.to_string().contains("resources.cpu"), "{err}");
     }
+
+    #[test]
+    fn negative_and_huge_amounts_are_refused_whole() {
+        let err = NodeReservation::parse(r#"{"resources":{"cpu":"-3"}}"#).expect_err("negative");
+        assert_eq!(
+            err.to_string(),
+            r#"annotation node.koordinator.sh/reservation: resources.cpu: "-3": must be greater than or equal to 0 (rule: negative)"#
+        );
+        assert_eq!(err.rule(), crate::validate::Rule::Negative);
+        let err = NodeReservation::parse(r#"{"resources":{"memory":"1e40"}}"#).expect_err("huge");
+        assert_eq!(err.rule(), crate::validate::Rule::OutOfRange);
+    }
 }

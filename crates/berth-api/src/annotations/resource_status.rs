@@ -7,9 +7,10 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use serde::{Deserialize, Serialize};
 
 use super::{
-    check_quantities, json_codec, parse_cpu_list, AnnotationError, CpuListError,
+    check_quantities, json_codec, parse_cpu_list, refused, AnnotationError, CpuListError,
     ANNOTATION_RESOURCE_STATUS,
 };
+use crate::validate::{Refusal, Rule};
 
 /// The allocation result NodeNUMAResource writes at PreBind (Koordinator's
 /// `apis/extension/numa_aware.go` `ResourceStatus`). On a Reservation it is what the
@@ -46,7 +47,26 @@ json_codec!(
             field: "cpuset",
             source,
         })?;
+        let mut seen = BTreeMap::new();
         for (i, numa) in v.numa_node_resources.iter().enumerate() {
+            let path = format!("numaNodeResources[{i}].node");
+            if numa.node < 0 {
+                let detail = format!("{} is negative", numa.node);
+                return Err(refused(
+                    ANNOTATION_RESOURCE_STATUS,
+                    Refusal::new(path, Rule::Negative, detail),
+                ));
+            }
+            if let Some(first) = seen.insert(numa.node, i) {
+                let detail = format!(
+                    "NUMA node {} is listed twice (first at numaNodeResources[{first}])",
+                    numa.node
+                );
+                return Err(refused(
+                    ANNOTATION_RESOURCE_STATUS,
+                    Refusal::new(path, Rule::Duplicate, detail),
+                ));
+            }
             check_quantities(
                 ANNOTATION_RESOURCE_STATUS,
                 &format!("numaNodeResources[{i}].resources"),
@@ -99,5 +119,30 @@ mod tests {
             "{err}"
         );
         assert!(ResourceStatus::parse("").is_err());
+    }
+
+    #[test]
+    fn negative_and_duplicate_numa_entries_are_refused() {
+        for (text, path, rule) in [
+            (
+                r#"{"numaNodeResources":[{"node":0,"resources":{"cpu":"-2"}}]}"#,
+                "numaNodeResources[0].resources.cpu",
+                Rule::Negative,
+            ),
+            (
+                r#"{"numaNodeResources":[{"node":-1}]}"#,
+                "numaNodeResources[0].node",
+                Rule::Negative,
+            ),
+            (
+                r#"{"numaNodeResources":[{"node":1},{"node":1}]}"#,
+                "numaNodeResources[1].node",
+                Rule::Duplicate,
+            ),
+        ] {
+            let err = ResourceStatus::parse(text).expect_err(text);
+            assert_eq!(err.rule(), rule, "{err}");
+            assert!(err.to_string().contains(path), "{err}");
+        }
     }
 }

@@ -113,6 +113,8 @@ pub struct Cluster {
     /// Exclusive CPUs per node: layouts, node-reserved cores, what pods hold
     /// (NodeNUMAResource).
     pub cpusets: crate::cpuset::CpusetCluster,
+    /// Objects refused by the capacity rule, reported once each and counted.
+    pub refusals: crate::refusal::Refusals,
     /// Per-domain pod counts remembered across cycles (PodTopologySpread).
     domain_counts: DomainCountCache,
     /// Per-topology-pair counts remembered across cycles (InterPodAffinity).
@@ -145,6 +147,7 @@ impl Cluster {
                     self.soft_tainted + usize::from(info.has_prefer_no_schedule_taint()) - was;
                 set?;
             }
+            self.check_reserved_cpus(idx);
             return Ok(idx);
         }
         let idx = self
@@ -162,6 +165,7 @@ impl Cluster {
         }
         self.node_ids.insert(name.clone(), idx);
         self.order.push(idx);
+        self.check_reserved_cpus(idx);
         for key in self.orphans.remove(&name).unwrap_or_default() {
             if let Some(entry) = self.pods.get_mut(&key) {
                 entry.node = Some(idx);
@@ -174,6 +178,32 @@ impl Cluster {
             }
         }
         Ok(idx)
+    }
+
+    /// Refuses the node's `node.koordinator.sh/reservation` when its `reservedCPUs` name
+    /// CPUs the node's published CPU topology lacks: the annotation is then ignored whole
+    /// (allocatable untrimmed, no CPU kept back), as if absent. Without a published topology
+    /// there is nothing to check against.
+    pub fn check_reserved_cpus(&mut self, idx: NodeIdx) {
+        use berth_api::annotations::{AnnotationCodec, NodeReservation};
+        let Some(info) = self.nodes.get_mut(idx.index()).and_then(Option::as_mut) else {
+            return;
+        };
+        if info.annotation_error.is_some() {
+            return;
+        }
+        let Some(layout) = self.cpusets.layout(&info.name) else {
+            return;
+        };
+        let Ok(Some(r)) =
+            NodeReservation::from_annotations(info.node.metadata.annotations.as_ref())
+        else {
+            return;
+        };
+        if let Err((rule, message)) = crate::cpuset::state::absent_reserved_cpus(layout, &r) {
+            info.refuse_reservation(rule, message);
+            self.changes.record(idx);
+        }
     }
 
     /// Removes a node. Its pods stay known (as the API server keeps them) and re-attach if

@@ -16,10 +16,12 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use berth_api::annotations::{
-    format_cpu_list, AnnotationCodec, CpuBindPolicy, CpuTopology, KubeletCpuManagerPolicy,
-    NodeReservation, ResourceStatus, ANNOTATION_RESOURCE_STATUS,
+    format_cpu_list, AnnotationCodec, AnnotationError, CpuBindPolicy, CpuTopology,
+    KubeletCpuManagerPolicy, NodeReservation, ResourceStatus, ANNOTATION_NODE_RESERVATION,
+    ANNOTATION_RESOURCE_STATUS,
 };
 use berth_api::nrt::NodeResourceTopology;
+use berth_api::validate::{Refusal, Rule};
 
 use super::accumulator::take_cpus;
 use super::topology::{CpuLayout, CpuSet};
@@ -130,26 +132,30 @@ impl CpusetCluster {
         self.held.iter().map(|(k, v)| (&**k, v))
     }
 
-    /// Reads the CPU annotations of an NRT. A malformed one is an error naming the
-    /// annotation and field; the node then has no CPU topology until a good one comes.
-    pub fn apply_nrt(&mut self, nrt: &NodeResourceTopology) -> Result<(), String> {
+    /// Reads the CPU annotations of an NRT. A refused one (malformed, or a node reservation
+    /// naming CPUs the topology lacks) is an error naming the annotation, the field and the
+    /// rule; the node then has no CPU topology until a good one comes.
+    pub fn apply_nrt(&mut self, nrt: &NodeResourceTopology) -> Result<(), (Rule, String)> {
         let name: Arc<str> = nrt.node_name().into();
         let annotations = nrt.metadata.annotations.as_ref();
+        let refused = |e: AnnotationError| (e.rule(), e.to_string());
         let parsed = (|| {
-            let topology = CpuTopology::from_annotations(annotations).map_err(|e| e.to_string())?;
-            let kubelet = KubeletCpuManagerPolicy::from_annotations(annotations)
-                .map_err(|e| e.to_string())?;
-            let reservation =
-                NodeReservation::from_annotations(annotations).map_err(|e| e.to_string())?;
+            let topology = CpuTopology::from_annotations(annotations).map_err(refused)?;
+            let kubelet =
+                KubeletCpuManagerPolicy::from_annotations(annotations).map_err(refused)?;
+            let reservation = NodeReservation::from_annotations(annotations).map_err(refused)?;
             berth_api::annotations::CpuSharedPools::from_annotations(annotations)
-                .map_err(|e| e.to_string())?;
-            Ok::<_, String>((topology, kubelet, reservation))
+                .map_err(refused)?;
+            Ok::<_, (Rule, String)>((topology, kubelet, reservation))
         })();
         self.published.remove(&name);
         let (topology, kubelet, reservation) = parsed?;
         let Some(layout) = topology.as_ref().and_then(CpuLayout::new) else {
             return Ok(());
         };
+        if let Some(r) = &reservation {
+            absent_reserved_cpus(&layout, r)?;
+        }
         let kubelet_reserved = kubelet
             .as_ref()
             .and_then(|k| k.reserved_cpu_ids().ok())
@@ -171,6 +177,11 @@ impl CpusetCluster {
             },
         );
         Ok(())
+    }
+
+    /// The CPU layout `node`'s NRT publishes, if any.
+    pub fn layout(&self, node: &str) -> Option<&Arc<CpuLayout>> {
+        self.published.get(node).map(|p| &p.layout)
     }
 
     /// The NRT of `node` was deleted: no CPU topology any more.
@@ -249,13 +260,19 @@ pub fn refresh(cx: &mut Cluster, node: &str) -> Vec<Eviction> {
         cx.cpusets.nodes.remove(node);
         return Vec::new();
     };
-    // The Node's own annotation wins (koordlet copies it onto the NRT, possibly later).
-    let from_node = cx.node_by_name(node).and_then(|n| {
-        NodeReservation::from_annotations(n.node.metadata.annotations.as_ref())
-            .ok()
-            .flatten()
-    });
-    let reservation = from_node.or(p.reservation.clone());
+    // The Node's own annotation wins (koordlet copies it onto the NRT, possibly later); a
+    // refused one is ignored whole, the copy included.
+    let info = cx.node_by_name(node);
+    let reservation = match info {
+        Some(n) if n.annotation_error.is_some() => None,
+        _ => info
+            .and_then(|n| {
+                NodeReservation::from_annotations(n.node.metadata.annotations.as_ref())
+                    .ok()
+                    .flatten()
+            })
+            .or(p.reservation.clone()),
+    };
     let node_reserved = reservation
         .map(|r| concrete_reserved(&p.layout, &p.kubelet_reserved, &r))
         .unwrap_or_default();
@@ -316,8 +333,33 @@ pub fn refresh(cx: &mut Cluster, node: &str) -> Vec<Eviction> {
     out
 }
 
+/// Refuses a node reservation whose `reservedCPUs` name a CPU `layout` lacks (the rule:
+/// inconsistent), with the message of its event.
+pub fn absent_reserved_cpus(layout: &CpuLayout, r: &NodeReservation) -> Result<(), (Rule, String)> {
+    let Ok(ids) = r.reserved_cpu_ids() else {
+        return Ok(());
+    };
+    match ids.iter().find(|c| !layout.contains(**c)) {
+        None => Ok(()),
+        Some(cpu) => {
+            let refusal = Refusal::new(
+                "reservedCPUs",
+                Rule::Inconsistent,
+                format!(
+                    "CPU {cpu} is not in the node's CPU topology (CPUs {})",
+                    format_cpu_list(&layout.all())
+                ),
+            );
+            Err((
+                Rule::Inconsistent,
+                format!("annotation {ANNOTATION_NODE_RESERVATION}: {refusal}"),
+            ))
+        }
+    }
+}
+
 /// The concrete CPUs a node reservation keeps: `reservedCPUs` as given (CPUs the node does
-/// not have are ignored), else `resources.cpu` rounded up to whole CPUs, picked as the
+/// not have are ignored: [`absent_reserved_cpus`] refuses such a reservation first), else `resources.cpu` rounded up to whole CPUs, picked as the
 /// kubelet's static CPU manager picks its reserved CPUs (whole physical cores first, from
 /// as few sockets as possible). Both apply policies keep the CPUs from pods.
 pub fn concrete_reserved(

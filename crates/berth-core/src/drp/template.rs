@@ -150,7 +150,7 @@ mod tests {
             r#"{"owners":[{"labelSelector":{"matchLabels":{"a":"b"}}}],"roundup":{"cpu":"-1"}}"#,
         )
         .unwrap_err();
-        assert_eq!(e, "annotation scheduling.koordinator.sh/reservation-template: roundup.cpu: must be greater than or equal to 0");
+        assert_eq!(e, "annotation scheduling.koordinator.sh/reservation-template: roundup.cpu: \"-1\": must be greater than or equal to 0 (rule: negative)");
         let e = with(r#"{"owners":[{"labelSelector":{"matchExpressions":[{"key":"a","operator":"Near"}]}}]}"#)
             .unwrap_err();
         assert!(e.contains(": owners: "), "{e}");

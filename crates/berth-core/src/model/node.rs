@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use berth_api::k8s_openapi::api::core::v1::{Node, Taint};
 use berth_api::quantity::ParsedQuantity;
+use berth_api::validate::{Refusal, Rule};
 use smallvec::SmallVec;
 
 use crate::model::pod::{HostPort, PodInfo};
@@ -66,8 +67,12 @@ pub struct NodeInfo {
     /// (the per-domain counts of [`crate::cache::domain_counts`]) reuse it while the stamp
     /// is the same, even across a preemption simulation that restores a saved copy.
     pub generation: u64,
-    /// Why `node.koordinator.sh/reservation` could not be applied, if it could not.
-    pub annotation_error: Option<String>,
+    /// Why `node.koordinator.sh/reservation` was refused (ignored, as if absent), if it was:
+    /// the rule broken and the message naming the field.
+    pub annotation_error: Option<(Rule, String)>,
+    /// `status.allocatable` before the node reservation trim, so a reservation refused
+    /// later (its `reservedCPUs` name CPUs the node's topology lacks) can be ignored.
+    untrimmed: Resources,
     /// The sums the per-node Filter and Score arithmetic reads, kept by [`NodeInfo::touch`]
     /// (worked out eagerly: a lazy cell's check on every read cost the basic cycle more than
     /// it saved preemption's dry run).
@@ -175,6 +180,7 @@ impl NodeInfo {
             pods_with_required_anti_affinity: 0,
             generation: 0,
             annotation_error: None,
+            untrimmed: Resources::ZERO,
             derived: Derived::default(),
         };
         me.set_node(node, names)?;
@@ -193,29 +199,41 @@ impl NodeInfo {
             .or_else(|| status.and_then(|s| s.capacity.as_ref()));
         let mut alloc = Resources::ZERO;
         let mut pods = DEFAULT_MAX_PODS;
+        let field = if status
+            .and_then(|s| s.allocatable.as_ref())
+            .is_some_and(|m| !m.is_empty())
+        {
+            "status.allocatable"
+        } else {
+            "status.capacity"
+        };
         for (name, q) in list.into_iter().flatten() {
+            let path = format!("{field}[{name}]");
             let parsed = ParsedQuantity::parse(&q.0).map_err(|source| NodeError::Quantity {
-                field: format!("status.allocatable[{name}]"),
+                field: path.clone(),
                 source,
             })?;
+            // Negative or uncountable capacity is refused (the API server refuses it too),
+            // never clamped.
+            let amount = berth_api::validate::amount(&path, name, &q.0)?;
             if name == "pods" {
-                pods = parsed.value().max(0);
+                pods = parsed.value();
                 continue;
             }
             let id = names.intern(name)?;
-            alloc[id] = if name == "cpu" {
-                parsed.milli_value()
-            } else {
-                parsed.value()
-            }
-            .max(0);
+            alloc[id] = amount;
         }
+        self.untrimmed = alloc;
         self.annotation_error = None;
         match trim_node_reservation(&node, names, &mut alloc) {
             Ok(()) => {}
-            // A malformed annotation is the node owner's problem, not a reason to drop the
-            // node: it is scheduled untrimmed and the driver reports the message.
-            Err(message) => self.annotation_error = Some(message),
+            // A refused annotation is the node owner's problem, not a reason to drop the
+            // node: it is scheduled untrimmed, as without the annotation, and the driver
+            // reports the message.
+            Err(refused) => {
+                alloc = self.untrimmed;
+                self.annotation_error = Some(refused);
+            }
         }
         self.allocatable = alloc;
         self.allowed_pods = pods;
@@ -234,6 +252,15 @@ impl NodeInfo {
         self.node = node;
         self.touch();
         Ok(())
+    }
+
+    /// Ignores `node.koordinator.sh/reservation` (refused for `rule` with `message` by a
+    /// check that needs more than the Node: its `reservedCPUs` against the published CPU
+    /// topology): allocatable goes back to what the node reports.
+    pub fn refuse_reservation(&mut self, rule: Rule, message: String) {
+        self.allocatable = self.untrimmed;
+        self.annotation_error = Some((rule, message));
+        self.touch();
     }
 
     /// Accounts a pod on this node.
@@ -373,7 +400,7 @@ fn trim_node_reservation(
     node: &Node,
     names: &mut ResourceNames,
     alloc: &mut Resources,
-) -> Result<(), String> {
+) -> Result<(), (Rule, String)> {
     use berth_api::annotations::NodeReservation;
     let annotations = node.metadata.annotations.as_ref();
     let Some(text) =
@@ -384,11 +411,12 @@ fn trim_node_reservation(
     if text.trim().is_empty() {
         return Ok(());
     }
-    let r = NodeReservation::parse(text).map_err(|e| e.to_string())?;
+    let refused = |e: berth_api::annotations::AnnotationError| (e.rule(), e.to_string());
+    let r = NodeReservation::parse(text).map_err(refused)?;
     if !r.trims_allocatable() {
         return Ok(());
     }
-    for (name, amount) in r.reserved_amounts().map_err(|e| e.to_string())? {
+    for (name, amount) in r.reserved_amounts().map_err(refused)? {
         if name == "kubernetes.io/batch-cpu"
             || name == "kubernetes.io/batch-memory"
             || name == "pods"
@@ -396,7 +424,9 @@ fn trim_node_reservation(
             continue;
         }
         let Some(id) = names.get(&name) else { continue };
-        alloc[id] = (alloc[id] - amount).max(0);
+        // Reserving more than the node has leaves nothing (which lowers capacity, never
+        // raises it); amounts are never negative here, the codec refuses those.
+        alloc[id] = alloc[id].saturating_sub(amount).max(0);
     }
     Ok(())
 }
@@ -433,6 +463,21 @@ pub enum NodeError {
     /// Too many extended resources.
     #[error(transparent)]
     TooManyResources(#[from] TooManyResources),
+    /// A negative or uncountable amount (the capacity rule, [`berth_api::validate`]).
+    #[error(transparent)]
+    Refused(#[from] Refusal),
+}
+
+impl NodeError {
+    /// The rule of the capacity rule the node breaks ([`Rule::Malformed`] for a quantity
+    /// that does not parse, [`Rule::OutOfRange`] for too many resource names).
+    pub fn rule(&self) -> Rule {
+        match self {
+            Self::Quantity { .. } => Rule::Malformed,
+            Self::TooManyResources(_) => Rule::OutOfRange,
+            Self::Refused(r) => r.rule,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -480,8 +525,38 @@ mod tests {
     fn a_malformed_annotation_is_reported_and_the_node_stays_usable() {
         let n = info("{not json");
         assert_eq!(n.allocatable[ResourceId::CPU], 32_000);
-        let msg = n.annotation_error.unwrap_or_default();
+        let (rule, msg) = n
+            .annotation_error
+            .unwrap_or((Rule::Negative, String::new()));
+        assert_eq!(rule, Rule::Malformed);
         assert!(msg.contains("node.koordinator.sh/reservation"), "{msg}");
+    }
+
+    #[test]
+    fn a_negative_reservation_is_ignored_whole_never_added() {
+        let n = info(r#"{"resources":{"cpu":"-3","memory":"1Gi"}}"#);
+        assert_eq!(n.allocatable[ResourceId::CPU], 32_000, "not 35");
+        assert_eq!(
+            n.allocatable[ResourceId::MEMORY],
+            64 << 30,
+            "memory untrimmed too"
+        );
+        let (rule, msg) = n.annotation_error.clone().expect("refused");
+        assert_eq!(rule, Rule::Negative);
+        assert!(msg.contains("resources.cpu"), "{msg}");
+        let mut n = info(r#"{"reservedCPUs":"0-3"}"#);
+        assert_eq!(n.allocatable[ResourceId::CPU], 28_000);
+        n.refuse_reservation(Rule::Inconsistent, "absent".into());
+        assert_eq!(n.allocatable[ResourceId::CPU], 32_000);
+    }
+
+    #[test]
+    fn negative_allocatable_refuses_the_node() {
+        let mut names = ResourceNames::default();
+        let err = NodeInfo::new(NodeIdx(0), node("n").alloc("cpu", "-4").build(), &mut names)
+            .expect_err("negative");
+        assert!(err.to_string().contains("status.allocatable[cpu]"), "{err}");
+        assert!(err.to_string().contains("negative"), "{err}");
     }
 
     #[test]

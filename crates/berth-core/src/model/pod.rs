@@ -36,6 +36,14 @@ pub enum PodError {
         /// The field path.
         field: String,
     },
+    /// A request beyond what berth counts (the capacity rule: refused, never saturated).
+    #[error("{field}: {text:?} is larger than berth can count (rule: out-of-range)")]
+    OutOfRange {
+        /// The field path.
+        field: String,
+        /// The quantity as written.
+        text: String,
+    },
     /// Too many extended resources.
     #[error(transparent)]
     TooManyResources(#[from] TooManyResources),
@@ -215,6 +223,8 @@ pub fn time_of(t: &berth_api::k8s_openapi::jiff::Timestamp) -> Time {
     t.as_millisecond()
 }
 
+/// Reads one request, limit or overhead of a pod (the capacity rule for pods: readable, not
+/// negative, within range; the messages are the API server's where it has one).
 fn parse_amount(name: &str, text: &str, field: &str) -> Result<i64, PodError> {
     let q = ParsedQuantity::parse(text).map_err(|source| PodError::Quantity {
         field: field.to_string(),
@@ -225,11 +235,18 @@ fn parse_amount(name: &str, text: &str, field: &str) -> Result<i64, PodError> {
             field: field.to_string(),
         });
     }
-    Ok(if name == "cpu" {
+    let v = if name == "cpu" {
         q.milli_value()
     } else {
         q.value()
-    })
+    };
+    if v == i64::MAX {
+        return Err(PodError::OutOfRange {
+            field: field.to_string(),
+            text: text.to_string(),
+        });
+    }
+    Ok(v)
 }
 
 #[derive(Default)]

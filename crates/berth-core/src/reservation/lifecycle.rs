@@ -433,6 +433,10 @@ fn update(cx: &mut Cluster, idx: RIdx, obj: Arc<Reservation>, now: Time) {
     {
         report_problem(cx, &fresh.name, p);
     }
+    if fresh.problem.is_none() {
+        let key = ObjectKey::cluster(Kind::Reservation, &fresh.name);
+        cx.refusals.accept(&key, REASON_FAILED_SCHEDULING);
+    }
     let timer = old.timer;
     if let Some(slot) = cx.reservations.get_mut(idx) {
         *slot = fresh;
@@ -1348,7 +1352,13 @@ pub fn drain(cx: &mut Cluster, now: Time, effects: &mut VecDeque<Effect>) -> Vec
     }
     for (name, problem) in std::mem::take(&mut cx.reservations.to_report) {
         // A reservation deleted within the same input has nothing left to report on.
-        if cx.reservations.idx(&name).is_some() {
+        let key = ObjectKey::cluster(Kind::Reservation, &name);
+        let rule = crate::refusal::rule_of(&problem);
+        if cx.reservations.idx(&name).is_some()
+            && cx
+                .refusals
+                .refuse(&key, REASON_FAILED_SCHEDULING, rule, &problem)
+        {
             record(
                 cx,
                 &name,

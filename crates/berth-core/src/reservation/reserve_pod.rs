@@ -19,11 +19,11 @@ use berth_api::annotations::{
     ANNOTATION_IS_PRE_ALLOCATION, ANNOTATION_RESERVATION_NAME, ANNOTATION_RESERVATION_NODE,
     ANNOTATION_RESERVE_POD,
 };
+use berth_api::format_resource;
 use berth_api::k8s_openapi::api::core::v1::Pod;
 use berth_api::k8s_openapi::api::scheduling::v1::PriorityClass;
 use berth_api::k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use berth_api::reservation::{Reservation, SchedulerProblem};
-use berth_api::{format_resource, parse_resource};
 
 use crate::model::pod::{PodInfo, PodKind};
 use crate::object::{Kind, ObjectKey};
@@ -66,6 +66,14 @@ pub fn build(
         .template
         .as_ref()
         .ok_or_else(|| SchedulerProblem::MissingTemplate.to_string())?;
+    if let Some(bad) = &template.unreadable {
+        // Schemaless in the CRD, so the API server stored it: the reservation is still
+        // one, Pending with this message until it expires.
+        return Err(format!(
+            "{bad} (rule: {})",
+            berth_api::validate::Rule::Malformed
+        ));
+    }
     let mut meta = template.metadata.clone().unwrap_or_default();
     let namespace = meta
         .namespace
@@ -138,7 +146,8 @@ pub fn build(
                 continue;
             }
             let id = names.intern(&res).map_err(|e| e.to_string())?;
-            allocatable[id] = amount.max(0);
+            // The codec refuses negative amounts: nothing to clamp.
+            allocatable[id] = amount;
         }
     }
     let mut allocatable_list = BTreeMap::new();
@@ -178,9 +187,10 @@ pub fn parse_allocatable(
         if n == "pods" {
             continue;
         }
-        let v = parse_resource(n, &q.0).map_err(|e| format!("status.allocatable[{n}]: {e}"))?;
+        let v = berth_api::validate::amount(&format!("status.allocatable[{n}]"), n, &q.0)
+            .map_err(|e| e.to_string())?;
         let id = names.intern(n).map_err(|e| e.to_string())?;
-        out[id] = v.max(0);
+        out[id] = v;
     }
     Ok(out)
 }

@@ -291,6 +291,33 @@ fn evict_rows(sim: &Simulation) -> Vec<Vec<String>> {
     evict
 }
 
+/// Objects the scheduler refused under the capacity rule (treated as absent): one row per
+/// Warning event of those reasons, `KIND NAME WHY`, sorted.
+fn refused_rows(sim: &Simulation) -> Vec<Vec<String>> {
+    use berth_core::scheduler::{
+        REASON_INVALID_CPU_TOPOLOGY, REASON_INVALID_NODE, REASON_INVALID_NODE_RESERVATION,
+        REASON_INVALID_NRT,
+    };
+    let mut rows = Vec::new();
+    for reason in [
+        REASON_INVALID_NODE,
+        REASON_INVALID_NODE_RESERVATION,
+        REASON_INVALID_NRT,
+        REASON_INVALID_CPU_TOPOLOGY,
+    ] {
+        for e in sim.store().events_with_reason(reason) {
+            let o = &e.involved_object;
+            rows.push(vec![
+                o.kind.clone().unwrap_or_default(),
+                o.name.clone().unwrap_or_default(),
+                e.message.clone().unwrap_or_default(),
+            ]);
+        }
+    }
+    rows.sort();
+    rows
+}
+
 /// Writes a section of collected rows, if there are any.
 fn collected(
     out: &mut dyn Write,
@@ -328,6 +355,7 @@ pub fn write(sim: &Simulation, out: &mut dyn Write) -> io::Result<()> {
         }
     }
     let reservations = reservation_rows(sim);
+    let refused = refused_rows(sim);
     let nodes = node_rows(sim);
     let evict = evict_rows(sim);
     let counts = format!(
@@ -382,6 +410,12 @@ pub fn write(sim: &Simulation, out: &mut dyn Write) -> io::Result<()> {
             "WHY",
         ],
         &reservations,
+    )?;
+    collected(
+        out,
+        "REFUSED (ignored as if absent)",
+        &["KIND", "NAME", "WHY"],
+        &refused,
     )?;
     collected(
         out,

@@ -73,6 +73,8 @@ pub struct NumaCluster {
     nrt_updates: u64,
     filter_lookups: u64,
     score_lookups: u64,
+    /// Nodes whose NRT the capacity rule refused, with the message (for `explain`).
+    refused: crate::collections::HashMap<String, String>,
     /// By node index: the cache slot of the node's name, remembered so Filter and Score
     /// find a node's entry without hashing and comparing its name (see [`NodeSlot`]).
     slots: Vec<SlotMemo>,
@@ -99,6 +101,7 @@ impl Default for NumaCluster {
             nrt_updates: 0,
             filter_lookups: 0,
             score_lookups: 0,
+            refused: Default::default(),
             slots: Vec::new(),
         }
     }
@@ -251,6 +254,26 @@ impl NumaCluster {
         self.nrt_updates += 1;
         self.arm_if_dirty(node, now);
         Ok(self.cache.generation() != generation)
+    }
+
+    /// Whether `node` has NRT data the plugins read.
+    pub fn node_has_topology(&self, node: &str) -> bool {
+        self.cache.topology(node).is_some()
+    }
+
+    /// `node`'s NRT was refused (`message` says where and why): it is treated as absent.
+    pub fn refuse_nrt(&mut self, node: &str, message: String) {
+        self.refused.insert(node.to_string(), message);
+    }
+
+    /// `node`'s NRT is readable again, or gone.
+    pub fn accept_nrt(&mut self, node: &str) {
+        self.refused.remove(node);
+    }
+
+    /// Why `node`'s NRT was refused, while it is.
+    pub fn refused_nrt(&self, node: &str) -> Option<&str> {
+        self.refused.get(node).map(String::as_str)
     }
 
     /// Nodes with an NRT, in no particular order (a re-LIST deletes those it misses).
