@@ -53,6 +53,16 @@ pub fn simulate(options: &Options, stdin: &mut dyn Read) -> Result<Simulation, E
         None => Vec::new(),
     };
     let input = input::read_files(&options.files, stdin)?;
+    if input.items.is_empty() && input.scenario.is_none() {
+        let files: Vec<&str> = options
+            .files
+            .iter()
+            .map(|f| if f == "-" { input::STDIN_NAME } else { f.as_str() })
+            .collect();
+        return Err(Error::Empty {
+            files: files.join(", "),
+        });
+    }
     let config = Config {
         seed: options.seed,
         ..Config::default()
@@ -149,6 +159,33 @@ mod tests {
             "{}",
             out.stderr
         );
+    }
+
+    #[test]
+    fn an_empty_input_is_bad_input_saying_so() {
+        for text in ["", "\n# only a comment\n", "---\n---\n"] {
+            let opts = Options {
+                files: vec!["-".into()],
+                ..Options::default()
+            };
+            let out = run(&opts, &mut text.as_bytes());
+            assert_eq!(out.code, 2, "{text:?}: {}", out.stderr);
+            assert!(out.stdout.is_empty());
+            assert!(
+                out.stderr
+                    .starts_with("error: <stdin>: no objects to simulate: the input is empty"),
+                "{}",
+                out.stderr
+            );
+        }
+        let empty = write("empty.yaml", "");
+        let opts = Options {
+            files: vec![empty.clone()],
+            ..Options::default()
+        };
+        let out = run(&opts, &mut std::io::empty());
+        assert_eq!(out.code, 2);
+        assert!(out.stderr.contains(&format!("{empty}: no objects")), "{}", out.stderr);
     }
 
     #[test]
