@@ -57,7 +57,13 @@ pub fn simulate(options: &Options, stdin: &mut dyn Read) -> Result<Simulation, E
         let files: Vec<&str> = options
             .files
             .iter()
-            .map(|f| if f == "-" { input::STDIN_NAME } else { f.as_str() })
+            .map(|f| {
+                if f == "-" {
+                    input::STDIN_NAME
+                } else {
+                    f.as_str()
+                }
+            })
             .collect();
         return Err(Error::Empty {
             files: files.join(", "),
@@ -185,7 +191,11 @@ mod tests {
         };
         let out = run(&opts, &mut std::io::empty());
         assert_eq!(out.code, 2);
-        assert!(out.stderr.contains(&format!("{empty}: no objects")), "{}", out.stderr);
+        assert!(
+            out.stderr.contains(&format!("{empty}: no objects")),
+            "{}",
+            out.stderr
+        );
     }
 
     #[test]

@@ -498,15 +498,26 @@ fn non_blank(png_bytes: &[u8], charts: &[(String, [f64; 4])]) -> Vec<(String, u6
 
 fn strings(v: &Value) -> Vec<String> {
     v.as_array()
-        .map(|a| a.iter().filter_map(|s| s.as_str().map(String::from)).collect())
+        .map(|a| {
+            a.iter()
+                .filter_map(|s| s.as_str().map(String::from))
+                .collect()
+        })
         .unwrap_or_default()
 }
 
 /// The axes of every drawn chart: no tick label repeated on either axis, none sticking out
 /// of the drawing; on the node strip, node names.
 fn check_axes(loaded: &Loaded, what: &str) {
-    let charts = loaded.axes["charts"].as_array().cloned().unwrap_or_default();
-    assert!(!charts.is_empty(), "{what}: no chart regions: {}", loaded.axes);
+    let charts = loaded.axes["charts"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        !charts.is_empty(),
+        "{what}: no chart regions: {}",
+        loaded.axes
+    );
     for c in &charts {
         let name = c["chart"].as_str().unwrap_or("?");
         for axis in ["y", "x"] {
@@ -622,9 +633,16 @@ fn the_report_loads_offline_without_errors_and_draws_every_chart() {
     let sim = Simulation::run_with(vec![], Config::default(), &input, hooks);
     berth_sim::report::write(&sim, &still.to_string_lossy()).unwrap_or_else(|e| panic!("{e}"));
     let loaded = load(&mut browser, &still);
-    assert!(loaded.console_errors.is_empty(), "{:?}", loaded.console_errors);
+    assert!(
+        loaded.console_errors.is_empty(),
+        "{:?}",
+        loaded.console_errors
+    );
     check_axes(&loaded, "no time");
-    let charts = loaded.axes["charts"].as_array().cloned().unwrap_or_default();
+    let charts = loaded.axes["charts"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
     for c in &charts {
         assert!(
             strings(&c["x"]).is_empty(),
@@ -651,7 +669,9 @@ fn the_report_loads_offline_without_errors_and_draws_every_chart() {
     let pods = by_name("pods");
     assert_eq!(pods["drawn"], true, "{pods}");
     assert!(
-        strings(&pods["xnote"]).iter().any(|n| n.starts_with("no time passed")),
+        strings(&pods["xnote"])
+            .iter()
+            .any(|n| n.starts_with("no time passed")),
         "{pods}"
     );
     let _ = std::fs::remove_dir_all(&dir);

@@ -156,10 +156,8 @@ fn the_rendering_has_the_shape_an_ha_scheduler_needs() {
     assert!(!docs
         .iter()
         .any(|d| d["metadata"]["name"] == "berth-provisioner"));
-    assert!(docs
-        .iter()
-        .any(|d| d["kind"] == "CustomResourceDefinition"
-            && d["metadata"]["name"] == "reservations.scheduling.koordinator.sh"));
+    assert!(docs.iter().any(|d| d["kind"] == "CustomResourceDefinition"
+        && d["metadata"]["name"] == "reservations.scheduling.koordinator.sh"));
 
     let config = config_of(&docs);
     let le = &config["leaderElection"];
@@ -177,7 +175,10 @@ fn the_rendering_has_the_shape_an_ha_scheduler_needs() {
     ]));
     let p = find(&docs, "Deployment", "berth-provisioner");
     assert_eq!(p["spec"]["replicas"], 1);
-    assert_eq!(p["spec"]["template"]["spec"]["containers"][0]["args"][0], "provisioner");
+    assert_eq!(
+        p["spec"]["template"]["spec"]["containers"][0]["args"][0],
+        "provisioner"
+    );
     find(&docs, "ServiceMonitor", "berth");
     let pod = &find(&docs, "Deployment", "berth")["spec"]["template"]["spec"];
     assert!(
@@ -207,8 +208,18 @@ fn the_rendered_rbac_is_deploys() {
     let provisioner = deploy_documents("provisioner/50-provisioner.yaml");
     for (kind, chart_name, deploy_docs, deploy_name) in [
         ("ClusterRole", "berth", &rbac, "berth"),
-        ("Role", "berth-leader-election", &rbac, "berth-leader-election"),
-        ("ClusterRole", "berth-provisioner", &provisioner, "berth-provisioner"),
+        (
+            "Role",
+            "berth-leader-election",
+            &rbac,
+            "berth-leader-election",
+        ),
+        (
+            "ClusterRole",
+            "berth-provisioner",
+            &provisioner,
+            "berth-provisioner",
+        ),
     ] {
         assert_eq!(
             find(&docs, kind, chart_name)["rules"],
@@ -219,7 +230,11 @@ fn the_rendered_rbac_is_deploys() {
     for (kind, name, sa) in [
         ("ClusterRoleBinding", "berth", "berth"),
         ("RoleBinding", "berth-leader-election", "berth"),
-        ("ClusterRoleBinding", "berth-provisioner", "berth-provisioner"),
+        (
+            "ClusterRoleBinding",
+            "berth-provisioner",
+            "berth-provisioner",
+        ),
     ] {
         let b = find(&docs, kind, name);
         assert_eq!(b["roleRef"]["name"], name);
@@ -260,7 +275,10 @@ async fn the_rendering_applies_and_grants_exactly_what_berth_needs() {
         text(&out.stderr)
     );
     let stdout = text(&out.stdout);
-    let applied = stdout.lines().filter(|l| l.ends_with("(server dry run)")).count();
+    let applied = stdout
+        .lines()
+        .filter(|l| l.ends_with("(server dry run)"))
+        .count();
     assert_eq!(
         applied,
         documents(&rendered).len(),

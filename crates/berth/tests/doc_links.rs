@@ -120,7 +120,10 @@ fn every_relative_link_resolves_inside_the_repository() {
         }
     }
     assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
-    assert!(checked >= 20, "only {checked} relative links found: is the parser right?");
+    assert!(
+        checked >= 20,
+        "only {checked} relative links found: is the parser right?"
+    );
 }
 
 /// The simulate contract beside a developer's checkout is not part of the repository: the
@@ -129,7 +132,11 @@ fn every_relative_link_resolves_inside_the_repository() {
 fn no_document_points_at_material_outside_the_repository() {
     let root = repo();
     let mut files = documents();
-    for dir in ["crates/berth-sim/src", "crates/berth-sim/tests", "crates/berth/src"] {
+    for dir in [
+        "crates/berth-sim/src",
+        "crates/berth-sim/tests",
+        "crates/berth/src",
+    ] {
         for entry in std::fs::read_dir(root.join(dir)).expect("readable") {
             let path = entry.expect("an entry").path();
             if path.extension().is_some_and(|e| e == "rs") {

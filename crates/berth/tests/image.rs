@@ -83,10 +83,17 @@ fn the_image_runs_berth_as_a_non_root_user_and_is_small() {
     let _ = std::fs::remove_dir_all(&dir);
     let layout = dir.join("layout");
     std::fs::create_dir_all(&layout).unwrap();
-    run(Command::new("tar").arg("-xf").arg(&archive).arg("-C").arg(&layout));
+    run(Command::new("tar")
+        .arg("-xf")
+        .arg(&archive)
+        .arg("-C")
+        .arg(&layout));
 
     // The layout, as a runtime reads it.
-    assert_eq!(json(&layout.join("oci-layout"))["imageLayoutVersion"], "1.0.0");
+    assert_eq!(
+        json(&layout.join("oci-layout"))["imageLayoutVersion"],
+        "1.0.0"
+    );
     let index = json(&layout.join("index.json"));
     let manifest = json(&blob(&layout, &index["manifests"][0]["digest"]));
     assert_eq!(
@@ -102,14 +109,22 @@ fn the_image_runs_berth_as_a_non_root_user_and_is_small() {
     let layer = blob(&layout, &layers[0]["digest"]);
     let digest = run(Command::new("sha256sum").arg(&layer));
     assert!(
-        String::from_utf8_lossy(&digest.stdout)
-            .starts_with(layers[0]["digest"].as_str().unwrap_or("").trim_start_matches("sha256:")),
+        String::from_utf8_lossy(&digest.stdout).starts_with(
+            layers[0]["digest"]
+                .as_str()
+                .unwrap_or("")
+                .trim_start_matches("sha256:")
+        ),
         "the layer's content matches its digest"
     );
 
     let rootfs = dir.join("rootfs");
     std::fs::create_dir_all(&rootfs).unwrap();
-    run(Command::new("tar").arg("-xzf").arg(&layer).arg("-C").arg(&rootfs));
+    run(Command::new("tar")
+        .arg("-xzf")
+        .arg(&layer)
+        .arg("-C")
+        .arg(&rootfs));
     let passwd = std::fs::read_to_string(rootfs.join("etc/passwd")).expect("/etc/passwd");
     assert!(passwd.contains("nonroot:x:65532:65532:"), "{passwd}");
     assert!(rootfs.join("etc/ssl/certs/ca-certificates.crt").is_file());

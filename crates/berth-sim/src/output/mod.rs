@@ -267,17 +267,26 @@ mod tests {
             .unwrap_or_else(|| panic!("{t}"));
         assert!(!unschedulable.contains("theirs"), "{t}");
         assert!(!t.contains("(not tried yet)"), "{t}");
-        assert!(t.contains("\nOTHER SCHEDULERS (not berth's to schedule)\n"), "{t}");
+        assert!(
+            t.contains("\nOTHER SCHEDULERS (not berth's to schedule)\n"),
+            "{t}"
+        );
         assert!(unschedulable.contains("big"), "{t}");
         let theirs = t.lines().find(|l| l.contains("theirs")).unwrap_or_default();
         assert!(theirs.trim_end().ends_with("other"), "{t}");
-        let rejected = t.lines().find(|l| l.contains("rejected")).unwrap_or_default();
+        let rejected = t
+            .lines()
+            .find(|l| l.contains("rejected"))
+            .unwrap_or_default();
         assert!(
-            rejected.trim_end().ends_with("Failed (TopologyAffinityError)"),
+            rejected
+                .trim_end()
+                .ends_with("Failed (TopologyAffinityError)"),
             "{t}"
         );
         // Without such pods the counts read as before.
-        assert!(table(&sim(TEXT)).starts_with("2 pods (1 placed, 1 unschedulable), 0 reservations, 1 node.\n"));
+        assert!(table(&sim(TEXT))
+            .starts_with("2 pods (1 placed, 1 unschedulable), 0 reservations, 1 node.\n"));
     }
 
     /// The cells of the table row that starts with `first`, split on runs of 3+ spaces.

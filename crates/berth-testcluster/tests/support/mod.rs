@@ -14,7 +14,16 @@ use kube::Api;
 
 /// A grant table: (group, resource, subresource, namespace, name) and the verbs that must be
 /// allowed there; every other verb of [`VERBS`] must be denied.
-pub type Grants = &'static [((&'static str, &'static str, &'static str, &'static str, &'static str), &'static [&'static str])];
+pub type Grants = &'static [(
+    (
+        &'static str,
+        &'static str,
+        &'static str,
+        &'static str,
+        &'static str,
+    ),
+    &'static [&'static str],
+)];
 
 pub const SA_USER: &str = "system:serviceaccount:berth-system:berth";
 pub const VERBS: [&str; 8] = [
@@ -198,5 +207,9 @@ pub async fn assert_grants(cluster: &TestCluster, namespace: &str, name: &str, t
             }
         }
     }
-    assert!(wrong.is_empty(), "RBAC of {user} differs:\n{}", wrong.join("\n"));
+    assert!(
+        wrong.is_empty(),
+        "RBAC of {user} differs:\n{}",
+        wrong.join("\n")
+    );
 }
