@@ -21,7 +21,8 @@
 # (target/image/oci/). The Containerfile at the repository's root builds the same layout for
 # users with a registry. crates/berth/tests/image.rs unpacks the archive and runs berth in it.
 #
-# Environment: BERTH_IMAGE_DIR overrides the output directory (default target/image).
+# Environment: BERTH_IMAGE_DIR overrides the output directory (default target/image);
+# BERTH_IMAGE_BINARY packs another binary instead (no build).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/.." && pwd)"
@@ -38,7 +39,9 @@ while (( $# )); do
 done
 
 version=$(awk -F'"' '/^version = / { print $2; exit }' "$root/Cargo.toml")
-binary="$root/target/release/berth"
+# BERTH_IMAGE_BINARY: another binary (checking the script with a debug build); no build then.
+binary="${BERTH_IMAGE_BINARY:-$root/target/release/berth}"
+[[ -n "${BERTH_IMAGE_BINARY:-}" ]] && build=0
 if (( build )); then
   echo "tools/image.sh: cargo build --release -p berth" >&2
   start=$(date +%s)

@@ -139,8 +139,17 @@ fn the_image_runs_berth_as_a_non_root_user_and_is_small() {
     );
     let example = repo().join("examples/quickstart.yaml");
     std::fs::copy(&example, rootfs.join("tmp/quickstart.yaml")).expect("copying the example");
+    // Found on this PATH: the child's environment is cleared.
+    let chroot_bin = std::env::var_os("PATH")
+        .and_then(|p| {
+            std::env::split_paths(&p)
+                .map(|d| d.join("chroot"))
+                .find(|c| c.is_file())
+        })
+        .or_else(|| Some(PathBuf::from("/usr/sbin/chroot")).filter(|p| p.is_file()))
+        .expect("chroot (coreutils)");
     let chroot = |args: &[&str]| {
-        let mut cmd = Command::new("chroot");
+        let mut cmd = Command::new(&chroot_bin);
         cmd.arg("--userspec=65532:65532")
             .arg(&rootfs)
             .arg("/usr/local/bin/berth")
