@@ -167,3 +167,82 @@ fn the_link_parser_finds_inline_image_and_reference_links_outside_code() {
     );
     assert_eq!(normalize(Path::new("/r/docs/../../x")), PathBuf::from("/x"));
 }
+
+/// Every metric docs/metrics.md describes and docs/alerts.yaml alerts on is one `berth run`
+/// exports (names as Prometheus sees them, with `_total`, `_bucket`, ... suffixes), and every
+/// metric it exports is described.
+#[test]
+fn the_metrics_documented_and_alerted_on_are_the_ones_exported() {
+    // A family with labels is exported once it has a sample: give every one a sample.
+    let m = berth_kube::metrics::Metrics::new();
+    let second = std::time::Duration::from_secs(1);
+    m.attempts("berth", "scheduled", 1, second);
+    m.pending("active", 1);
+    m.scheduled_after(second);
+    m.reservations("Pending", 1);
+    m.numa("flushes", 1);
+    m.binds_in_flight(1);
+    m.bind_failed("conflict");
+    m.request("bind", 201);
+    m.watch_event(berth_core::Kind::Pod);
+    m.watch_error(berth_core::Kind::Pod);
+    m.unreadable(berth_core::Kind::Reservation);
+    m.drp(&berth_core::drp::Metrics::default(), 1);
+    m.preemption(1, 1, 1, 1);
+    let exported = m.encode();
+    let families: std::collections::BTreeSet<&str> = exported
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    assert!(families.len() > 10, "{exported}");
+    let known = |name: &str| {
+        families.contains(name)
+            || ["_total", "_bucket", "_count", "_sum"]
+                .iter()
+                .any(|suffix| {
+                    name.strip_suffix(suffix)
+                        .is_some_and(|base| families.contains(base))
+                })
+    };
+    let names = |text: &str| -> Vec<String> {
+        text.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .filter(|w| w.starts_with("scheduler_") || w.starts_with("berth_"))
+            .map(String::from)
+            .collect()
+    };
+    let root = repo();
+    let doc = std::fs::read_to_string(root.join("docs/metrics.md")).expect("docs/metrics.md");
+    let alerts = std::fs::read_to_string(root.join("docs/alerts.yaml")).expect("docs/alerts.yaml");
+    let rules: serde_yaml_ng::Value =
+        serde_yaml_ng::from_str(&alerts).expect("alerts.yaml is YAML");
+    let groups = rules["groups"].as_sequence().expect("groups");
+    let mut alert_names = Vec::new();
+    for g in groups {
+        for r in g["rules"].as_sequence().expect("rules") {
+            let name = r["alert"].as_str().expect("an alert name");
+            assert!(r["expr"].as_str().is_some(), "{name} has an expr");
+            alert_names.push(name.to_string());
+        }
+    }
+    let mut unknown: Vec<String> = names(&doc)
+        .into_iter()
+        .chain(names(&alerts))
+        .filter(|n| !known(n))
+        .collect();
+    unknown.sort();
+    unknown.dedup();
+    assert!(unknown.is_empty(), "not exported: {unknown:?}");
+    for family in &families {
+        assert!(
+            doc.contains(family),
+            "docs/metrics.md does not describe {family}"
+        );
+    }
+    for alert in &alert_names {
+        assert!(
+            doc.contains(alert.as_str()),
+            "docs/metrics.md does not explain {alert}"
+        );
+    }
+}
