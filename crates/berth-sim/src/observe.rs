@@ -6,7 +6,6 @@ use std::io::{Read, Write};
 
 use berth_core::Config;
 
-use crate::input;
 use crate::output;
 use crate::run::{load_config, Options, RunOutput};
 use crate::sim::{Hooks, Simulation};
@@ -65,7 +64,7 @@ pub fn run_to(
         },
         None => Vec::new(),
     };
-    let input = match input::read_files(&options.files, stdin) {
+    let input = match crate::run::read_input(options, stdin) {
         Ok(i) => i,
         Err(e) => return bad(&e),
     };
@@ -163,6 +162,23 @@ mod tests {
         // Without -v the same run prints nothing on standard error.
         let out = run(&options, &Extras::default(), &mut TEXT.as_bytes());
         assert_eq!(out.stderr, "");
+    }
+
+    /// What the binary runs refuses an empty input too.
+    #[test]
+    fn an_empty_input_is_bad_input_here_too() {
+        let options = Options {
+            files: vec!["-".into()],
+            ..Options::default()
+        };
+        let out = run(&options, &Extras::default(), &mut "# nothing\n".as_bytes());
+        assert_eq!(out.code, 2, "{}", out.stderr);
+        assert!(out.stdout.is_empty());
+        assert!(
+            out.stderr.contains("no objects to simulate"),
+            "{}",
+            out.stderr
+        );
     }
 
     /// A pod that arrives with `spec.nodeName` (at time 0 or in a step) was not scheduled by

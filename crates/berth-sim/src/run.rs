@@ -46,12 +46,9 @@ pub fn load_config(path: &str) -> Result<Vec<Profile>, Error> {
     input::parse_config(path, &text)
 }
 
-/// Reads the input and runs the simulation to its end.
-pub fn simulate(options: &Options, stdin: &mut dyn Read) -> Result<Simulation, Error> {
-    let profiles = match &options.config {
-        Some(path) => load_config(path)?,
-        None => Vec::new(),
-    };
+/// Reads `options.files`; an input with no object and no Scenario is bad input
+/// ([`Error::Empty`]): nothing to simulate is most likely the wrong file.
+pub(crate) fn read_input(options: &Options, stdin: &mut dyn Read) -> Result<input::Input, Error> {
     let input = input::read_files(&options.files, stdin)?;
     if input.items.is_empty() && input.scenario.is_none() {
         let files: Vec<&str> = options
@@ -69,6 +66,16 @@ pub fn simulate(options: &Options, stdin: &mut dyn Read) -> Result<Simulation, E
             files: files.join(", "),
         });
     }
+    Ok(input)
+}
+
+/// Reads the input and runs the simulation to its end.
+pub fn simulate(options: &Options, stdin: &mut dyn Read) -> Result<Simulation, Error> {
+    let profiles = match &options.config {
+        Some(path) => load_config(path)?,
+        None => Vec::new(),
+    };
+    let input = read_input(options, stdin)?;
     let config = Config {
         seed: options.seed,
         ..Config::default()
