@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Builds the test cluster's real binaries (kube-apiserver, kube-scheduler, kubectl, etcd) from
-# the Go modules pinned in tools/k8s and tools/etcd, into target/test-cluster/bin (ignored by
-# git). Only go.mod, go.sum and the scripts are ours; the code comes from the Go module proxy.
+# Builds the test cluster's real binaries (kube-apiserver, kube-scheduler, kubectl, etcd) and
+# helm (the chart tests: `helm lint`, `helm template`) from the Go modules pinned in tools/k8s,
+# tools/etcd and tools/helm, into target/test-cluster/bin (ignored by git). Only go.mod, go.sum and the scripts are ours; the code comes from the Go module proxy.
 #
 # A module's binaries are rebuilt only when its stamp changes: the pinned version plus a hash
 # of its go.mod, go.sum and the build flags below. Up to date, the script returns at once and
@@ -13,7 +13,7 @@
 # Environment: BERTH_TEST_BIN_DIR overrides the output directory. Exit status 3: Go is not
 # installed (berth-testcluster turns that into a message saying what to install).
 # A cold build took about 8 minutes on a 2-core machine: 7m51s compiling (kubernetes 418 s,
-# etcd 53 s) plus about 30 s downloading modules from the proxy.
+# etcd 53 s) plus about 30 s downloading modules from the proxy; helm adds about 2 minutes.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/.." && pwd)"
@@ -45,6 +45,11 @@ k8s_ldflags() {
 etcd_ldflags() {
   echo "-s -w -X 'go.etcd.io/etcd/api/v3/version.GitSHA=$ETCD_VERSION'"
 }
+# helm's version variables, as its Makefile sets them for a tagged release (the module proxy
+# knows no commit).
+helm_ldflags() {
+  echo "-s -w -X 'helm.sh/helm/v4/internal/version.version=$HELM_VERSION' -X 'helm.sh/helm/v4/internal/version.metadata=' -X 'helm.sh/helm/v4/internal/version.gitTreeState=clean'"
+}
 # Bump when the build recipe changes in a way the hashed files do not show.
 recipe=3
 
@@ -58,17 +63,18 @@ up_to_date() { # module version binaries...
   for b in "$@"; do [[ -x "$bin/$b" ]] || return 1; done
 }
 
-k8s_ok=0; etcd_ok=0
+k8s_ok=0; etcd_ok=0; helm_ok=0
 up_to_date k8s "$K8S_VERSION" "${k8s_bins[@]}" && k8s_ok=1
 up_to_date etcd "$ETCD_VERSION" etcd && etcd_ok=1
-if (( k8s_ok && etcd_ok )); then
+up_to_date helm "$HELM_VERSION" helm && helm_ok=1
+if (( k8s_ok && etcd_ok && helm_ok )); then
   exit 0
 fi
 
 # The newest `go` line of the two go.mod files is the oldest Go that can build them.
-need_go=$(awk '$1 == "go" { print $2 }' "$here/k8s/go.mod" "$here/etcd/go.mod" | sort -V | tail -1)
+need_go=$(awk '$1 == "go" { print $2 }' "$here/k8s/go.mod" "$here/etcd/go.mod" "$here/helm/go.mod" | sort -V | tail -1)
 if ! command -v go >/dev/null 2>&1; then
-  echo "tools/build.sh: Go $need_go or newer is required to build the test cluster (etcd $ETCD_VERSION, kube-apiserver/kubectl/kube-scheduler $K8S_VERSION) and \`go\` is not on PATH; install it from https://go.dev/dl/" >&2
+  echo "tools/build.sh: Go $need_go or newer is required to build the test cluster (etcd $ETCD_VERSION, kube-apiserver/kubectl/kube-scheduler $K8S_VERSION, helm $HELM_VERSION) and \`go\` is not on PATH; install it from https://go.dev/dl/" >&2
   exit 3
 fi
 # GOTOOLCHAIN=local: never download a toolchain behind the user's back; an older Go fails
@@ -96,4 +102,12 @@ if (( ! etcd_ok )); then
   (cd "$here/etcd" && go build -trimpath -ldflags "$(etcd_ldflags)" -o "$bin/etcd" go.etcd.io/etcd/server/v3)
   stamp_of etcd "$ETCD_VERSION" >"$bin/.etcd.stamp"
   echo "tools/build.sh: etcd built in $(( $(date +%s) - start ))s" >&2
+fi
+
+if (( ! helm_ok )); then
+  echo "tools/build.sh: building helm $HELM_VERSION with $have_go into $bin" >&2
+  start=$(date +%s)
+  (cd "$here/helm" && go build -trimpath -ldflags "$(helm_ldflags)" -o "$bin/helm" helm.sh/helm/v4/cmd/helm)
+  stamp_of helm "$HELM_VERSION" >"$bin/.helm.stamp"
+  echo "tools/build.sh: helm built in $(( $(date +%s) - start ))s" >&2
 fi

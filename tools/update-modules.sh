@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Regenerates tools/k8s/go.mod and tools/etcd/go.mod (and their go.sum) for the versions in
+# Regenerates tools/k8s/go.mod, tools/etcd/go.mod and tools/helm/go.mod (and their go.sum) for the versions in
 # versions.env. The staging replace list is derived from k8s.io/kubernetes's own go.mod at the
 # pinned tag: every `k8s.io/X => ./staging/src/k8s.io/X` becomes `k8s.io/X => k8s.io/X v0.MINOR.PATCH`
 # (k8s.io/kubernetes is not meant to be required as a module; its staging modules are published
@@ -23,8 +23,10 @@ if [[ "${1:-}" == "--latest" ]]; then
   }
   k8s=$(newest k8s.io/kubernetes "$K8S_VERSION")
   etcd=$(newest go.etcd.io/etcd/server/v3 "$ETCD_VERSION")
-  sed -i -e "s/^K8S_VERSION=.*/K8S_VERSION=$k8s/" -e "s/^ETCD_VERSION=.*/ETCD_VERSION=$etcd/" "$here/versions.env"
-  echo "versions.env: K8S_VERSION=$k8s ETCD_VERSION=$etcd" >&2
+  helm=$(newest helm.sh/helm/v4 "$HELM_VERSION")
+  sed -i -e "s/^K8S_VERSION=.*/K8S_VERSION=$k8s/" -e "s/^ETCD_VERSION=.*/ETCD_VERSION=$etcd/" \
+    -e "s/^HELM_VERSION=.*/HELM_VERSION=$helm/" "$here/versions.env"
+  echo "versions.env: K8S_VERSION=$k8s ETCD_VERSION=$etcd HELM_VERSION=$helm" >&2
 fi
 . "$here/versions.env"
 
@@ -48,4 +50,11 @@ go mod init berth.test/etcdtools >/dev/null 2>&1
 # `go get` raises this to whatever the etcd release requires.
 go mod edit -go=1.25.0
 go get -tool "go.etcd.io/etcd/server/v3@$ETCD_VERSION"
+go mod tidy
+cd "$here/helm"
+rm -f go.mod go.sum
+go mod init berth.test/helmtools >/dev/null 2>&1
+# `go get` raises this to whatever the helm release requires.
+go mod edit -go=1.25.0
+go get -tool "helm.sh/helm/v4/cmd/helm@$HELM_VERSION"
 go mod tidy

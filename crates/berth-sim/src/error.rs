@@ -88,6 +88,13 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// The input holds no object and no Scenario (empty files, or only comments and `---`):
+    /// most likely the wrong file, so it is refused rather than simulated as nothing.
+    #[error("{files}: no objects to simulate: the input is empty (berth simulate reads multi-document YAML of Nodes, Pods, Reservations, ... and at most one Scenario; the format is described in docs/scenario-format.md)")]
+    Empty {
+        /// The files as named on the command line, comma-separated.
+        files: String,
+    },
     /// The `--config` file is not a usable `KubeSchedulerConfiguration` (unparsable,
     /// unknown plugin, invalid args).
     #[error("{file}: {}{message}", field_prefix(field))]

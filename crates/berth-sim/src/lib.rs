@@ -3,8 +3,8 @@
 //! Start at [`run`], which does what the command does: [`input::read_files`] decodes the
 //! files (bad input is an [`InputError`], exit status 2), [`Simulation::run`] plays the
 //! objects and the Scenario in virtual time, [`output::render`] prints the final state.
-//! The contract is `spec/scenario.md`; [`sim`] documents the driver loop and [`agent`] the
-//! simulated kubelet.
+//! The input format and the output are described in `docs/scenario-format.md`; [`sim`]
+//! documents the driver loop and [`agent`] the simulated kubelet.
 
 pub mod agent;
 pub mod bench;

@@ -6,7 +6,6 @@ use std::io::{Read, Write};
 
 use berth_core::Config;
 
-use crate::input;
 use crate::output;
 use crate::run::{load_config, Options, RunOutput};
 use crate::sim::{Hooks, Simulation};
@@ -65,7 +64,7 @@ pub fn run_to(
         },
         None => Vec::new(),
     };
-    let input = match input::read_files(&options.files, stdin) {
+    let input = match crate::run::read_input(options, stdin) {
         Ok(i) => i,
         Err(e) => return bad(&e),
     };
@@ -149,11 +148,11 @@ mod tests {
             lines,
             [
                 "[2024-01-01T00:00:00Z] reservation r1 Available on n1",
-                "[2024-01-01T00:00:00Z] step 1 (apply) of <stdin>: apply Pod default/p",
+                "[2024-01-01T00:00:00Z] spec.steps[0] (apply) of <stdin>: apply Pod default/p",
                 "[2024-01-01T00:00:00Z] scheduled pod default/p on n1",
-                "[2024-01-01T00:00:00Z] step 2 (apply) of <stdin>: apply Pod default/q",
+                "[2024-01-01T00:00:00Z] spec.steps[1] (apply) of <stdin>: apply Pod default/q",
                 "[2024-01-01T00:00:00Z] unschedulable pod default/q: 0/1 nodes are available: 1 Insufficient cpu. preemption: 0/1 nodes are available: 1 No preemption victims found for incoming pod.",
-                "[2024-01-01T00:00:00Z] step 3 (advance) of <stdin>: advance 2m",
+                "[2024-01-01T00:00:00Z] spec.steps[2] (advance) of <stdin>: advance 2m",
                 "[2024-01-01T00:01:00Z] reservation r1 expired",
                 "[2024-01-01T00:01:00Z] scheduled pod default/q on n1",
             ],
@@ -163,6 +162,52 @@ mod tests {
         // Without -v the same run prints nothing on standard error.
         let out = run(&options, &Extras::default(), &mut TEXT.as_bytes());
         assert_eq!(out.stderr, "");
+    }
+
+    /// What the binary runs refuses an empty input too.
+    #[test]
+    fn an_empty_input_is_bad_input_here_too() {
+        let options = Options {
+            files: vec!["-".into()],
+            ..Options::default()
+        };
+        let out = run(&options, &Extras::default(), &mut "# nothing\n".as_bytes());
+        assert_eq!(out.code, 2, "{}", out.stderr);
+        assert!(out.stdout.is_empty());
+        assert!(
+            out.stderr.contains("no objects to simulate"),
+            "{}",
+            out.stderr
+        );
+    }
+
+    /// A pod that arrives with `spec.nodeName` (at time 0 or in a step) was not scheduled by
+    /// berth, and the log does not say it was.
+    #[test]
+    fn verbose_does_not_claim_to_have_scheduled_a_pod_that_came_bound() {
+        let text = "apiVersion: v1\nkind: Node\nmetadata: {name: n1}\nstatus: {allocatable: {cpu: 4}}\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: early}\nspec: {nodeName: n1, containers: [{name: c}]}\n---\napiVersion: sim.berth.dev/v1alpha1\nkind: Scenario\nmetadata: {name: s}\nspec:\n  steps:\n  - apply: [{apiVersion: v1, kind: Pod, metadata: {name: late}, spec: {nodeName: n1, containers: [{name: c}]}}, {apiVersion: v1, kind: Pod, metadata: {name: mine}, spec: {containers: [{name: c}]}}]\n";
+        let options = Options {
+            files: vec!["-".into()],
+            ..Options::default()
+        };
+        let extras = Extras {
+            verbose: true,
+            ..Extras::default()
+        };
+        let out = run(&options, &extras, &mut text.as_bytes());
+        assert_eq!(out.code, 0, "{}", out.stderr);
+        let lines: Vec<&str> = out.stderr.lines().collect();
+        assert_eq!(
+            lines,
+            [
+                "[2024-01-01T00:00:00Z] pod default/early came bound to n1",
+                "[2024-01-01T00:00:00Z] spec.steps[0] (apply) of <stdin>: apply Pod default/late, Pod default/mine",
+                "[2024-01-01T00:00:00Z] pod default/late came bound to n1",
+                "[2024-01-01T00:00:00Z] scheduled pod default/mine on n1",
+            ],
+            "{}",
+            out.stderr
+        );
     }
 
     #[test]

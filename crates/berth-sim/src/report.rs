@@ -157,6 +157,7 @@ th { color: #5b6475; font-weight: 600; }
 
 <h2>Reservation fill (allocated by owners / allocatable)</h2>
 <div class="row"><label for="res-select">Reservation</label><select id="res-select"></select></div>
+<div class="legend" id="fill-legend"></div>
 <div class="chart" data-chart="fill" id="fill"></div>
 
 <h2>Unschedulable at the end</h2>
@@ -222,32 +223,67 @@ function times() {
   if (ts.length === 0) return [D.startMs, D.startMs + 1];
   return ts;
 }
+// Whether virtual time moved at all: without, a time axis would only repeat "+0s".
+const TIME_MOVED = D.samples.length > 1 && D.samples[D.samples.length - 1].t > D.samples[0].t;
+// Tick values for 0..max: a step of 1, 2 or 5 times a power of ten (at least `minStep`, so
+// counts tick at whole numbers), the top raised to a whole number of steps; a label equal
+// to the one below it is dropped, so no axis repeats itself.
+function ticks(max, unit) {
+  const minStep = unit === "n" ? 1 : unit === "cpu" ? 100 : unit === "bytes" ? (1 << 20) : 1;
+  const raw = Math.max(minStep, max / 4);
+  // Bytes step by powers of two (so labels read 256Mi, 512Mi, 1Gi), the rest by 1-2-5.
+  const p = unit === "bytes" ? Math.pow(2, Math.floor(Math.log2(raw))) : Math.pow(10, Math.floor(Math.log10(raw)));
+  const step = (unit === "bytes" ? [1, 2] : [1, 2, 5, 10]).map(m => m * p).find(s => s >= raw) || 2 * p;
+  const top = Math.max(step, Math.ceil(max / step - 1e-9) * step);
+  const out = [];
+  let prev = null;
+  for (let v = 0; v <= top + step / 2; v += step) {
+    const label = fmtNum(v, unit);
+    if (label !== prev) out.push([v, label]);
+    prev = label;
+  }
+  return { top: top, values: out };
+}
 function xScale(t0, t1) {
   const span = Math.max(1, t1 - t0);
   return t => L + (W - L - R) * (t - t0) / span;
 }
-function axes(g, t0, t1, max, unit, h) {
+// Draws the axes; `max` must be a ticks(...).top. `time`: false for no time axis (the node
+// strip), else the x axis is labelled with times, or says that no time passed.
+function axes(g, t0, t1, max, unit, h, time) {
   h = h || H;
   const x = xScale(t0, t1);
   el("line", { x1: L, y1: h - B, x2: W - R, y2: h - B, stroke: "#9aa3b2" }, g);
   el("line", { x1: L, y1: T, x2: L, y2: h - B, stroke: "#9aa3b2" }, g);
-  for (let i = 0; i <= 4; i++) {
-    const v = max * i / 4, y = h - B - (h - B - T) * i / 4;
+  for (const [v, label] of ticks(max, unit).values) {
+    const y = h - B - (h - B - T) * v / max;
     el("line", { x1: L, y1: y, x2: W - R, y2: y, stroke: "#eef0f4" }, g);
-    const t = el("text", { x: L - 6, y: y + 4, "text-anchor": "end", "font-size": 11, fill: "#5b6475" }, g);
-    t.textContent = fmtNum(v, unit);
+    const t = el("text", { x: L - 6, y: y + 4, "text-anchor": "end", "font-size": 11, fill: "#5b6475", class: "ytick" }, g);
+    t.textContent = label;
   }
+  if (time === false) return x;
+  if (!TIME_MOVED) {
+    const t = el("text", { x: (L + W - R) / 2, y: h - 8, "text-anchor": "middle", "font-size": 11, fill: "#5b6475", class: "xnote" }, g);
+    t.textContent = "no time passed: everything at " + D.start;
+    return x;
+  }
+  let prev = null;
   for (let i = 0; i <= 5; i++) {
-    const tv = t0 + (t1 - t0) * i / 5;
-    const t = el("text", { x: x(tv), y: h - 8, "text-anchor": "middle", "font-size": 11, fill: "#5b6475" }, g);
-    t.textContent = fmtTime(tv);
+    const tv = t0 + (t1 - t0) * i / 5, label = fmtTime(tv);
+    if (label === prev) continue;
+    prev = label;
+    // The first label starts at the axis and the last ends at it, so neither is clipped.
+    const anchor = i === 0 ? "start" : i === 5 ? "end" : "middle";
+    const t = el("text", { x: x(tv), y: h - 8, "text-anchor": anchor, "font-size": 11, fill: "#5b6475", class: "xtick" }, g);
+    t.textContent = label;
   }
   return x;
 }
 // Stacked step areas: series [{name, color, values}] over sample times (a value holds until
 // the next sample).
-function stacked(id, series, unit, h) {
+function stacked(id, series, unit, h, nothing) {
   h = h || H;
+  if (nothing && series.every(s => s.values.every(v => !v))) { empty(id, nothing); return; }
   const g = svg(id, h);
   let ts = times();
   let vals = series.map(s => s.values.slice());
@@ -259,7 +295,7 @@ function stacked(id, series, unit, h) {
     for (const v of vals) sum += v[i] || 0;
     max = Math.max(max, sum);
   }
-  if (max <= 0) max = 1;
+  max = ticks(Math.max(max, 1), unit).top;
   const x = axes(g, t0, t1, max, unit, h);
   const y = v => h - B - (h - B - T) * v / max;
   const base = ts.map(() => 0);
@@ -280,14 +316,15 @@ function stacked(id, series, unit, h) {
 }
 // Lines over sample times, each [{name, color, values (null: gap), dash}], with vertical
 // markers at `marks` (times).
-function lines(id, series, unit, marks, fixedMax) {
+function lines(id, series, unit, marks, fixedMax, nothing) {
+  if (series.every(s => s.values.every(v => v == null))) { empty(id, nothing || "nothing to show"); return; }
   const g = svg(id);
   let ts = times();
   if (ts.length === 1) ts = [ts[0], ts[0] + 1000];
   const t0 = ts[0], t1 = ts[ts.length - 1] + Math.max(1000, (ts[ts.length - 1] - ts[0]) / 50);
   let max = fixedMax || 0;
   if (!fixedMax) for (const s of series) for (const v of s.values) if (v != null) max = Math.max(max, v);
-  if (max <= 0) max = 1;
+  max = ticks(Math.max(max, 1), unit).top;
   const x = axes(g, t0, t1, max, unit);
   const y = v => H - B - (H - B - T) * Math.min(v, max) / max;
   for (const m of marks || []) {
@@ -324,10 +361,10 @@ document.getElementById("summary").textContent = D.start + " to " + D.end + ": "
 // Phases.
 const podPhases = ["running", "pending", "unschedulable", "succeeded", "failed"];
 legend("pods-legend", podPhases.map(p => ["pods " + p, COLORS[p]]));
-stacked("pods", podPhases.map(p => ({ name: p, color: COLORS[p], values: D.samples.map(s => s.pods[p]) })), "n");
+stacked("pods", podPhases.map(p => ({ name: p, color: COLORS[p], values: D.samples.map(s => s.pods[p]) })), "n", H, "no pods in this run");
 const resPhases = ["available", "pending", "waiting", "succeeded", "failed"];
 legend("res-legend", resPhases.map(p => ["reservations " + p, COLORS[p]]));
-stacked("reservations", resPhases.map(p => ({ name: p, color: COLORS[p], values: D.samples.map(s => s.reservations[p]) })), "n", 140);
+stacked("reservations", resPhases.map(p => ({ name: p, color: COLORS[p], values: D.samples.map(s => s.reservations[p]) })), "n", 140, "no reservations in this run");
 
 // Cluster use.
 legend("use-legend", [["used by pods", COLORS.used], ["held by reservations", COLORS.reserved], ["free", COLORS.free]]);
@@ -341,7 +378,7 @@ function clusterSeries(off, unit) {
   stacked(unit === "cpu" ? "cluster-cpu" : "cluster-memory", [
     { name: "used", color: COLORS.used, values: used },
     { name: "reserved", color: COLORS.reserved, values: held },
-    { name: "free", color: COLORS.free, values: free }], unit, 170);
+    { name: "free", color: COLORS.free, values: free }], unit, 170, "no nodes in this run");
 }
 clusterSeries(0, "cpu");
 clusterSeries(3, "bytes");
@@ -370,8 +407,18 @@ if (last && last.nodes.length) {
   const h = 150, g = svg("nodes", h);
   const bw = (W - L - R) / rows.length;
   const y = v => h - B - (h - B - T) * v;
-  axes(g, 0, 0, 100, "%", h);
-  for (const t of g.querySelectorAll("text")) if (t.getAttribute("y") > h - B) t.remove();
+  axes(g, 0, 0, 100, "%", h, false);
+  // Node names under the strip: every node when they fit, else every k-th (about 70 px
+  // apart), each cut to the room it has.
+  const every = Math.max(1, Math.ceil(rows.length / Math.floor((W - L - R) / 70)));
+  rows.forEach((r, i) => {
+    if (i % every) return;
+    const name = D.nodes[r.ix];
+    const room = every === 1 ? bw : Math.min(bw * every, W - (L + i * bw));
+    const chars = Math.max(2, Math.floor(room / 6.5));
+    const t = el("text", { x: L + i * bw + (every === 1 ? bw / 2 : 0), y: h - 8, "text-anchor": every === 1 ? "middle" : "start", "font-size": 10, fill: "#5b6475", class: "nodename" }, g);
+    t.textContent = name.length > chars ? name.slice(0, chars - 1) + "\u2026" : name;
+  });
   rows.forEach((r, i) => {
     const x0 = L + i * bw, w = Math.max(bw - (bw > 3 ? 1 : 0), 0.6);
     const grp = el("g", { "data-node": D.nodes[r.ix] }, g);
@@ -409,8 +456,13 @@ function fillSeries(r) {
 function drawFill() {
   const r = Number(resSelect.value);
   const series = [{ name: "all", color: "#9aa3b2", values: fillSeries(-1), dash: "6,4" }];
-  if (r >= 0) series.push({ name: D.reservations[r], color: COLORS.reserved, values: fillSeries(r) });
-  lines("fill", series, "%", [], 100);
+  const items = [["all reservations together (dashed)", "#9aa3b2"]];
+  if (r >= 0) {
+    series.push({ name: D.reservations[r], color: COLORS.reserved, values: fillSeries(r) });
+    items.push([D.reservations[r] + " (solid)", COLORS.reserved]);
+  }
+  legend("fill-legend", items);
+  lines("fill", series, "%", [], 100, "no reservation had anything to fill");
 }
 if (D.reservations.length) {
   const all = document.createElement("option");
@@ -465,7 +517,7 @@ function drawNuma() {
   });
   items.push(["resync", "#d9534f"]);
   legend("numa-legend", items);
-  lines("numa", series, "cpu", D.resyncs.map(r => r.t));
+  lines("numa", series, "cpu", D.resyncs.map(r => r.t), 0, "nothing published for this node");
 }
 if (D.numaNodes.length) {
   D.numaNodes.forEach((name, i) => {

@@ -46,13 +46,36 @@ pub fn load_config(path: &str) -> Result<Vec<Profile>, Error> {
     input::parse_config(path, &text)
 }
 
+/// Reads `options.files`; an input with no object and no Scenario is bad input
+/// ([`Error::Empty`]): nothing to simulate is most likely the wrong file.
+pub(crate) fn read_input(options: &Options, stdin: &mut dyn Read) -> Result<input::Input, Error> {
+    let input = input::read_files(&options.files, stdin)?;
+    if input.items.is_empty() && input.scenario.is_none() {
+        let files: Vec<&str> = options
+            .files
+            .iter()
+            .map(|f| {
+                if f == "-" {
+                    input::STDIN_NAME
+                } else {
+                    f.as_str()
+                }
+            })
+            .collect();
+        return Err(Error::Empty {
+            files: files.join(", "),
+        });
+    }
+    Ok(input)
+}
+
 /// Reads the input and runs the simulation to its end.
 pub fn simulate(options: &Options, stdin: &mut dyn Read) -> Result<Simulation, Error> {
     let profiles = match &options.config {
         Some(path) => load_config(path)?,
         None => Vec::new(),
     };
-    let input = input::read_files(&options.files, stdin)?;
+    let input = read_input(options, stdin)?;
     let config = Config {
         seed: options.seed,
         ..Config::default()
@@ -146,6 +169,37 @@ mod tests {
         assert!(
             out.stderr
                 .contains("<stdin>: document 1: kind: unknown kind"),
+            "{}",
+            out.stderr
+        );
+    }
+
+    #[test]
+    fn an_empty_input_is_bad_input_saying_so() {
+        for text in ["", "\n# only a comment\n", "---\n---\n"] {
+            let opts = Options {
+                files: vec!["-".into()],
+                ..Options::default()
+            };
+            let out = run(&opts, &mut text.as_bytes());
+            assert_eq!(out.code, 2, "{text:?}: {}", out.stderr);
+            assert!(out.stdout.is_empty());
+            assert!(
+                out.stderr
+                    .starts_with("error: <stdin>: no objects to simulate: the input is empty"),
+                "{}",
+                out.stderr
+            );
+        }
+        let empty = write("empty.yaml", "");
+        let opts = Options {
+            files: vec![empty.clone()],
+            ..Options::default()
+        };
+        let out = run(&opts, &mut std::io::empty());
+        assert_eq!(out.code, 2);
+        assert!(
+            out.stderr.contains(&format!("{empty}: no objects")),
             "{}",
             out.stderr
         );

@@ -1,5 +1,5 @@
 //! The `sim.berth.dev/v1alpha1` `Scenario`: a timeline of steps run after the initial
-//! objects (see the contract in `spec/scenario.md`).
+//! objects (the format is described in `docs/scenario-format.md`).
 //!
 //! The wire form is read strictly (`deny_unknown_fields`): a misspelt step or expectation
 //! would otherwise silently check nothing, so it is bad input instead.
@@ -54,19 +54,18 @@ pub struct Step {
     /// What must hold after the step's other actions.
     pub expect: Option<Expect>,
     /// The actions the step was written with (`apply`, `delete`, `advance`, `expect`), in
-    /// the order they run: messages name a step by its 1-based number and these, as a
-    /// reader of the file counts and sees it.
+    /// the order they run: messages name a step by its place in `spec.steps` and these.
     pub kinds: Vec<&'static str>,
 }
 
 impl Step {
-    /// `step 3 (expect)`: the step as the file numbers it, from its 0-based `index`.
+    /// `spec.steps[2] (expect)`: the step by its 0-based `index`, as field paths in input
+    /// errors name it and as documents are counted, so one file never gets two numberings.
     pub fn describe(&self, index: usize) -> String {
-        let n = index.saturating_add(1);
         if self.kinds.is_empty() {
-            format!("step {n}")
+            format!("spec.steps[{index}]")
         } else {
-            format!("step {n} ({})", self.kinds.join(", "))
+            format!("spec.steps[{index}] ({})", self.kinds.join(", "))
         }
     }
 }

@@ -249,8 +249,8 @@ impl Simulation {
     }
 
     /// Runs one Scenario step (its actions in the order apply, delete, advance, expect),
-    /// settling after the changes. `index` is 0-based; messages number steps from 1, as a
-    /// reader of the file counts them.
+    /// settling after the changes. `index` is 0-based, and messages name the step by it
+    /// (`spec.steps[2]`), as field paths and document indexes count.
     pub fn step(&mut self, index: usize, step: &Step) {
         self.run_step(index, step.clone());
     }
@@ -303,6 +303,19 @@ impl Simulation {
                     _ => None,
                 })
                 .collect();
+        }
+        if let Some(tl) = self.timeline.as_mut() {
+            for item in &items {
+                if let Item::Object(o @ Object::Pod(p)) = item {
+                    if p.spec
+                        .as_ref()
+                        .and_then(|s| s.node_name.as_deref())
+                        .is_some_and(|n| !n.is_empty())
+                    {
+                        tl.pod_came_bound(o.key().to_string());
+                    }
+                }
+            }
         }
         let is_class = |i: &Item| matches!(i, Item::Object(Object::PriorityClass(_)));
         let (classes, others): (Vec<Item>, Vec<Item>) = items.into_iter().partition(is_class);
@@ -1687,10 +1700,10 @@ mod tests {
         assert_eq!(
             sim.log(),
             [
-                "warning: step 2 (delete) of t.yaml: delete Pod default/nobody: not found",
-                "expectation failed at step 3 (expect) of t.yaml (2024-01-01T00:00:10Z): pod default/p: phase: expected \"Failed\", found \"Running\"",
-                "expectation failed at step 3 (expect) of t.yaml (2024-01-01T00:00:10Z): reservation r: expected to exist, found no such reservation",
-                "expectation failed at step 4 (advance, expect) of t.yaml (2024-01-01T00:00:15Z): pod default/p: PodScheduled message: expected one containing \"nope\", found null",
+                "warning: spec.steps[1] (delete) of t.yaml: delete Pod default/nobody: not found",
+                "expectation failed at spec.steps[2] (expect) of t.yaml (2024-01-01T00:00:10Z): pod default/p: phase: expected \"Failed\", found \"Running\"",
+                "expectation failed at spec.steps[2] (expect) of t.yaml (2024-01-01T00:00:10Z): reservation r: expected to exist, found no such reservation",
+                "expectation failed at spec.steps[3] (advance, expect) of t.yaml (2024-01-01T00:00:15Z): pod default/p: PodScheduled message: expected one containing \"nope\", found null",
             ]
         );
     }
@@ -1703,8 +1716,8 @@ mod tests {
         assert_eq!(
             sim.log(),
             [
-                "expectation failed at step 1 (expect) of t.yaml (2024-01-01T00:00:00Z): pod default/p: node: expected \"n9\", found \"n1\"",
-                "expectation failed at step 1 (expect) of t.yaml (2024-01-01T00:00:00Z): pod default/ghost2: expected to exist, found no such pod",
+                "expectation failed at spec.steps[0] (expect) of t.yaml (2024-01-01T00:00:00Z): pod default/p: node: expected \"n9\", found \"n1\"",
+                "expectation failed at spec.steps[0] (expect) of t.yaml (2024-01-01T00:00:00Z): pod default/ghost2: expected to exist, found no such pod",
             ]
         );
     }

@@ -148,6 +148,9 @@ pub struct Timeline {
     res_phase: BTreeMap<String, (String, Option<String>)>,
     /// Observations with the same time and aggregates as the last one are folded into it.
     last_flushes: u64,
+    /// Pods created with `spec.nodeName` set and not observed since: berth did not schedule
+    /// them, so the log must not say it did.
+    came_bound: std::collections::BTreeSet<String>,
 }
 
 fn intern(names: &mut Vec<String>, ix: &mut BTreeMap<String, u32>, name: &str) -> u32 {
@@ -161,6 +164,11 @@ fn intern(names: &mut Vec<String>, ix: &mut BTreeMap<String, u32>, name: &str) -
 }
 
 impl Timeline {
+    /// `key` (a pod's `namespace/name`) is being created already bound to a node.
+    pub fn pod_came_bound(&mut self, key: String) {
+        self.came_bound.insert(key);
+    }
+
     /// A step starts: logs what it applies, deletes and advances.
     pub fn step_started(&mut self, now: Time, name: &str, step: &Step) {
         let mut parts = Vec::new();
@@ -249,9 +257,11 @@ impl Timeline {
             let before = self.pods.get(key);
             if st.node.is_some() && before.is_none_or(|b| b.node != st.node) {
                 let node = st.node.as_deref().unwrap_or("");
-                let text = match &st.reservation {
-                    Some(r) => format!("scheduled pod {key} on {node} (reservation {r})"),
-                    None => format!("scheduled pod {key} on {node}"),
+                let text = match (self.came_bound.remove(key), &st.reservation) {
+                    (true, Some(r)) => format!("pod {key} came bound to {node} (reservation {r})"),
+                    (true, None) => format!("pod {key} came bound to {node}"),
+                    (false, Some(r)) => format!("scheduled pod {key} on {node} (reservation {r})"),
+                    (false, None) => format!("scheduled pod {key} on {node}"),
                 };
                 pod_lines.push(LogLine { t: now, text });
             }

@@ -1,4 +1,4 @@
-//! The output half of the contract (`spec/scenario.md`, "Output" and "Command line"),
+//! The output half of the contract (`docs/scenario-format.md`, "Output" and "Exit status"),
 //! checked on every acceptance scenario under `tests/scenarios/acceptance/`:
 //!
 //! - `-o json` and `-o yaml` print one `v1` `List` and nothing else, the same value in both;

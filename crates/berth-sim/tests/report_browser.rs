@@ -300,7 +300,29 @@ struct Loaded {
     requests: Vec<String>,
     charts: Vec<(String, [f64; 4])>,
     png: Vec<u8>,
+    /// Per chart region: its axis labels, what it says instead of a chart, node names.
+    axes: Value,
 }
+
+/// Per `[data-chart]` region: the y tick labels, the x (time) tick labels, the note that
+/// replaces a time axis, the text shown instead of an empty chart, the node names, and the
+/// labels that stick out of the drawing (clipped); plus the legends' texts.
+const AXES_JS: &str = r#"JSON.stringify({
+  charts: [...document.querySelectorAll('[data-chart]')].map(e => {
+    const svg = e.querySelector('svg');
+    const width = svg ? svg.viewBox.baseVal.width : 0;
+    const texts = cls => [...e.querySelectorAll('text.' + cls)].map(t => t.textContent);
+    const clipped = [...e.querySelectorAll('text')].filter(t => {
+      const b = t.getBBox();
+      return b.x < 0 || b.x + b.width > width + 0.5;
+    }).map(t => t.textContent);
+    const empty = e.querySelector('p.empty');
+    return { chart: e.dataset.chart, y: texts('ytick'), x: texts('xtick'), xnote: texts('xnote'),
+             nodes: texts('nodename'), empty: empty ? empty.textContent : null, clipped: clipped,
+             drawn: !!svg };
+  }),
+  legends: Object.fromEntries([...document.querySelectorAll('.legend')].map(l => [l.id, l.textContent]))
+})"#;
 
 fn load(browser: &mut Browser, file: &Path) -> Loaded {
     let target = browser.call(None, "Target.createTarget", json!({"url": "about:blank"}));
@@ -367,6 +389,13 @@ fn load(browser: &mut Browser, file: &Path) -> Loaded {
                 .collect()
         })
         .unwrap_or_default();
+    let axes = browser.call(
+        s,
+        "Runtime.evaluate",
+        json!({"expression": AXES_JS, "returnByValue": true}),
+    );
+    let axes: Value =
+        serde_json::from_str(axes["result"]["value"].as_str().unwrap_or("{}")).expect("axes");
     browser.call(
         s,
         "Emulation.setDeviceMetricsOverride",
@@ -405,6 +434,7 @@ fn load(browser: &mut Browser, file: &Path) -> Loaded {
         requests,
         charts,
         png,
+        axes,
     }
 }
 
@@ -466,6 +496,62 @@ fn non_blank(png_bytes: &[u8], charts: &[(String, [f64; 4])]) -> Vec<(String, u6
         .collect()
 }
 
+fn strings(v: &Value) -> Vec<String> {
+    v.as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|s| s.as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The axes of every drawn chart: no tick label repeated on either axis, none sticking out
+/// of the drawing; on the node strip, node names.
+fn check_axes(loaded: &Loaded, what: &str) {
+    let charts = loaded.axes["charts"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        !charts.is_empty(),
+        "{what}: no chart regions: {}",
+        loaded.axes
+    );
+    for c in &charts {
+        let name = c["chart"].as_str().unwrap_or("?");
+        for axis in ["y", "x"] {
+            let labels = strings(&c[axis]);
+            let mut seen = std::collections::BTreeSet::new();
+            for l in &labels {
+                assert!(
+                    seen.insert(l),
+                    "{what}: chart {name}: {axis} tick {l:?} repeated in {labels:?}"
+                );
+            }
+        }
+        if c["drawn"] == true {
+            assert!(
+                strings(&c["y"]).len() >= 2,
+                "{what}: chart {name} has a y axis: {c}"
+            );
+        }
+        assert!(
+            strings(&c["clipped"]).is_empty(),
+            "{what}: chart {name}: labels outside the drawing: {c}"
+        );
+    }
+    let strip = charts
+        .iter()
+        .find(|c| c["chart"] == "nodes")
+        .unwrap_or_else(|| panic!("{what}: no node strip"));
+    let names = strings(&strip["nodes"]);
+    assert!(
+        names.iter().any(|n| n.starts_with("node-")),
+        "{what}: the node strip names its nodes: {strip}"
+    );
+}
+
 fn check(loaded: &Loaded, what: &str) -> Vec<(String, u64)> {
     assert!(
         loaded.console_errors.is_empty(),
@@ -507,6 +593,21 @@ fn the_report_loads_offline_without_errors_and_draws_every_chart() {
 
     let loaded = load(&mut browser, &small);
     let counts = check(&loaded, "40 nodes");
+    check_axes(&loaded, "40 nodes");
+    for c in loaded.axes["charts"].as_array().into_iter().flatten() {
+        if c["chart"] != "nodes" && c["drawn"] == true {
+            assert!(
+                strings(&c["x"]).len() >= 3 && strings(&c["xnote"]).is_empty(),
+                "time passed, so chart {} has a time axis: {c}",
+                c["chart"]
+            );
+        }
+    }
+    let fill_legend = loaded.axes["legends"]["fill-legend"].as_str().unwrap_or("");
+    assert!(
+        fill_legend.contains("(dashed)") && fill_legend.contains("(solid)"),
+        "the fill chart's legend explains its lines: {fill_legend:?}"
+    );
     eprintln!("non-blank pixels per chart (40 nodes): {counts:?}");
     let shot = dir.join("report-40.png");
     std::fs::write(&shot, &loaded.png).expect("screenshot written");
@@ -517,7 +618,62 @@ fn the_report_loads_offline_without_errors_and_draws_every_chart() {
 
     let loaded = load(&mut browser, &large);
     let counts = check(&loaded, "1000 nodes");
+    check_axes(&loaded, "1000 nodes");
     eprintln!("non-blank pixels per chart (1000 nodes): {counts:?}");
+
+    // A run where no time passes, with no reservation and no NUMA node: no time axis, and
+    // the charts with nothing to show say so instead of drawing empty axes.
+    let still = dir.join("report-still.html");
+    let text = "apiVersion: v1\nkind: Node\nmetadata: {name: node-a}\nstatus: {allocatable: {cpu: \"4\", memory: 8Gi}}\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: {containers: [{name: c, resources: {requests: {cpu: \"1\"}}}]}\n";
+    let input = parse_str("still.yaml", text).unwrap_or_else(|e| panic!("{e}"));
+    let hooks = Hooks {
+        timeline: true,
+        progress: false,
+    };
+    let sim = Simulation::run_with(vec![], Config::default(), &input, hooks);
+    berth_sim::report::write(&sim, &still.to_string_lossy()).unwrap_or_else(|e| panic!("{e}"));
+    let loaded = load(&mut browser, &still);
+    assert!(
+        loaded.console_errors.is_empty(),
+        "{:?}",
+        loaded.console_errors
+    );
+    check_axes(&loaded, "no time");
+    let charts = loaded.axes["charts"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    for c in &charts {
+        assert!(
+            strings(&c["x"]).is_empty(),
+            "no time passed, yet chart {} has a time axis: {c}",
+            c["chart"]
+        );
+    }
+    let by_name = |name: &str| {
+        charts
+            .iter()
+            .find(|c| c["chart"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("no chart {name}"))
+    };
+    for (name, says) in [
+        ("reservations", "no reservations in this run"),
+        ("fill", "no reservation was placed"),
+        ("numa", "no node publishes a NodeResourceTopology"),
+    ] {
+        let c = by_name(name);
+        assert_eq!(c["empty"], says, "chart {name}: {c}");
+        assert_eq!(c["drawn"], false, "chart {name} draws nothing: {c}");
+    }
+    let pods = by_name("pods");
+    assert_eq!(pods["drawn"], true, "{pods}");
+    assert!(
+        strings(&pods["xnote"])
+            .iter()
+            .any(|n| n.starts_with("no time passed")),
+        "{pods}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -10,8 +10,14 @@ use std::sync::Mutex;
 
 use crate::Error;
 
-/// The binaries a test cluster runs or hands out.
-pub(crate) const BINARIES: [&str; 4] = ["etcd", "kube-apiserver", "kubectl", "kube-scheduler"];
+/// The binaries a test cluster runs or hands out (helm for the chart's tests).
+pub(crate) const BINARIES: [&str; 5] = [
+    "etcd",
+    "kube-apiserver",
+    "kubectl",
+    "kube-scheduler",
+    "helm",
+];
 
 /// Exit status of `tools/build.sh` when `go` is not on `PATH`.
 const EXIT_NO_GO: i32 = 3;

@@ -118,7 +118,7 @@ pub enum Error {
          the Go modules in tools/ by tools/build.sh, and Go was not found on PATH.\n\
          Install Go (the version is named below; GOTOOLCHAIN=local, so the installed Go \
          must be at least that) from https://go.dev/dl/ and put `go` on PATH, or set \
-         BERTH_TEST_BIN_DIR to a directory holding those four binaries.\n{output}"
+         BERTH_TEST_BIN_DIR to a directory holding those binaries (and helm).\n{output}"
     )]
     GoMissing {
         /// What `tools/build.sh` printed.
@@ -227,6 +227,13 @@ fn io_err(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> Error {
 fn kube_err(context: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
     let context = context.into();
     move |source| Error::Kube { context, source }
+}
+
+/// The directory of the Go-built binaries (etcd, kube-apiserver, kubectl, kube-scheduler,
+/// helm), building them first with `tools/build.sh` when needed; for tests that run a tool
+/// without a cluster (`helm lint`).
+pub fn bin_dir() -> Result<PathBuf, Error> {
+    bins::bin_dir()
 }
 
 /// berth's CRDs (Reservation, NodeResourceTopology), as `berth crd` prints them.

@@ -6,11 +6,10 @@ use std::path::{Path, PathBuf};
 use std::process::Output;
 
 use berth_testcluster::{Options, TestCluster};
-use k8s_openapi::api::authorization::v1::{
-    ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
-};
+
+mod support;
 use k8s_openapi::api::core::v1::{Node, Secret};
-use kube::api::{ListParams, PostParams};
+use kube::api::ListParams;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client, Config};
 
@@ -38,8 +37,8 @@ fn bare_cluster() -> TestCluster {
     TestCluster::start_with(Options::new().crds(Vec::new())).unwrap()
 }
 
-/// The objects in deploy/, as `kubectl apply` names them.
-const OBJECTS: [&str; 10] = [
+/// The objects in deploy/ and deploy/provisioner/, as `kubectl apply` names them.
+const OBJECTS: [&str; 15] = [
     "namespace/berth-system",
     "customresourcedefinition.apiextensions.k8s.io/reservations.scheduling.koordinator.sh",
     "customresourcedefinition.apiextensions.k8s.io/noderesourcetopologies.topology.node.k8s.io",
@@ -50,6 +49,11 @@ const OBJECTS: [&str; 10] = [
     "rolebinding.rbac.authorization.k8s.io/berth-leader-election",
     "configmap/berth-config",
     "deployment.apps/berth",
+    "poddisruptionbudget.policy/berth",
+    "serviceaccount/berth-provisioner",
+    "clusterrole.rbac.authorization.k8s.io/berth-provisioner",
+    "clusterrolebinding.rbac.authorization.k8s.io/berth-provisioner",
+    "deployment.apps/berth-provisioner",
 ];
 
 /// `kubectl apply --dry-run=server -f deploy/` succeeds: every object passes the API
@@ -65,9 +69,17 @@ fn deploy_applies_with_server_side_dry_run() {
     let out = kubectl(&cluster, &["apply", "-f", ns.to_str().unwrap()]);
     assert!(out.status.success());
 
+    let provisioner = dir.join("provisioner");
     let out = kubectl(
         &cluster,
-        &["apply", "--dry-run=server", "-f", dir.to_str().unwrap()],
+        &[
+            "apply",
+            "--dry-run=server",
+            "-f",
+            dir.to_str().unwrap(),
+            "-f",
+            provisioner.to_str().unwrap(),
+        ],
     );
     assert!(out.status.success(), "{}", text(&out.stderr));
     let stdout = text(&out.stdout);
@@ -106,166 +118,34 @@ fn deploy_applies_for_real_in_one_go() {
     assert!(out.status.success());
 }
 
-const SA_USER: &str = "system:serviceaccount:berth-system:berth";
-const VERBS: [&str; 8] = [
-    "get",
-    "list",
-    "watch",
-    "create",
-    "update",
-    "patch",
-    "delete",
-    "deletecollection",
-];
-
-/// (group, resource, subresource, namespace, name) and the verbs berth must have there; any
-/// other verb must be denied. Empty namespace: all namespaces. Keep in step with
-/// deploy/20-rbac.yaml.
-const EXPECTED: &[((&str, &str, &str, &str, &str), &[&str])] = &[
-    (
-        ("", "pods", "", "", ""),
-        &["get", "list", "watch", "patch", "delete"],
-    ),
-    (("", "pods", "binding", "", ""), &["create"]),
-    (("", "pods", "status", "", ""), &["patch"]),
-    (("", "nodes", "", "", ""), &["list", "watch"]),
-    (("", "namespaces", "", "", ""), &["list", "watch"]),
-    (
-        ("", "persistentvolumeclaims", "", "", ""),
-        &["list", "watch"],
-    ),
-    (("", "persistentvolumes", "", "", ""), &["list", "watch"]),
-    (
-        ("storage.k8s.io", "storageclasses", "", "", ""),
-        &["list", "watch"],
-    ),
-    (
-        ("storage.k8s.io", "csinodes", "", "", ""),
-        &["list", "watch"],
-    ),
-    (
-        ("scheduling.k8s.io", "priorityclasses", "", "", ""),
-        &["list", "watch"],
-    ),
-    (
-        ("policy", "poddisruptionbudgets", "", "", ""),
-        &["list", "watch"],
-    ),
-    (
-        ("scheduling.koordinator.sh", "reservations", "", "", ""),
-        &["get", "list", "watch", "create", "delete"],
-    ),
-    (
-        (
-            "scheduling.koordinator.sh",
-            "reservations",
-            "status",
-            "",
-            "",
-        ),
-        &["update"],
-    ),
-    (
-        ("topology.node.k8s.io", "noderesourcetopologies", "", "", ""),
-        &["list", "watch"],
-    ),
-    (
-        ("events.k8s.io", "events", "", "", ""),
-        &["create", "patch"],
-    ),
-    // Events are written through events.k8s.io only.
-    (("", "events", "", "", ""), &[]),
-    (
-        ("coordination.k8s.io", "leases", "", "berth-system", "berth"),
-        &["get", "update", "create"],
-    ),
-    // Creating is not limited by name; reading or renewing another lease is denied.
-    (
-        ("coordination.k8s.io", "leases", "", "berth-system", "other"),
-        &["create"],
-    ),
-    // Nothing berth does not use.
-    (
-        (
-            "coordination.k8s.io",
-            "leases",
-            "",
-            "kube-system",
-            "kube-scheduler",
-        ),
-        &[],
-    ),
-    (("", "pods", "eviction", "", ""), &[]),
-    (("", "nodes", "status", "", ""), &[]),
-    (("", "secrets", "", "", ""), &[]),
-    (("", "configmaps", "", "", ""), &[]),
-    (("", "serviceaccounts", "token", "", ""), &[]),
-    (("apps", "deployments", "", "", ""), &[]),
-    (
-        (
-            "apiextensions.k8s.io",
-            "customresourcedefinitions",
-            "",
-            "",
-            "",
-        ),
-        &[],
-    ),
-    (
-        ("rbac.authorization.k8s.io", "clusterroles", "", "", ""),
-        &[],
-    ),
-];
-
-/// Applied for real, berth's ServiceAccount can do exactly what [`EXPECTED`] lists, checked
-/// verb by verb with SubjectAccessReviews; and a token of that account really works (and
-/// is really limited).
+/// Applied for real, berth's ServiceAccount can do exactly what [`support::EXPECTED`]
+/// lists and the provisioner's what [`support::PROVISIONER_EXPECTED`] lists, checked verb by
+/// verb with SubjectAccessReviews; and a token of berth's account really works (and is
+/// really limited).
 #[tokio::test]
 async fn rbac_grants_exactly_the_verbs_berth_uses() {
     let cluster = bare_cluster();
-    let out = kubectl(&cluster, &["apply", "-f", deploy_dir().to_str().unwrap()]);
+    let provisioner = deploy_dir().join("provisioner");
+    let out = kubectl(
+        &cluster,
+        &[
+            "apply",
+            "-f",
+            deploy_dir().to_str().unwrap(),
+            "-f",
+            provisioner.to_str().unwrap(),
+        ],
+    );
     assert!(out.status.success(), "{}", text(&out.stderr));
 
-    let reviews: Api<SubjectAccessReview> = Api::all(cluster.client());
-    let mut wrong = Vec::new();
-    for ((group, resource, subresource, namespace, name), allowed) in EXPECTED {
-        for verb in VERBS {
-            let review = SubjectAccessReview {
-                spec: SubjectAccessReviewSpec {
-                    user: Some(SA_USER.into()),
-                    groups: Some(vec![
-                        "system:serviceaccounts".into(),
-                        "system:serviceaccounts:berth-system".into(),
-                        "system:authenticated".into(),
-                    ]),
-                    resource_attributes: Some(ResourceAttributes {
-                        group: Some(group.to_string()),
-                        resource: Some(resource.to_string()),
-                        subresource: Some(subresource.to_string()),
-                        namespace: Some(namespace.to_string()),
-                        name: Some(name.to_string()),
-                        verb: Some(verb.into()),
-                        ..Default::default()
-                    }),
-                    ..Default::default()
-                },
-                ..Default::default()
-            };
-            let answer = reviews
-                .create(&PostParams::default(), &review)
-                .await
-                .unwrap();
-            let got = answer.status.unwrap().allowed;
-            let want = allowed.contains(&verb);
-            if got != want {
-                wrong.push(format!(
-                    "{verb} {group}/{resource}/{subresource} ns={namespace:?} name={name:?}: \
-                     allowed={got}, want {want}"
-                ));
-            }
-        }
-    }
-    assert!(wrong.is_empty(), "RBAC differs:\n{}", wrong.join("\n"));
+    support::assert_grants(&cluster, "berth-system", "berth", support::EXPECTED).await;
+    support::assert_grants(
+        &cluster,
+        "berth-system",
+        "berth-provisioner",
+        support::PROVISIONER_EXPECTED,
+    )
+    .await;
 
     // The real thing: berth's own token.
     let token = cluster
@@ -291,7 +171,7 @@ async fn rbac_grants_exactly_the_verbs_berth_uses() {
     );
 }
 
-/// deploy/10-crds.yaml is byte for byte what `berth crd` prints (crates/berth/src/main.rs:
+/// deploy/10-crds.yaml and the chart's crds/berth-crds.yaml are byte for byte what `berth crd` prints (crates/berth/src/main.rs:
 /// the Reservation CRD, `---`, the NodeResourceTopology CRD). Run with
 /// `BERTH_UPDATE_DEPLOY=1` to rewrite the file after the CRDs change.
 #[test]
@@ -303,6 +183,15 @@ fn crds_yaml_is_what_berth_crd_prints() {
     if std::env::var_os("BERTH_UPDATE_DEPLOY").is_some() {
         std::fs::write(&path, &want).unwrap();
     }
+    let chart = deploy_dir().join("../charts/berth/crds/berth-crds.yaml");
+    if std::env::var_os("BERTH_UPDATE_DEPLOY").is_some() {
+        std::fs::write(&chart, &want).unwrap();
+    }
+    assert!(
+        std::fs::read_to_string(&chart).unwrap() == want,
+        "charts/berth/crds/berth-crds.yaml differs from `berth crd`; regenerate it with \
+         BERTH_UPDATE_DEPLOY=1 cargo test -p berth-testcluster --test deploy"
+    );
     let got = std::fs::read_to_string(&path).unwrap();
     assert!(
         got == want,

@@ -13,7 +13,7 @@ mod live;
 
 /// A Kubernetes scheduler with Koordinator reservations and NUMA-aware placement.
 #[derive(Debug, Parser)]
-#[command(name = "berth", version, about, long_about = None)]
+#[command(name = "berth", version = env!("BERTH_VERSION"), about, long_about = None)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -23,6 +23,7 @@ struct Cli {
 enum Command {
     /// Schedule the objects of FILE... in a simulated cluster, in virtual time, and print
     /// the result.
+    #[command(after_help = SIMULATE_HELP)]
     Simulate(SimulateArgs),
     /// Schedule a real cluster: watch it through the API server and bind the pods whose
     /// `schedulerName` names one of the profiles, until SIGTERM.
@@ -43,6 +44,14 @@ enum Command {
     /// live cluster, read-only).
     Explain(ExplainArgs),
 }
+
+/// Where `simulate --help` sends readers for the format.
+const SIMULATE_HELP: &str = "\
+The input format (every kind read, the Scenario's steps, `expect`, the node agents, exit \
+statuses and the output) is described in docs/scenario-format.md of berth's source \
+repository; examples/ holds runnable inputs.
+
+Exit status: 0 the simulation ran, 1 a Scenario expectation failed, 2 bad input.";
 
 #[derive(Debug, Args)]
 struct ExplainArgs {
@@ -388,6 +397,36 @@ fn bench(args: &BenchArgs) -> anyhow::Result<i32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn simulate_help_says_where_the_format_is_described() {
+        let err = Cli::try_parse_from(["berth", "simulate", "--help"]).expect_err("help");
+        let help = err.to_string();
+        assert!(help.contains("docs/scenario-format.md"), "{help}");
+        assert!(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../../docs/scenario-format.md")
+                .is_file(),
+            "the file --help names exists"
+        );
+    }
+
+    #[test]
+    fn the_version_names_the_commit() {
+        let err = Cli::try_parse_from(["berth", "--version"]).expect_err("version");
+        let version = err.to_string();
+        let rest = version
+            .strip_prefix(&format!("berth {} (commit ", env!("CARGO_PKG_VERSION")))
+            .unwrap_or_else(|| panic!("{version:?}"));
+        let stamp = rest.trim_end().strip_suffix(')').unwrap_or_default();
+        let ok = stamp == "unknown"
+            || stamp.split_once(", ").is_some_and(|(hash, state)| {
+                hash.len() == 12
+                    && hash.chars().all(|c| c.is_ascii_hexdigit())
+                    && matches!(state, "clean" | "dirty")
+            });
+        assert!(ok, "{version:?}");
+    }
 
     #[test]
     fn an_unknown_bench_suite_is_bad_input() {

@@ -252,6 +252,43 @@ mod tests {
         assert!(t.contains("1/2 (50%)"), "{t}");
     }
 
+    #[test]
+    fn pods_of_other_schedulers_are_not_unschedulable_and_failed_pods_say_why() {
+        let text = "apiVersion: v1\nkind: Node\nmetadata: {name: n1}\nstatus: {allocatable: {cpu: 2, memory: 2Gi}}\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: theirs}\nspec: {schedulerName: other, containers: [{name: c}]}\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: big}\nspec: {containers: [{name: c, resources: {requests: {cpu: 5}}}]}\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: rejected}\nspec: {nodeName: n1, containers: [{name: c}]}\nstatus: {phase: Failed, reason: TopologyAffinityError}\n";
+        let t = table(&sim(text));
+        assert!(
+            t.starts_with("3 pods (1 placed, 1 unschedulable, 1 left to other schedulers), 0 reservations, 1 node.\n"),
+            "{t}"
+        );
+        let unschedulable = t
+            .split("\nUNSCHEDULABLE\n")
+            .nth(1)
+            .and_then(|rest| rest.split("\n\n").next())
+            .unwrap_or_else(|| panic!("{t}"));
+        assert!(!unschedulable.contains("theirs"), "{t}");
+        assert!(!t.contains("(not tried yet)"), "{t}");
+        assert!(
+            t.contains("\nOTHER SCHEDULERS (not berth's to schedule)\n"),
+            "{t}"
+        );
+        assert!(unschedulable.contains("big"), "{t}");
+        let theirs = t.lines().find(|l| l.contains("theirs")).unwrap_or_default();
+        assert!(theirs.trim_end().ends_with("other"), "{t}");
+        let rejected = t
+            .lines()
+            .find(|l| l.contains("rejected"))
+            .unwrap_or_default();
+        assert!(
+            rejected
+                .trim_end()
+                .ends_with("Failed (TopologyAffinityError)"),
+            "{t}"
+        );
+        // Without such pods the counts read as before.
+        assert!(table(&sim(TEXT))
+            .starts_with("2 pods (1 placed, 1 unschedulable), 0 reservations, 1 node.\n"));
+    }
+
     /// The cells of the table row that starts with `first`, split on runs of 3+ spaces.
     fn row(table: &str, first: &str) -> Vec<String> {
         let line = table

@@ -156,29 +156,53 @@ fn reservation_why(r: &Reservation) -> String {
 
 const PLACED_HEADER: [&str; 5] = ["NAMESPACE", "POD", "NODE", "RESERVATION", "PHASE"];
 const PENDING_HEADER: [&str; 3] = ["NAMESPACE", "POD", "WHY"];
+const OTHER_HEADER: [&str; 3] = ["NAMESPACE", "POD", "SCHEDULER"];
 
-/// A pod's row: in PLACEMENTS when it has a node, else in UNSCHEDULABLE.
+/// A pod's row: in PLACEMENTS when it has a node, in OTHER SCHEDULERS when no profile of
+/// berth's schedules it (berth never tries it: it is not unschedulable), else in
+/// UNSCHEDULABLE.
 enum PodRow<'a> {
     Placed([Cow<'a, str>; 5]),
     Pending([Cow<'a, str>; 3]),
+    Other([Cow<'a, str>; 3]),
 }
 
-fn pod_row(p: &Pod) -> PodRow<'_> {
+/// The scheduler a pod asks for (`default-scheduler` when it names none).
+fn scheduler_name(p: &Pod) -> &str {
+    p.spec
+        .as_ref()
+        .and_then(|s| s.scheduler_name.as_deref())
+        .filter(|n| !n.is_empty())
+        .unwrap_or(berth_core::framework::profile::DEFAULT_SCHEDULER_NAME)
+}
+
+/// A bound pod's phase; a Failed one with its reason, as the kubelet gave it
+/// (`Failed (TopologyAffinityError)`).
+fn phase_cell(p: &Pod) -> Cow<'_, str> {
+    let status = p.status.as_ref();
+    let phase = status.and_then(|s| s.phase.as_deref()).unwrap_or_default();
+    match status.and_then(|s| s.reason.as_deref()) {
+        Some(reason) if phase == "Failed" && !reason.is_empty() => {
+            Cow::Owned(format!("{phase} ({reason})"))
+        }
+        _ => Cow::Borrowed(phase),
+    }
+}
+
+fn pod_row<'a>(p: &'a Pod, profiles: &[&str]) -> PodRow<'a> {
     let ns: Cow<'_, str> = Cow::Borrowed(p.metadata.namespace.as_deref().unwrap_or_default());
     let name: Cow<'_, str> = Cow::Borrowed(p.metadata.name.as_deref().unwrap_or_default());
-    let phase = p
-        .status
-        .as_ref()
-        .and_then(|s| s.phase.as_deref())
-        .unwrap_or_default();
     match p.spec.as_ref().and_then(|s| s.node_name.as_deref()) {
         Some(node) if !node.is_empty() => PodRow::Placed([
             ns,
             name,
             Cow::Borrowed(node),
             allocated_reservation(p).map_or(Cow::Borrowed("-"), Cow::Owned),
-            Cow::Borrowed(phase),
+            phase_cell(p),
         ]),
+        _ if !profiles.contains(&scheduler_name(p)) => {
+            PodRow::Other([ns, name, Cow::Borrowed(scheduler_name(p))])
+        }
         _ => PodRow::Pending([
             ns,
             name,
@@ -339,11 +363,18 @@ fn collected(
 /// they hold, what their owners took, when they expire, why they failed), and per node what
 /// pods use, what reservations hold for their owners, and what is free.
 pub fn write(sim: &Simulation, out: &mut dyn Write) -> io::Result<()> {
+    let profiles: Vec<&str> = sim
+        .core()
+        .profiles()
+        .iter()
+        .map(|p| p.scheduler_name.as_str())
+        .collect();
     let mut placed = Columns::new(&PLACED_HEADER);
     let mut pending = Columns::new(&PENDING_HEADER);
-    let (mut n_placed, mut n_pending) = (0, 0);
+    let mut other = Columns::new(&OTHER_HEADER);
+    let (mut n_placed, mut n_pending, mut n_other) = (0, 0, 0);
     for p in pods(sim) {
-        match pod_row(p) {
+        match pod_row(p, &profiles) {
             PodRow::Placed(row) => {
                 n_placed += 1;
                 placed.fit(&row);
@@ -352,15 +383,26 @@ pub fn write(sim: &Simulation, out: &mut dyn Write) -> io::Result<()> {
                 n_pending += 1;
                 pending.fit(&row);
             }
+            PodRow::Other(row) => {
+                n_other += 1;
+                other.fit(&row);
+            }
         }
     }
     let reservations = reservation_rows(sim);
     let refused = refused_rows(sim);
     let nodes = node_rows(sim);
     let evict = evict_rows(sim);
+    // Pods of other schedulers are counted only when there are some, so that the line of
+    // a run without any reads as it always has.
+    let others = if n_other > 0 {
+        format!(", {n_other} left to other schedulers")
+    } else {
+        String::new()
+    };
     let counts = format!(
-        "{} ({} placed, {} unschedulable), {}, {}.",
-        plural(n_placed + n_pending, "pod"),
+        "{} ({} placed, {} unschedulable{others}), {}, {}.",
+        plural(n_placed + n_pending + n_other, "pod"),
         n_placed,
         n_pending,
         plural(reservations.len(), "reservation"),
@@ -377,18 +419,30 @@ pub fn write(sim: &Simulation, out: &mut dyn Write) -> io::Result<()> {
         writeln!(out, "{counts}")?;
     }
     if n_placed > 0 {
-        let rows = pods(sim).filter_map(|p| match pod_row(p) {
+        let rows = pods(sim).filter_map(|p| match pod_row(p, &profiles) {
             PodRow::Placed(row) => Some(row),
-            PodRow::Pending(_) => None,
+            _ => None,
         });
         placed.section(out, "PLACEMENTS", &PLACED_HEADER, rows)?;
     }
     if n_pending > 0 {
-        let rows = pods(sim).filter_map(|p| match pod_row(p) {
+        let rows = pods(sim).filter_map(|p| match pod_row(p, &profiles) {
             PodRow::Pending(row) => Some(row),
-            PodRow::Placed(_) => None,
+            _ => None,
         });
         pending.section(out, "UNSCHEDULABLE", &PENDING_HEADER, rows)?;
+    }
+    if n_other > 0 {
+        let rows = pods(sim).filter_map(|p| match pod_row(p, &profiles) {
+            PodRow::Other(row) => Some(row),
+            _ => None,
+        });
+        other.section(
+            out,
+            "OTHER SCHEDULERS (not berth's to schedule)",
+            &OTHER_HEADER,
+            rows,
+        )?;
     }
     collected(
         out,
