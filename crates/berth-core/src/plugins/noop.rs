@@ -1,6 +1,6 @@
 //! kube-scheduler plugins that berth accepts in configuration but that have nothing to do
-//! here (`PrioritySort` and `DefaultBinder` are built into the core; `VolumeBinding`,
-//! `VolumeZone` and `ImageLocality` have no inputs in berth's model).
+//! here (`PrioritySort` and `DefaultBinder` are built into the core; `ImageLocality` has
+//! no inputs in berth's model).
 
 use crate::framework::plugin::{Plugin, Points};
 
