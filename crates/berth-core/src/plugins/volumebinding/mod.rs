@@ -554,7 +554,8 @@ impl Plugin for VolumeBinding {
         let Some(st) = state.volume_binding.as_deref_mut() else {
             return Status::success();
         };
-        if pod_volumes_bound(cx, pod) {
+        // A reservation's stand-in mounts nothing: its claims are the owners' to bind.
+        if pod_volumes_bound(cx, pod) || pod.is_reserve_pod() {
             st.all_bound = true;
             return Status::success();
         }
