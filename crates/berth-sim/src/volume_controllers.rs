@@ -150,7 +150,18 @@ pub fn next_write(store: &Store) -> Option<Object> {
     }
     // Claims not yet bound.
     for pvc in claims(store) {
-        if !claim_volume_name(pvc).is_empty() {
+        let wanted = claim_volume_name(pvc);
+        if !wanted.is_empty() {
+            // Pre-bound by its user to a volume no claim holds: the volume is bound to it
+            // (the claim follows through the loop above).
+            let key = berth_core::ObjectKey::cluster(Kind::PersistentVolume, wanted);
+            if let Some(Object::PersistentVolume(pv)) = store.get(&key) {
+                if pv.spec.as_ref().is_some_and(|s| s.claim_ref.is_none()) {
+                    let (pv, _) =
+                        berth_core::plugins::volumebinding::claims::bind_volume_to_claim(pv, pvc);
+                    return Some(Object::PersistentVolume(pv));
+                }
+            }
             continue;
         }
         if pvc.metadata.deletion_timestamp.is_some() {
