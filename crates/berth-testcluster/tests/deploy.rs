@@ -132,15 +132,26 @@ const EXPECTED: &[((&str, &str, &str, &str, &str), &[&str])] = &[
     (("", "namespaces", "", "", ""), &["list", "watch"]),
     (
         ("", "persistentvolumeclaims", "", "", ""),
-        &["list", "watch"],
+        &["list", "watch", "update"],
     ),
-    (("", "persistentvolumes", "", "", ""), &["list", "watch"]),
+    (
+        ("", "persistentvolumes", "", "", ""),
+        &["list", "watch", "update"],
+    ),
     (
         ("storage.k8s.io", "storageclasses", "", "", ""),
         &["list", "watch"],
     ),
     (
         ("storage.k8s.io", "csinodes", "", "", ""),
+        &["list", "watch"],
+    ),
+    (
+        ("storage.k8s.io", "csidrivers", "", "", ""),
+        &["list", "watch"],
+    ),
+    (
+        ("storage.k8s.io", "csistoragecapacities", "", "", ""),
         &["list", "watch"],
     ),
     (

@@ -15,6 +15,7 @@ pub mod lanes;
 mod pod;
 mod record;
 mod reservation;
+mod volume;
 
 use std::sync::Arc;
 
@@ -210,6 +211,18 @@ async fn perform(ctx: &Ctx, effect: Effect) -> Outcome {
             record::publish(ctx, &r).await;
             Outcome::Done
         }
+        Effect::BindVolume {
+            pod,
+            uid,
+            node,
+            volume,
+        } => volume::bind_volume(ctx, pod, uid, node, &volume).await,
+        Effect::ProvisionClaim {
+            pod,
+            uid,
+            node,
+            claim,
+        } => volume::provision_claim(ctx, pod, uid, node, &claim).await,
         other => {
             tracing::warn!(effect = ?other, "effect not supported by the cluster adapter");
             Outcome::Done
