@@ -8,7 +8,9 @@ use berth_api::k8s_openapi::api::core::v1::{
 };
 use berth_api::k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use berth_api::k8s_openapi::api::scheduling::v1::PriorityClass;
-use berth_api::k8s_openapi::api::storage::v1::{CSIDriver, CSINode, CSIStorageCapacity, StorageClass};
+use berth_api::k8s_openapi::api::storage::v1::{
+    CSIDriver, CSINode, CSIStorageCapacity, StorageClass,
+};
 use berth_api::nrt::NodeResourceTopology;
 use berth_api::reservation::Reservation;
 

@@ -791,7 +791,8 @@ impl Decoder {
                 require(&value, "provisioner", || "provisioner".into())?;
                 let mut sc = typed::<StorageClass>(&value)?;
                 // The API server's defaults.
-                sc.volume_binding_mode.get_or_insert_with(|| "Immediate".into());
+                sc.volume_binding_mode
+                    .get_or_insert_with(|| "Immediate".into());
                 sc.reclaim_policy.get_or_insert_with(|| "Delete".into());
                 Item::Object(Object::StorageClass(Arc::new(sc)))
             }
@@ -812,7 +813,9 @@ impl Decoder {
                 }
                 Item::Object(Object::CsiStorageCapacity(Arc::new(typed::<
                     CSIStorageCapacity,
-                >(&value)?)))
+                >(
+                    &value
+                )?)))
             }
             ("scheduling.k8s.io/v1", "PriorityClass") => {
                 normalize_meta(&mut value, false, &mut self.generated)?;

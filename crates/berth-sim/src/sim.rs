@@ -493,7 +493,8 @@ impl Simulation {
         let written = match (self.store.get(&key), obj) {
             (None, _) => {
                 let message = format!("{resource} \"{}\" not found", key.name);
-                self.core.handle(self.now, failed(BindFailure::NotFound, message));
+                self.core
+                    .handle(self.now, failed(BindFailure::NotFound, message));
                 return;
             }
             (Some(Object::PersistentVolume(old)), Object::PersistentVolume(new)) => {
@@ -537,7 +538,8 @@ impl Simulation {
             Some(obj) => self.apply_object(obj, false),
             None => {
                 let message = format!("Operation cannot be fulfilled on {resource} \"{}\": the object has been modified; please apply your changes to the latest version and try again", key.name);
-                self.core.handle(self.now, failed(BindFailure::Conflict, message));
+                self.core
+                    .handle(self.now, failed(BindFailure::Conflict, message));
             }
         }
     }

@@ -40,10 +40,12 @@ use crate::store::Store;
 const LABEL_HOSTNAME: &str = "kubernetes.io/hostname";
 
 fn claims(store: &Store) -> impl Iterator<Item = &Arc<PersistentVolumeClaim>> + '_ {
-    store.of_kind(Kind::PersistentVolumeClaim).filter_map(|o| match o {
-        Object::PersistentVolumeClaim(c) => Some(c),
-        _ => None,
-    })
+    store
+        .of_kind(Kind::PersistentVolumeClaim)
+        .filter_map(|o| match o {
+            Object::PersistentVolumeClaim(c) => Some(c),
+            _ => None,
+        })
 }
 
 fn volumes(store: &Store) -> Vec<Arc<PersistentVolume>> {
@@ -100,7 +102,9 @@ fn bound_claim(pvc: &PersistentVolumeClaim, pv: &PersistentVolume) -> Persistent
         annotate(&mut c.metadata, ANN_BOUND_BY_CONTROLLER, "yes");
     }
     let pv_spec = pv.spec.as_ref();
-    let status = c.status.get_or_insert_with(PersistentVolumeClaimStatus::default);
+    let status = c
+        .status
+        .get_or_insert_with(PersistentVolumeClaimStatus::default);
     status.phase = Some("Bound".into());
     status.access_modes = pv_spec.and_then(|s| s.access_modes.clone());
     status.capacity = pv_spec.and_then(|s| s.capacity.clone());
@@ -109,7 +113,9 @@ fn bound_claim(pvc: &PersistentVolumeClaim, pv: &PersistentVolume) -> Persistent
 
 fn with_phase(pv: &PersistentVolume, phase: &str) -> PersistentVolume {
     let mut v = pv.clone();
-    v.status.get_or_insert_with(PersistentVolumeStatus::default).phase = Some(phase.into());
+    v.status
+        .get_or_insert_with(PersistentVolumeStatus::default)
+        .phase = Some(phase.into());
     v
 }
 
@@ -124,7 +130,11 @@ pub fn next_write(store: &Store) -> Option<Object> {
                 let name = pv.metadata.name.as_deref().unwrap_or("");
                 if claim_volume_name(c) != name
                     || c.status.as_ref().and_then(|s| s.phase.as_deref()) != Some("Bound")
-                    || !c.metadata.annotations.as_ref().is_some_and(|a| a.contains_key(ANN_BIND_COMPLETED))
+                    || !c
+                        .metadata
+                        .annotations
+                        .as_ref()
+                        .is_some_and(|a| a.contains_key(ANN_BIND_COMPLETED))
                 {
                     return Some(Object::PersistentVolumeClaim(Arc::new(bound_claim(c, pv))));
                 }
@@ -135,7 +145,12 @@ pub fn next_write(store: &Store) -> Option<Object> {
             None => {
                 let has_ref = pv.spec.as_ref().is_some_and(|s| s.claim_ref.is_some());
                 let want = if has_ref
-                    && pv.spec.as_ref().and_then(|s| s.claim_ref.as_ref()).and_then(|r| r.uid.as_deref()).is_some_and(|u| !u.is_empty())
+                    && pv
+                        .spec
+                        .as_ref()
+                        .and_then(|s| s.claim_ref.as_ref())
+                        .and_then(|r| r.uid.as_deref())
+                        .is_some_and(|u| !u.is_empty())
                 {
                     // Its claim is gone: the volume is released.
                     "Released"
@@ -168,13 +183,23 @@ pub fn next_write(store: &Store) -> Option<Object> {
             continue;
         }
         let delay = is_delay_binding(pvc, |c| class(store, c)).unwrap_or(false);
-        let matched = find_matching_volume(pvc, &pvs, None, &[], delay).ok().flatten();
+        let matched = find_matching_volume(pvc, &pvs, None, &[], delay)
+            .ok()
+            .flatten();
         if let Some(pv) = matched {
-            if pv.spec.as_ref().and_then(|s| s.claim_ref.as_ref()).is_none() {
-                let (pv, _) = berth_core::plugins::volumebinding::claims::bind_volume_to_claim(&pv, pvc);
+            if pv
+                .spec
+                .as_ref()
+                .and_then(|s| s.claim_ref.as_ref())
+                .is_none()
+            {
+                let (pv, _) =
+                    berth_core::plugins::volumebinding::claims::bind_volume_to_claim(&pv, pvc);
                 return Some(Object::PersistentVolume(pv));
             }
-            return Some(Object::PersistentVolumeClaim(Arc::new(bound_claim(pvc, &pv))));
+            return Some(Object::PersistentVolumeClaim(Arc::new(bound_claim(
+                pvc, &pv,
+            ))));
         }
         if delay && selected_node(pvc).is_none() {
             continue;
@@ -187,7 +212,10 @@ pub fn next_write(store: &Store) -> Option<Object> {
         }
         let name = format!("pvc-{}", pvc.metadata.uid.as_deref().unwrap_or(""));
         if store
-            .get(&berth_core::ObjectKey::cluster(Kind::PersistentVolume, &name))
+            .get(&berth_core::ObjectKey::cluster(
+                Kind::PersistentVolume,
+                &name,
+            ))
             .is_some()
         {
             continue;
@@ -211,7 +239,9 @@ pub fn next_write(store: &Store) -> Option<Object> {
                 .cloned()
                 .unwrap_or_else(|| n.to_string())
         });
-        return Some(Object::PersistentVolume(Arc::new(provisioned(pvc, &sc, &name, node))));
+        return Some(Object::PersistentVolume(Arc::new(provisioned(
+            pvc, &sc, &name, node,
+        ))));
     }
     None
 }
@@ -259,7 +289,10 @@ fn provisioned(
             node_affinity,
             persistent_volume_reclaim_policy: sc.reclaim_policy.clone(),
             storage_class_name: sc.metadata.name.clone(),
-            volume_mode: spec.volume_mode.clone().or_else(|| Some("Filesystem".into())),
+            volume_mode: spec
+                .volume_mode
+                .clone()
+                .or_else(|| Some("Filesystem".into())),
             ..Default::default()
         }),
         status: Some(PersistentVolumeStatus {

@@ -44,7 +44,9 @@ pub struct State {
 }
 
 /// `getPVTopologies`: a label whose value does not parse (`a____b`) is ignored.
-pub fn pv_topologies(pv: &berth_api::k8s_openapi::api::core::v1::PersistentVolume) -> Vec<PvTopology> {
+pub fn pv_topologies(
+    pv: &berth_api::k8s_openapi::api::core::v1::PersistentVolume,
+) -> Vec<PvTopology> {
     let mut out = Vec::new();
     let Some(labels) = pv.metadata.labels.as_ref() else {
         return out;

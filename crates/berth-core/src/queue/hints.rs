@@ -376,10 +376,11 @@ fn concerns(cx: &Cluster, event: &ClusterEvent, key: &ObjectKey, plugin: &str) -
         Kind::PersistentVolumeClaim => {
             obj.namespace == key.namespace
                 && volumes.into_iter().any(|v| {
-                    crate::plugins::volumebinding::claims::volume_claim(&key.name, v)
-                        .is_some_and(|(name, eph)| {
+                    crate::plugins::volumebinding::claims::volume_claim(&key.name, v).is_some_and(
+                        |(name, eph)| {
                             (!eph || plugin == names::VOLUME_BINDING) && *name == *obj.name
-                        })
+                        },
+                    )
                 })
         }
         Kind::CsiDriver => volumes

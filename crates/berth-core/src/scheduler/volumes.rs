@@ -73,7 +73,8 @@ impl Scheduler {
             Object::PersistentVolume(pv) => {
                 let name: Arc<str> = pv.metadata.name.as_deref().unwrap_or("").into();
                 let old = cx.pvs.insert(name.clone(), pv.clone());
-                cx.assumed_volumes.pv_changed(&name, old.as_deref(), Some(&pv));
+                cx.assumed_volumes
+                    .pv_changed(&name, old.as_deref(), Some(&pv));
                 let topology = old.as_ref().is_none_or(|o| {
                     crate::plugins::volumezone::pv_topologies(o)
                         != crate::plugins::volumezone::pv_topologies(&pv)
@@ -147,7 +148,8 @@ impl Scheduler {
             }
             Kind::PersistentVolume => {
                 let old = cx.pvs.remove(&*key.name);
-                cx.assumed_volumes.pv_changed(&key.name, old.as_deref(), None);
+                cx.assumed_volumes
+                    .pv_changed(&key.name, old.as_deref(), None);
             }
             Kind::StorageClass => {
                 cx.storage_classes.remove(&*key.name);
@@ -434,7 +436,9 @@ fn check_bindings(cx: &Cluster, w: &mut VolumeWait) -> Result<bool, String> {
         if !w.seen[i] {
             let wanted = b.pv.spec.as_ref().and_then(|s| s.claim_ref.as_ref());
             let shown = claim_ref.is_some_and(|r| {
-                wanted.is_some_and(|x| x.name == r.name && x.namespace == r.namespace && x.uid == r.uid)
+                wanted.is_some_and(|x| {
+                    x.name == r.name && x.namespace == r.namespace && x.uid == r.uid
+                })
             });
             if !shown {
                 return Ok(false);

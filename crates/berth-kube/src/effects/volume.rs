@@ -64,8 +64,10 @@ pub(super) async fn provision_claim(
     let api: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), ns);
     let name = claim.metadata.name.clone().unwrap_or_default();
     let r = api.replace(&name, &PostParams::default(), claim).await;
-    ctx.metrics
-        .request("provision_claim", r.as_ref().map_or_else(retry::code, |_| 200));
+    ctx.metrics.request(
+        "provision_claim",
+        r.as_ref().map_or_else(retry::code, |_| 200),
+    );
     match r {
         Ok(_) => Outcome::Done,
         Err(e) => failed(pod, uid, node, &e),

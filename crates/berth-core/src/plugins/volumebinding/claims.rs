@@ -65,7 +65,9 @@ pub fn pv_class(pv: &PersistentVolume) -> &str {
 }
 
 /// A quantity in whole units (`Quantity.Value()`); `None` when unparsable.
-pub fn quantity_value(q: &berth_api::k8s_openapi::apimachinery::pkg::api::resource::Quantity) -> Option<i64> {
+pub fn quantity_value(
+    q: &berth_api::k8s_openapi::apimachinery::pkg::api::resource::Quantity,
+) -> Option<i64> {
     ParsedQuantity::parse(&q.0).ok().map(|p| p.value())
 }
 
@@ -201,11 +203,15 @@ pub fn bind_volume_to_claim(
     let by_controller = !volume_bound_to_claim(pv, pvc);
     let mut out = pv.clone();
     let mut dirty = false;
-    let same = pv.spec.as_ref().and_then(|s| s.claim_ref.as_ref()).is_some_and(|r| {
-        r.name == pvc.metadata.name
-            && r.namespace == pvc.metadata.namespace
-            && r.uid == pvc.metadata.uid
-    });
+    let same = pv
+        .spec
+        .as_ref()
+        .and_then(|s| s.claim_ref.as_ref())
+        .is_some_and(|r| {
+            r.name == pvc.metadata.name
+                && r.namespace == pvc.metadata.namespace
+                && r.uid == pvc.metadata.uid
+        });
     if !same {
         Arc::make_mut(&mut out)
             .spec
@@ -361,9 +367,12 @@ pub fn ephemeral_for_pod(
     pvc: &PersistentVolumeClaim,
 ) -> Result<(), String> {
     let uid = pod.metadata.uid.as_deref().unwrap_or("");
-    let owned = pvc.metadata.owner_references.iter().flatten().any(|r| {
-        r.controller == Some(true) && r.uid == uid
-    });
+    let owned = pvc
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|r| r.controller == Some(true) && r.uid == uid);
     if owned {
         return Ok(());
     }

@@ -160,7 +160,9 @@ impl VolumeBinding {
     /// Builds the plugin from its args.
     pub fn new(args: Option<&serde_json::Value>) -> Result<Self, ConfigError> {
         let a: VolumeBindingArgs = decode(args)?;
-        let timeout = a.bind_timeout_seconds.unwrap_or(DEFAULT_BIND_TIMEOUT_SECONDS);
+        let timeout = a
+            .bind_timeout_seconds
+            .unwrap_or(DEFAULT_BIND_TIMEOUT_SECONDS);
         if timeout < 0 {
             return Err(ConfigError::new(
                 "bindTimeoutSeconds",
@@ -565,11 +567,7 @@ impl Plugin for VolumeBinding {
         let node_name = info.name.to_string();
         let found = match find_pod_volumes(cx, st, info) {
             Ok((v, r)) if r == Reasons::default() => v,
-            Ok(_) => {
-                return Status::error(format!(
-                    "no pod volume found for node {node_name:?}"
-                ))
-            }
+            Ok(_) => return Status::error(format!("no pod volume found for node {node_name:?}")),
             Err(e) => return Status::error(e),
         };
         let mut assumed = PodVolumes::default();
@@ -578,7 +576,9 @@ impl Plugin for VolumeBinding {
             if dirty {
                 cx.assumed_volumes.assume_pv(pv.clone());
             }
-            assumed.static_bindings.push(StaticBinding { pvc: b.pvc, pv });
+            assumed
+                .static_bindings
+                .push(StaticBinding { pvc: b.pvc, pv });
         }
         for p in found.provisions {
             let mut pvc = p.pvc.clone();
@@ -587,9 +587,14 @@ impl Plugin for VolumeBinding {
                 .annotations
                 .get_or_insert_with(Default::default)
                 .insert(ANN_SELECTED_NODE.into(), node_name.clone());
-            cx.assumed_volumes
-                .assume_pvc(claim_key(pod, pvc.metadata.name.as_deref().unwrap_or("")), pvc.clone());
-            assumed.provisions.push(Provision { pvc, capacity: None });
+            cx.assumed_volumes.assume_pvc(
+                claim_key(pod, pvc.metadata.name.as_deref().unwrap_or("")),
+                pvc.clone(),
+            );
+            assumed.provisions.push(Provision {
+                pvc,
+                capacity: None,
+            });
         }
         st.all_bound = false;
         st.assumed = Some(assumed);
@@ -597,7 +602,11 @@ impl Plugin for VolumeBinding {
     }
 
     fn unreserve(&self, cx: &mut Cluster, state: &mut CycleState, pod: &PodInfo, _node: NodeIdx) {
-        let Some(v) = state.volume_binding.as_deref_mut().and_then(|s| s.assumed.take()) else {
+        let Some(v) = state
+            .volume_binding
+            .as_deref_mut()
+            .and_then(|s| s.assumed.take())
+        else {
             return;
         };
         for b in &v.static_bindings {
@@ -605,8 +614,10 @@ impl Plugin for VolumeBinding {
                 .restore_pv(b.pv.metadata.name.as_deref().unwrap_or(""));
         }
         for p in &v.provisions {
-            cx.assumed_volumes
-                .restore_pvc(&claim_key(pod, p.pvc.metadata.name.as_deref().unwrap_or("")));
+            cx.assumed_volumes.restore_pvc(&claim_key(
+                pod,
+                p.pvc.metadata.name.as_deref().unwrap_or(""),
+            ));
         }
     }
 

@@ -117,14 +117,26 @@ fn prefilter_rejects_missing_lost_deleted_and_unbound_immediate_claims() {
     assert_eq!(pre.code(), Code::UnschedulableAndUnresolvable);
     assert_eq!(pre.message(), "persistentvolumeclaim \"nope\" not found");
 
-    add_pvc(&mut cx, pvc("lost", json!({"spec": {"volumeName": "gone"}, "status": {"phase": "Lost"}})));
+    add_pvc(
+        &mut cx,
+        pvc(
+            "lost",
+            json!({"spec": {"volumeName": "gone"}, "status": {"phase": "Lost"}}),
+        ),
+    );
     let (pre, ..) = run(&cx, &user("p", "lost"));
     assert_eq!(
         pre.message(),
         "persistentvolumeclaim \"lost\" bound to non-existent persistentvolume \"gone\""
     );
 
-    add_pvc(&mut cx, pvc("old", json!({"metadata": {"deletionTimestamp": "2024-01-01T00:00:00Z"}})));
+    add_pvc(
+        &mut cx,
+        pvc(
+            "old",
+            json!({"metadata": {"deletionTimestamp": "2024-01-01T00:00:00Z"}}),
+        ),
+    );
     assert_eq!(
         run(&cx, &user("p", "old")).0.message(),
         "persistentvolumeclaim \"old\" is being deleted"
@@ -163,19 +175,55 @@ fn a_bound_claim_keeps_the_pod_where_its_volume_is() {
 #[test]
 fn a_delayed_claim_takes_the_smallest_matching_static_volume() {
     let mut cx = cluster(&[("n1", "a"), ("n2", "a")]);
-    cx.storage_classes.insert("local".into(), class("local", json!({"provisioner": "kubernetes.io/no-provisioner"})));
-    add_pvc(&mut cx, pvc("c", json!({"spec": {"storageClassName": "local"}})));
+    cx.storage_classes.insert(
+        "local".into(),
+        class(
+            "local",
+            json!({"provisioner": "kubernetes.io/no-provisioner"}),
+        ),
+    );
+    add_pvc(
+        &mut cx,
+        pvc("c", json!({"spec": {"storageClassName": "local"}})),
+    );
     let local = |name: &str, host: &str, size: &str, extra: Value| {
         let mut v = pinned(host);
-        merge(&mut v, json!({"spec": {"storageClassName": "local", "capacity": {"storage": size}}}));
+        merge(
+            &mut v,
+            json!({"spec": {"storageClassName": "local", "capacity": {"storage": size}}}),
+        );
         merge(&mut v, extra);
         pv(name, v)
     };
     // Too small, wrong access modes, wrong class, not Available: none of these fits.
     add_pv(&mut cx, local("small", "n1", "5Gi", json!({})));
-    add_pv(&mut cx, local("rox", "n1", "50Gi", json!({"spec": {"accessModes": ["ReadOnlyMany"]}})));
-    add_pv(&mut cx, local("other", "n1", "50Gi", json!({"spec": {"storageClassName": "x"}})));
-    add_pv(&mut cx, local("released", "n1", "50Gi", json!({"status": {"phase": "Released"}})));
+    add_pv(
+        &mut cx,
+        local(
+            "rox",
+            "n1",
+            "50Gi",
+            json!({"spec": {"accessModes": ["ReadOnlyMany"]}}),
+        ),
+    );
+    add_pv(
+        &mut cx,
+        local(
+            "other",
+            "n1",
+            "50Gi",
+            json!({"spec": {"storageClassName": "x"}}),
+        ),
+    );
+    add_pv(
+        &mut cx,
+        local(
+            "released",
+            "n1",
+            "50Gi",
+            json!({"status": {"phase": "Released"}}),
+        ),
+    );
     let (_, nodes, _) = run(&cx, &user("p", "c"));
     assert!(passing(&nodes).is_empty());
     assert_eq!(nodes[0].1.message(), ERR_REASON_BIND_CONFLICT);
@@ -196,10 +244,23 @@ fn a_delayed_claim_takes_the_smallest_matching_static_volume() {
     let claim_ref = chosen.spec.as_ref().unwrap().claim_ref.as_ref().unwrap();
     assert_eq!(claim_ref.name.as_deref(), Some("c"));
     assert_eq!(claim_ref.uid.as_deref(), Some("uid-c"));
-    assert!(cx.volume("fit").unwrap().spec.as_ref().unwrap().claim_ref.is_some());
+    assert!(cx
+        .volume("fit")
+        .unwrap()
+        .spec
+        .as_ref()
+        .unwrap()
+        .claim_ref
+        .is_some());
 
-    add_pvc(&mut cx, pvc("d", json!({"spec": {"storageClassName": "local"}})));
-    add_pvc(&mut cx, pvc("e", json!({"spec": {"storageClassName": "local"}})));
+    add_pvc(
+        &mut cx,
+        pvc("d", json!({"spec": {"storageClassName": "local"}})),
+    );
+    add_pvc(
+        &mut cx,
+        pvc("e", json!({"spec": {"storageClassName": "local"}})),
+    );
     let (_, nodes, mut st2) = run(&cx, &user("q", "d"));
     assert_eq!(passing(&nodes), ["n2"]);
     let q = user("q", "d");
@@ -209,7 +270,14 @@ fn a_delayed_claim_takes_the_smallest_matching_static_volume() {
 
     // Unreserve gives the first pod's volume back.
     plugin().unreserve(&mut cx, &mut st, &p, n2);
-    assert!(cx.volume("fit").unwrap().spec.as_ref().unwrap().claim_ref.is_none());
+    assert!(cx
+        .volume("fit")
+        .unwrap()
+        .spec
+        .as_ref()
+        .unwrap()
+        .claim_ref
+        .is_none());
     let (_, nodes, _) = run(&cx, &user("r", "e"));
     assert_eq!(passing(&nodes), ["n2"]);
 }
@@ -219,10 +287,16 @@ fn provisioning_follows_allowed_topologies_and_storage_capacity() {
     let mut cx = cluster(&[("n1", "a"), ("n2", "b")]);
     cx.storage_classes.insert(
         "zonal".into(),
-        class("zonal", json!({"allowedTopologies": [{"matchLabelExpressions": [
-            {"key": "topology.kubernetes.io/zone", "values": ["a"]}]}]})),
+        class(
+            "zonal",
+            json!({"allowedTopologies": [{"matchLabelExpressions": [
+            {"key": "topology.kubernetes.io/zone", "values": ["a"]}]}]}),
+        ),
     );
-    add_pvc(&mut cx, pvc("c", json!({"spec": {"storageClassName": "zonal"}})));
+    add_pvc(
+        &mut cx,
+        pvc("c", json!({"spec": {"storageClassName": "zonal"}})),
+    );
     let (_, nodes, mut st) = run(&cx, &user("p", "c"));
     assert_eq!(passing(&nodes), ["n1"]);
     assert_eq!(nodes[1].1.message(), ERR_REASON_BIND_CONFLICT);
@@ -233,7 +307,11 @@ fn provisioning_follows_allowed_topologies_and_storage_capacity() {
     assert!(plugin().reserve(&mut cx, &mut st, &p, n1).is_success());
     let key = ObjectKey::new(Kind::PersistentVolumeClaim, "default", "c");
     assert_eq!(selected_node(cx.claim(&key).unwrap()), Some("n1"));
-    assert_eq!(selected_node(cx.pvcs.get(&key).unwrap()), None, "the API object is untouched");
+    assert_eq!(
+        selected_node(cx.pvcs.get(&key).unwrap()),
+        None,
+        "the API object is untouched"
+    );
     // Another pod sharing that claim now fits only n1 (the selected node).
     let (_, nodes, _) = run(&cx, &user("q", "c"));
     assert_eq!(passing(&nodes), ["n1"]);
@@ -241,7 +319,8 @@ fn provisioning_follows_allowed_topologies_and_storage_capacity() {
     assert_eq!(selected_node(cx.claim(&key).unwrap()), None);
 
     // Storage capacity: only where the driver publishes it.
-    cx.storage_classes.insert("zonal".into(), class("zonal", json!({})));
+    cx.storage_classes
+        .insert("zonal".into(), class("zonal", json!({})));
     let cap = |name: &str, zone: &str, size: &str| {
         Arc::new(
             serde_json::from_value::<CSIStorageCapacity>(json!({
@@ -253,13 +332,28 @@ fn provisioning_follows_allowed_topologies_and_storage_capacity() {
             .unwrap(),
         )
     };
-    cx.csi_capacities.insert(ObjectKey::new(Kind::CsiStorageCapacity, "kube-system", "a"), cap("a", "a", "5Gi"));
-    cx.csi_capacities.insert(ObjectKey::new(Kind::CsiStorageCapacity, "kube-system", "b"), cap("b", "b", "50Gi"));
+    cx.csi_capacities.insert(
+        ObjectKey::new(Kind::CsiStorageCapacity, "kube-system", "a"),
+        cap("a", "a", "5Gi"),
+    );
+    cx.csi_capacities.insert(
+        ObjectKey::new(Kind::CsiStorageCapacity, "kube-system", "b"),
+        cap("b", "b", "50Gi"),
+    );
     let (_, nodes, _) = run(&cx, &user("p", "c"));
-    assert_eq!(passing(&nodes), ["n1", "n2"], "capacity is not tracked without a CSIDriver saying so");
+    assert_eq!(
+        passing(&nodes),
+        ["n1", "n2"],
+        "capacity is not tracked without a CSIDriver saying so"
+    );
     cx.csi_drivers.insert(
         "csi.example.com".into(),
-        Arc::new(serde_json::from_value(json!({"metadata": {"name": "csi.example.com"}, "spec": {"storageCapacity": true}})).unwrap()),
+        Arc::new(
+            serde_json::from_value(
+                json!({"metadata": {"name": "csi.example.com"}, "spec": {"storageCapacity": true}}),
+            )
+            .unwrap(),
+        ),
     );
     let (_, nodes, _) = run(&cx, &user("p", "c"));
     assert_eq!(passing(&nodes), ["n2"]);
@@ -273,7 +367,10 @@ fn args_are_validated_as_kube_scheduler_does() {
     assert_eq!(p.bind_timeout(), 30_000);
     let e = VolumeBinding::new(Some(&json!({"bindTimeoutSeconds": -1}))).unwrap_err();
     assert!(e.to_string().contains("bindTimeoutSeconds"), "{e}");
-    let e = VolumeBinding::new(Some(&json!({"shape": [{"utilization": 50, "score": 1}, {"utilization": 10, "score": 2}]}))).unwrap_err();
+    let e = VolumeBinding::new(Some(
+        &json!({"shape": [{"utilization": 50, "score": 1}, {"utilization": 10, "score": 2}]}),
+    ))
+    .unwrap_err();
     assert!(e.to_string().contains("sorted in increasing order"), "{e}");
     assert!(VolumeBinding::new(Some(&json!({"bogus": 1}))).is_err());
 }
