@@ -494,3 +494,130 @@ fn check_bindings(cx: &Cluster, w: &mut VolumeWait) -> Result<bool, String> {
     }
     Ok(true)
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use crate::object::{Kind, Object, ObjectKey};
+    use crate::plugins::volumebinding::claims::selected_node;
+    use crate::testing::{node, pod, FakeDriver};
+
+    /// A node, a WaitForFirstConsumer class that provisions, a claim and its pod. The fake
+    /// driver writes PreBind's objects but runs no PV controller: the test plays it.
+    fn setup() -> FakeDriver {
+        let mut d = FakeDriver::synchronous();
+        d.apply(Object::Node(
+            node("n1")
+                .alloc("cpu", "4")
+                .label("kubernetes.io/hostname", "n1")
+                .build(),
+        ));
+        d.apply(Object::StorageClass(std::sync::Arc::new(
+            serde_json::from_value(json!({"metadata": {"name": "wffc"},
+                "provisioner": "csi.example.com", "volumeBindingMode": "WaitForFirstConsumer"}))
+            .unwrap(),
+        )));
+        d.apply(Object::PersistentVolumeClaim(std::sync::Arc::new(
+            serde_json::from_value(json!({"metadata": {"name": "data", "namespace": "default"},
+                "spec": {"storageClassName": "wffc", "accessModes": ["ReadWriteOnce"],
+                         "resources": {"requests": {"storage": "1Gi"}}}}))
+            .unwrap(),
+        )));
+        d.apply(Object::Pod(
+            pod("db")
+                .spec(
+                    "volumes",
+                    json!([{"name": "d", "persistentVolumeClaim": {"claimName": "data"}}]),
+                )
+                .build(),
+        ));
+        d.settle();
+        d
+    }
+
+    fn claim(
+        d: &FakeDriver,
+    ) -> std::sync::Arc<berth_api::k8s_openapi::api::core::v1::PersistentVolumeClaim> {
+        match d.get(&ObjectKey::new(
+            Kind::PersistentVolumeClaim,
+            "default",
+            "data",
+        )) {
+            Some(Object::PersistentVolumeClaim(c)) => c.clone(),
+            other => panic!("no claim: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_pod_binds_once_its_claim_is_bound() {
+        let mut d = setup();
+        // PreBind wrote the selected node; the pod waits, nominated to its node.
+        assert_eq!(selected_node(&claim(&d)), Some("n1"));
+        assert_eq!(d.bound("db"), None);
+        let nominated = d
+            .pod("default", "db")
+            .and_then(|p| p.status.as_ref()?.nominated_node_name.clone());
+        assert_eq!(nominated.as_deref(), Some("n1"));
+        assert_eq!(d.scheduler().volume_binds_waiting().count(), 1);
+        // The provisioner and the PV controller: a volume, the claim bound to it.
+        d.apply(Object::PersistentVolume(std::sync::Arc::new(
+            serde_json::from_value(json!({"metadata": {"name": "pv1"},
+                "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+                         "storageClassName": "wffc",
+                         "claimRef": {"name": "data", "namespace": "default"}}}))
+            .unwrap(),
+        )));
+        d.settle();
+        assert_eq!(d.bound("db"), None, "the claim is not bound yet");
+        let mut c = (*claim(&d)).clone();
+        c.spec.as_mut().unwrap().volume_name = Some("pv1".into());
+        c.metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .insert("pv.kubernetes.io/bind-completed".into(), "yes".into());
+        d.apply(Object::PersistentVolumeClaim(std::sync::Arc::new(c)));
+        d.settle();
+        assert_eq!(d.bound("db").as_deref(), Some("n1"));
+        assert_eq!(d.scheduler().volume_binds_waiting().count(), 0);
+    }
+
+    #[test]
+    fn the_wait_ends_after_bind_timeout_seconds_and_the_pod_is_tried_again() {
+        let mut d = setup();
+        d.advance(599_000);
+        assert_eq!(d.scheduler().volume_binds_waiting().count(), 1);
+        d.advance(1_000);
+        assert_eq!(d.bound("db"), None);
+        assert_eq!(
+            d.condition("db"),
+            Some((
+                "SchedulerError".into(),
+                "running PreBind plugin \"VolumeBinding\": binding volumes: context deadline exceeded".into()
+            ))
+        );
+        // Unreserve gave the node back; after its back-off the pod is placed again (its
+        // claim already names n1) and waits anew.
+        d.advance(2_000);
+        assert_eq!(d.scheduler().volume_binds_waiting().count(), 1);
+    }
+
+    #[test]
+    fn a_provisioner_that_gives_up_fails_the_binding() {
+        let mut d = setup();
+        // External provisioners drop the selected node when they cannot provision.
+        let mut c = (*claim(&d)).clone();
+        c.metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .remove("volume.kubernetes.io/selected-node");
+        d.apply(Object::PersistentVolumeClaim(std::sync::Arc::new(c)));
+        d.settle();
+        let (reason, message) = d.condition("db").unwrap();
+        assert_eq!(reason, "SchedulerError");
+        assert_eq!(
+            message,
+            "running PreBind plugin \"VolumeBinding\": binding volumes: provisioning failed for PVC \"data\""
+        );
+    }
+}
