@@ -1,6 +1,9 @@
 //! What the core asks the driver to do.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use berth_api::k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 
 use berth_api::reservation::{Reservation, ReservationStatus};
 
@@ -92,6 +95,34 @@ pub enum Effect {
     },
     /// Record a `v1` Event.
     Record(Record),
+    /// VolumeBinding's PreBind: bind a static volume to a claim, an update of the whole
+    /// PersistentVolume as the scheduler read it (`resourceVersion` included, so a volume
+    /// changed meanwhile is a conflict) with `spec.claimRef` set and, unless the user
+    /// pre-bound it, `pv.kubernetes.io/bound-by-controller`. The PV controller completes
+    /// the binding. A failure is reported as [`crate::Event::BindFailed`] for `pod`.
+    BindVolume {
+        /// The pod the binding is for.
+        pod: ObjectKey,
+        /// Its UID.
+        uid: String,
+        /// The node it is being bound to.
+        node: String,
+        /// The volume to write.
+        volume: Arc<PersistentVolume>,
+    },
+    /// VolumeBinding's PreBind: ask for a claim to be provisioned on the pod's node, an
+    /// update of the whole PersistentVolumeClaim with `volume.kubernetes.io/selected-node`
+    /// set. A failure is reported as [`crate::Event::BindFailed`] for `pod`.
+    ProvisionClaim {
+        /// The pod the claim is provisioned for.
+        pod: ObjectKey,
+        /// Its UID.
+        uid: String,
+        /// The node it is being bound to.
+        node: String,
+        /// The claim to write.
+        claim: Arc<PersistentVolumeClaim>,
+    },
 }
 
 /// A preemption victim's eviction (kube-scheduler's `prepareCandidate`): the victim gets the

@@ -8,15 +8,21 @@ use berth_api::k8s_openapi::api::core::v1::{
 };
 use berth_api::k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use berth_api::k8s_openapi::api::scheduling::v1::PriorityClass;
-use berth_api::k8s_openapi::api::storage::v1::{CSINode, StorageClass};
+use berth_api::k8s_openapi::api::storage::v1::{
+    CSIDriver, CSINode, CSIStorageCapacity, StorageClass,
+};
 use berth_api::nrt::NodeResourceTopology;
 use berth_api::reservation::Reservation;
 
 /// The kinds of object the scheduler watches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Kind {
+    /// `storage.k8s.io/v1` `CSIDriver` (whether a driver publishes storage capacity).
+    CsiDriver,
     /// `v1` `CSINode` (storage.k8s.io).
     CsiNode,
+    /// `storage.k8s.io/v1` `CSIStorageCapacity` (namespaced).
+    CsiStorageCapacity,
     /// `v1` `Namespace` (its labels are what `namespaceSelector` selects on).
     Namespace,
     /// `v1` `Node`.
@@ -43,7 +49,9 @@ impl Kind {
     /// The `kind` field's value.
     pub fn as_str(self) -> &'static str {
         match self {
+            Kind::CsiDriver => "CSIDriver",
             Kind::CsiNode => "CSINode",
+            Kind::CsiStorageCapacity => "CSIStorageCapacity",
             Kind::Namespace => "Namespace",
             Kind::Node => "Node",
             Kind::NodeResourceTopology => "NodeResourceTopology",
@@ -61,15 +69,20 @@ impl Kind {
     pub fn namespaced(self) -> bool {
         matches!(
             self,
-            Kind::Pod | Kind::PersistentVolumeClaim | Kind::PodDisruptionBudget
+            Kind::Pod
+                | Kind::PersistentVolumeClaim
+                | Kind::PodDisruptionBudget
+                | Kind::CsiStorageCapacity
         )
     }
 }
 
 impl Kind {
     /// Every kind, in order.
-    pub const ALL: [Kind; 11] = [
+    pub const ALL: [Kind; 13] = [
+        Kind::CsiDriver,
         Kind::CsiNode,
+        Kind::CsiStorageCapacity,
         Kind::Namespace,
         Kind::Node,
         Kind::NodeResourceTopology,
@@ -156,6 +169,10 @@ pub enum Object {
     PersistentVolume(Arc<PersistentVolume>),
     /// A storage class.
     StorageClass(Arc<StorageClass>),
+    /// A CSI driver's settings.
+    CsiDriver(Arc<CSIDriver>),
+    /// Storage a CSI driver can still provision, per topology segment and class.
+    CsiStorageCapacity(Arc<CSIStorageCapacity>),
 }
 
 impl Object {
@@ -173,6 +190,8 @@ impl Object {
             Object::Namespace(_) => Kind::Namespace,
             Object::PersistentVolume(_) => Kind::PersistentVolume,
             Object::StorageClass(_) => Kind::StorageClass,
+            Object::CsiDriver(_) => Kind::CsiDriver,
+            Object::CsiStorageCapacity(_) => Kind::CsiStorageCapacity,
         }
     }
 
@@ -190,6 +209,8 @@ impl Object {
             Object::Namespace(o) => &o.metadata,
             Object::PersistentVolume(o) => &o.metadata,
             Object::StorageClass(o) => &o.metadata,
+            Object::CsiDriver(o) => &o.metadata,
+            Object::CsiStorageCapacity(o) => &o.metadata,
         }
     }
 
@@ -210,6 +231,8 @@ impl Object {
             Object::Namespace(o) => &mut Arc::make_mut(o).metadata,
             Object::PersistentVolume(o) => &mut Arc::make_mut(o).metadata,
             Object::StorageClass(o) => &mut Arc::make_mut(o).metadata,
+            Object::CsiDriver(o) => &mut Arc::make_mut(o).metadata,
+            Object::CsiStorageCapacity(o) => &mut Arc::make_mut(o).metadata,
         }
     }
 

@@ -52,6 +52,7 @@ use berth_api::validate::Rule;
 mod drp;
 mod feedback;
 mod filter_nodes;
+mod volumes;
 
 use feedback::{same_name, SeenPlugins};
 use filter_nodes::{Filtering, Found};
@@ -161,6 +162,8 @@ pub struct Scheduler {
     /// and the preemptor with its UID and the node held (for the completed / expired
     /// counters, and so that preempting again for the same node asks for nothing new).
     holds: BTreeMap<String, (ObjectKey, Arc<str>, Arc<str>)>,
+    /// VolumeBinding's PreBind: pods waiting for their claims to be bound.
+    volumes: volumes::VolumeWaits,
 }
 
 /// A bind in flight: what kube-scheduler's binding goroutine holds, so that a failure can
@@ -248,6 +251,7 @@ impl Scheduler {
             quiet: false,
             drp: drp::DrpState::default(),
             holds: BTreeMap::new(),
+            volumes: volumes::VolumeWaits::default(),
         }
     }
 
@@ -304,7 +308,11 @@ impl Scheduler {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
-        match (t, self.drp_next_timeout()) {
+        let t = match (t, self.drp_next_timeout()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        match (t, self.volume_next_timeout()) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         }
@@ -320,11 +328,13 @@ impl Scheduler {
         if due(self.cluster.reservations.next_timer())
             || due(self.cluster.numa.next_resync())
             || due(self.drp_next_timeout())
+            || due(self.volume_next_timeout())
         {
             self.epoch += 1;
         }
         self.queue.flush(now);
         self.drp_timeouts(now);
+        self.volume_timeouts(now);
         crate::reservation::lifecycle::on_timeout(&mut self.cluster, now, &mut self.effects);
         self.count_expired_holds();
         self.sync_reservations(now);
@@ -390,6 +400,7 @@ impl Scheduler {
         if self.quiet {
             self.epoch = epoch;
         }
+        self.check_volume_waits(now);
         self.sync_reservations(now);
     }
 
@@ -407,16 +418,12 @@ impl Scheduler {
                 crate::reservation::lifecycle::pod_changed(&mut self.cluster, &key, now);
                 self.settle_hold(now, &key);
             }
-            Object::PersistentVolumeClaim(pvc) => {
-                let key = Object::PersistentVolumeClaim(pvc.clone()).key();
-                self.cluster.pvcs.insert(key, pvc);
-                self.requeue(now, ClusterEvent::pvc());
-            }
-            Object::CsiNode(c) => {
-                let name: Arc<str> = c.metadata.name.as_deref().unwrap_or("").into();
-                self.cluster.csi_nodes.insert(name, c);
-                self.requeue(now, ClusterEvent::csi_node());
-            }
+            obj @ (Object::PersistentVolumeClaim(_)
+            | Object::PersistentVolume(_)
+            | Object::StorageClass(_)
+            | Object::CsiNode(_)
+            | Object::CsiDriver(_)
+            | Object::CsiStorageCapacity(_)) => self.apply_storage(now, obj),
             Object::PriorityClass(pc) => {
                 let name = pc.metadata.name.clone().unwrap_or_default();
                 self.cluster.priority_classes.insert(name, pc);
@@ -428,16 +435,6 @@ impl Scheduler {
             Object::Namespace(ns) => {
                 let name: Arc<str> = ns.metadata.name.as_deref().unwrap_or("").into();
                 self.cluster.namespaces.insert(name, ns);
-            }
-            Object::PersistentVolume(pv) => {
-                let name: Arc<str> = pv.metadata.name.as_deref().unwrap_or("").into();
-                self.cluster.pvs.insert(name, pv);
-                self.requeue(now, ClusterEvent::pvc());
-            }
-            Object::StorageClass(sc) => {
-                let name: Arc<str> = sc.metadata.name.as_deref().unwrap_or("").into();
-                self.cluster.storage_classes.insert(name, sc);
-                self.requeue(now, ClusterEvent::pvc());
             }
             Object::NodeResourceTopology(nrt) => self.apply_nrt(now, &nrt),
             Object::Reservation(r) => {
@@ -666,6 +663,7 @@ impl Scheduler {
                     self.unassume(now, b);
                 }
                 self.drp_pod_deleted(now, &key);
+                self.volume_pod_deleted(now, &key);
                 self.queue.delete(&key);
                 self.drop_nomination(now, &key, None);
                 self.last_message.remove(&key);
@@ -682,13 +680,12 @@ impl Scheduler {
                 }
                 crate::reservation::lifecycle::pod_removed(&mut self.cluster, &key);
             }
-            Kind::PersistentVolumeClaim => {
-                self.cluster.pvcs.remove(&key);
-            }
-            Kind::CsiNode => {
-                self.cluster.csi_nodes.remove(&*key.name);
-                self.requeue(now, ClusterEvent::csi_node());
-            }
+            Kind::PersistentVolumeClaim
+            | Kind::PersistentVolume
+            | Kind::StorageClass
+            | Kind::CsiNode
+            | Kind::CsiDriver
+            | Kind::CsiStorageCapacity => self.delete_storage(now, &key),
             Kind::PriorityClass => {
                 self.cluster.priority_classes.remove(&*key.name);
             }
@@ -697,12 +694,6 @@ impl Scheduler {
             }
             Kind::Namespace => {
                 self.cluster.namespaces.remove(&*key.name);
-            }
-            Kind::PersistentVolume => {
-                self.cluster.pvs.remove(&*key.name);
-            }
-            Kind::StorageClass => {
-                self.cluster.storage_classes.remove(&*key.name);
             }
             Kind::Reservation => {
                 if let Some(uid) = self
@@ -776,6 +767,8 @@ impl Scheduler {
             Kind::Namespace => cx.namespaces.keys().map(|n| cluster(n)).collect(),
             Kind::PersistentVolume => cx.pvs.keys().map(|n| cluster(n)).collect(),
             Kind::StorageClass => cx.storage_classes.keys().map(|n| cluster(n)).collect(),
+            Kind::CsiDriver => cx.csi_drivers.keys().map(|n| cluster(n)).collect(),
+            Kind::CsiStorageCapacity => cx.csi_capacities.keys().cloned().collect(),
         };
         keys.sort();
         keys
@@ -797,6 +790,9 @@ impl Scheduler {
         class: BindFailure,
         message: String,
     ) {
+        if self.volume_bind_failed(now, &pod, uid, node, &message) {
+            return;
+        }
         let current = self
             .in_flight
             .get(&pod)
@@ -923,6 +919,7 @@ impl Scheduler {
         }
         self.drp_claim(&info);
         self.drp_settle(now, &info);
+        self.volume_settle(now, &info);
         self.settle_bind(now, &info);
         let assigned = info.node_name.is_some();
         let prev = self.cluster.apply_pod(info.clone());
@@ -1578,6 +1575,19 @@ impl Scheduler {
         } else if is_pod {
             // Upstream's AssignedPodAdd: the pod counts for affinity and spreading from now.
             self.requeue(now, ClusterEvent::assigned_pod_added(Some(node)));
+            // VolumeBinding's PreBind: claims to bind first, the bind waits for them.
+            let bind = InFlight {
+                profile,
+                state: std::mem::take(state),
+                pod: pod.clone(),
+                node,
+                node_name: node_name.as_str().into(),
+                attempts,
+            };
+            let Some((bind, annotations)) = self.volume_prebind(now, bind, annotations) else {
+                return Ok(());
+            };
+            *state = bind.state;
             self.effects.push_back(Effect::Bind {
                 pod: pod.key.clone(),
                 uid: pod.uid.to_string(),

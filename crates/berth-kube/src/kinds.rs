@@ -134,7 +134,9 @@ pub fn api_version(kind: Kind) -> &'static str {
     match kind {
         Kind::Reservation => "scheduling.koordinator.sh/v1alpha1",
         Kind::NodeResourceTopology => "topology.node.k8s.io/v1alpha2",
-        Kind::CsiNode | Kind::StorageClass => "storage.k8s.io/v1",
+        Kind::CsiNode | Kind::StorageClass | Kind::CsiDriver | Kind::CsiStorageCapacity => {
+            "storage.k8s.io/v1"
+        }
         Kind::PriorityClass => "scheduling.k8s.io/v1",
         Kind::PodDisruptionBudget => "policy/v1",
         _ => "v1",

@@ -16,7 +16,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
-use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
+use k8s_openapi::api::storage::v1::{CSIDriver, CSINode, CSIStorageCapacity, StorageClass};
 use kube::api::{Api, DynamicObject};
 use kube::runtime::watcher::{self, watcher};
 use kube::runtime::WatchStreamExt;
@@ -103,6 +103,20 @@ pub fn spawn_all(
         all(),
         typed(Kind::StorageClass),
         |o| Ok(Object::StorageClass(Arc::new(o))),
+    );
+    spawn(
+        tasks,
+        Api::<CSIDriver>::all(client.clone()),
+        all(),
+        typed(Kind::CsiDriver),
+        |o| Ok(Object::CsiDriver(Arc::new(o))),
+    );
+    spawn(
+        tasks,
+        Api::<CSIStorageCapacity>::all(client.clone()),
+        all(),
+        typed(Kind::CsiStorageCapacity),
+        |o| Ok(Object::CsiStorageCapacity(Arc::new(o))),
     );
     spawn(
         tasks,

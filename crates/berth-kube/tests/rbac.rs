@@ -159,7 +159,7 @@ fn berth_runs_with_only_the_rights_deploy_grants() {
             ("get", "secrets"), ("list", "secrets"), ("create", "deployments.apps"),
             ("update", "pods"), ("delete", "namespaces"), ("create", "clusterrolebindings.rbac.authorization.k8s.io"),
             ("delete", "noderesourcetopologies.topology.node.k8s.io"), ("update", "reservations.scheduling.koordinator.sh"),
-            ("create", "persistentvolumes"),
+            ("create", "persistentvolumes"), ("patch", "persistentvolumes"), ("delete", "persistentvolumeclaims"),
         ] {
             let (allowed, out) = can_i(&cluster, &sa_kubeconfig, verb, resource);
             assert!(!allowed, "berth's ServiceAccount may {verb} {resource}, which it never needs: {out}");
@@ -169,6 +169,8 @@ fn berth_runs_with_only_the_rights_deploy_grants() {
             ("watch", "pods"), ("patch", "pods"), ("delete", "pods"), ("create", "pods/binding"), ("patch", "pods/status"),
             ("watch", "nodes"), ("watch", "namespaces"), ("watch", "persistentvolumeclaims"), ("watch", "persistentvolumes"),
             ("watch", "storageclasses.storage.k8s.io"), ("watch", "csinodes.storage.k8s.io"),
+            ("update", "persistentvolumes"), ("update", "persistentvolumeclaims"),
+            ("watch", "csidrivers.storage.k8s.io"), ("watch", "csistoragecapacities.storage.k8s.io"),
             ("watch", "priorityclasses.scheduling.k8s.io"), ("watch", "poddisruptionbudgets.policy"),
             ("watch", "reservations.scheduling.koordinator.sh"), ("create", "reservations.scheduling.koordinator.sh"),
             ("delete", "reservations.scheduling.koordinator.sh"), ("update", "reservations.scheduling.koordinator.sh/status"),

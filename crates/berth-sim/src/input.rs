@@ -23,7 +23,9 @@ use serde_json::Value;
 use berth_api::k8s_openapi::api::core::v1::{Event as CoreEvent, Node, Pod};
 use berth_api::k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use berth_api::k8s_openapi::api::scheduling::v1::PriorityClass;
-use berth_api::k8s_openapi::api::storage::v1::CSINode;
+use berth_api::k8s_openapi::api::storage::v1::{
+    CSIDriver, CSINode, CSIStorageCapacity, StorageClass,
+};
 use berth_api::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use berth_api::limits;
 use berth_api::nrt::{self, NodeResourceTopology};
@@ -599,7 +601,7 @@ enum Decoded {
 }
 
 /// The kinds berth simulate reads, as `(apiVersion, kind)`.
-const KNOWN: [(&str, &str); 12] = [
+const KNOWN: [(&str, &str); 16] = [
     ("v1", "Node"),
     ("v1", "Pod"),
     ("scheduling.koordinator.sh/v1alpha1", "Reservation"),
@@ -607,6 +609,10 @@ const KNOWN: [(&str, &str); 12] = [
     ("topology.node.k8s.io/v1alpha1", "NodeResourceTopology"),
     ("v1", "PersistentVolumeClaim"),
     ("storage.k8s.io/v1", "CSINode"),
+    ("v1", "PersistentVolume"),
+    ("storage.k8s.io/v1", "StorageClass"),
+    ("storage.k8s.io/v1", "CSIDriver"),
+    ("storage.k8s.io/v1", "CSIStorageCapacity"),
     ("scheduling.k8s.io/v1", "PriorityClass"),
     ("policy/v1", "PodDisruptionBudget"),
     ("v1", "Event"),
@@ -768,6 +774,48 @@ impl Decoder {
                 normalize_meta(&mut value, false, &mut self.generated)?;
                 strict::check(Schema::CsiNode, &value)?;
                 Item::Object(Object::CsiNode(Arc::new(typed::<CSINode>(&value)?)))
+            }
+            ("v1", "PersistentVolume") => {
+                normalize_meta(&mut value, false, &mut self.generated)?;
+                strict::check(Schema::PersistentVolume, &value)?;
+                check_resource_list(
+                    value.get("spec").and_then(|s| s.get("capacity")),
+                    || "spec.capacity".into(),
+                    true,
+                )?;
+                Item::Object(Object::PersistentVolume(Arc::new(typed(&value)?)))
+            }
+            ("storage.k8s.io/v1", "StorageClass") => {
+                normalize_meta(&mut value, false, &mut self.generated)?;
+                strict::check(Schema::StorageClass, &value)?;
+                require(&value, "provisioner", || "provisioner".into())?;
+                let mut sc = typed::<StorageClass>(&value)?;
+                // The API server's defaults.
+                sc.volume_binding_mode
+                    .get_or_insert_with(|| "Immediate".into());
+                sc.reclaim_policy.get_or_insert_with(|| "Delete".into());
+                Item::Object(Object::StorageClass(Arc::new(sc)))
+            }
+            ("storage.k8s.io/v1", "CSIDriver") => {
+                normalize_meta(&mut value, false, &mut self.generated)?;
+                strict::check(Schema::CsiDriver, &value)?;
+                require(&value, "spec", || "spec".into())?;
+                Item::Object(Object::CsiDriver(Arc::new(typed::<CSIDriver>(&value)?)))
+            }
+            ("storage.k8s.io/v1", "CSIStorageCapacity") => {
+                normalize_meta(&mut value, true, &mut self.generated)?;
+                strict::check(Schema::CsiStorageCapacity, &value)?;
+                require(&value, "storageClassName", || "storageClassName".into())?;
+                for part in ["capacity", "maximumVolumeSize"] {
+                    if let Some(q) = value.get(part) {
+                        check_quantity(q, || part.into(), true)?;
+                    }
+                }
+                Item::Object(Object::CsiStorageCapacity(Arc::new(typed::<
+                    CSIStorageCapacity,
+                >(
+                    &value
+                )?)))
             }
             ("scheduling.k8s.io/v1", "PriorityClass") => {
                 normalize_meta(&mut value, false, &mut self.generated)?;
@@ -938,6 +986,10 @@ pub fn kind_from_name(kind: &str) -> Option<Kind> {
         "NodeResourceTopology" => Kind::NodeResourceTopology,
         "PersistentVolumeClaim" => Kind::PersistentVolumeClaim,
         "CSINode" => Kind::CsiNode,
+        "PersistentVolume" => Kind::PersistentVolume,
+        "StorageClass" => Kind::StorageClass,
+        "CSIDriver" => Kind::CsiDriver,
+        "CSIStorageCapacity" => Kind::CsiStorageCapacity,
         "PriorityClass" => Kind::PriorityClass,
         "PodDisruptionBudget" => Kind::PodDisruptionBudget,
         _ => return None,

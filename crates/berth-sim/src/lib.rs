@@ -29,6 +29,7 @@ pub mod sim;
 pub mod store;
 mod strict;
 pub mod timeline;
+pub mod volume_controllers;
 
 mod run;
 

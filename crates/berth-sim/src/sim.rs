@@ -99,6 +99,10 @@ pub struct Simulation {
     progress: Option<crate::progress::Progress>,
     /// The CPUs of the nodes the simulated agent publishes a CPU topology for.
     cpu_budget: crate::cpu_budget::CpuBudget,
+    /// Bound pods the kubelet does not start until their claims are bound.
+    awaiting_volumes: BTreeSet<ObjectKey>,
+    /// The PV controller is running (its own writes do not start it again).
+    syncing_volumes: bool,
 }
 
 /// What [`Simulation::run_with`] records besides the final state.
@@ -134,6 +138,8 @@ impl Simulation {
             timeline: None,
             progress: None,
             cpu_budget: crate::cpu_budget::CpuBudget::default(),
+            awaiting_volumes: BTreeSet::new(),
+            syncing_volumes: false,
         }
     }
 
@@ -451,6 +457,104 @@ impl Simulation {
                 self.kubelet_admit(&pod);
             }
         }
+        if matches!(
+            key.kind,
+            Kind::PersistentVolume | Kind::PersistentVolumeClaim | Kind::StorageClass
+        ) {
+            self.sync_volumes();
+        }
+    }
+
+    /// Runs the PV controller and the provisioners until they have nothing more to write
+    /// (see [`crate::volume_controllers`]), then lets the kubelet start pods whose claims
+    /// are bound now.
+    fn sync_volumes(&mut self) {
+        if self.syncing_volumes {
+            return;
+        }
+        self.syncing_volumes = true;
+        for _ in 0..MAX_SETTLE_ROUNDS {
+            match crate::volume_controllers::next_write(&self.store) {
+                Some(obj) => self.apply_object(obj, false),
+                None => break,
+            }
+        }
+        self.syncing_volumes = false;
+        let waiting: Vec<ObjectKey> = self.awaiting_volumes.iter().cloned().collect();
+        for key in waiting {
+            self.kubelet_admit(&key);
+        }
+    }
+
+    /// VolumeBinding's PreBind write of a volume (`BindVolume`) or a claim
+    /// (`ProvisionClaim`), as the API server answers an update: a conflict when someone
+    /// else bound the object meanwhile, not found when it is gone.
+    fn write_volume(&mut self, pod: ObjectKey, uid: String, node: String, obj: Object) {
+        let key = obj.key();
+        let resource = if key.kind == Kind::PersistentVolume {
+            "persistentvolumes"
+        } else {
+            "persistentvolumeclaims"
+        };
+        let failed = |class, message| Event::BindFailed {
+            pod: pod.clone(),
+            uid: uid.clone(),
+            node: node.clone(),
+            class,
+            message,
+        };
+        let written = match (self.store.get(&key), obj) {
+            (None, _) => {
+                let message = format!("{resource} \"{}\" not found", key.name);
+                self.core
+                    .handle(self.now, failed(BindFailure::NotFound, message));
+                return;
+            }
+            (Some(Object::PersistentVolume(old)), Object::PersistentVolume(new)) => {
+                let theirs = old.spec.as_ref().and_then(|s| s.claim_ref.as_ref());
+                let mine = new.spec.as_ref().and_then(|s| s.claim_ref.as_ref());
+                let same = theirs.is_none_or(|t| {
+                    mine.is_some_and(|m| m.name == t.name && m.namespace == t.namespace)
+                });
+                same.then(|| {
+                    let mut pv = (**old).clone();
+                    pv.spec.get_or_insert_with(Default::default).claim_ref = mine.cloned();
+                    if let Some(a) = &new.metadata.annotations {
+                        pv.metadata
+                            .annotations
+                            .get_or_insert_with(Default::default)
+                            .extend(a.clone());
+                    }
+                    Object::PersistentVolume(Arc::new(pv))
+                })
+            }
+            (Some(Object::PersistentVolumeClaim(old)), Object::PersistentVolumeClaim(new)) => {
+                let free = old
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.volume_name.as_deref())
+                    .is_none_or(str::is_empty);
+                free.then(|| {
+                    let mut c = (**old).clone();
+                    if let Some(a) = &new.metadata.annotations {
+                        c.metadata
+                            .annotations
+                            .get_or_insert_with(Default::default)
+                            .extend(a.clone());
+                    }
+                    Object::PersistentVolumeClaim(Arc::new(c))
+                })
+            }
+            _ => None,
+        };
+        match written {
+            Some(obj) => self.apply_object(obj, false),
+            None => {
+                let message = format!("Operation cannot be fulfilled on {resource} \"{}\": the object has been modified; please apply your changes to the latest version and try again", key.name);
+                self.core
+                    .handle(self.now, failed(BindFailure::Conflict, message));
+            }
+        }
     }
 
     /// Fills what the API server fills on create: `uid` (kept from the stored object on
@@ -747,6 +851,18 @@ impl Simulation {
                 self.provisioner_observe(&pod);
             }
             Effect::Record(r) => self.record(r),
+            Effect::BindVolume {
+                pod,
+                uid,
+                node,
+                volume,
+            } => self.write_volume(pod, uid, node, Object::PersistentVolume(volume)),
+            Effect::ProvisionClaim {
+                pod,
+                uid,
+                node,
+                claim,
+            } => self.write_volume(pod, uid, node, Object::PersistentVolumeClaim(claim)),
             other => self.warn(format!("effect not simulated: {other:?}")),
         }
     }
@@ -935,6 +1051,12 @@ impl Simulation {
                 .insert(key.clone());
             return;
         }
+        // The kubelet does not start a pod whose volumes cannot be mounted yet.
+        if !crate::volume_controllers::pod_claims_bound(&self.store, p) {
+            self.awaiting_volumes.insert(key.clone());
+            return;
+        }
+        self.awaiting_volumes.remove(key);
         let verdict = self.agent.admit(&self.store, p, &node);
         let mut p = (**p).clone();
         let status = p.status.get_or_insert_with(PodStatus::default);
@@ -1286,6 +1408,8 @@ fn meta_mut(obj: &mut Object) -> &mut ObjectMeta {
         Object::Namespace(o) => &mut Arc::make_mut(o).metadata,
         Object::PersistentVolume(o) => &mut Arc::make_mut(o).metadata,
         Object::StorageClass(o) => &mut Arc::make_mut(o).metadata,
+        Object::CsiDriver(o) => &mut Arc::make_mut(o).metadata,
+        Object::CsiStorageCapacity(o) => &mut Arc::make_mut(o).metadata,
     }
 }
 
@@ -1294,7 +1418,9 @@ pub fn api_version_of(kind: Kind) -> &'static str {
     match kind {
         Kind::Reservation => "scheduling.koordinator.sh/v1alpha1",
         Kind::NodeResourceTopology => "topology.node.k8s.io/v1alpha2",
-        Kind::CsiNode | Kind::StorageClass => "storage.k8s.io/v1",
+        Kind::CsiNode | Kind::StorageClass | Kind::CsiDriver | Kind::CsiStorageCapacity => {
+            "storage.k8s.io/v1"
+        }
         Kind::PriorityClass => "scheduling.k8s.io/v1",
         Kind::PodDisruptionBudget => "policy/v1",
         Kind::Node

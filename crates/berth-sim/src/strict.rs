@@ -16,10 +16,14 @@ use berth_core::collections::FastMap;
 
 use serde_json::{Map, Value};
 
-use berth_api::k8s_openapi::api::core::v1::{Event, Node, PersistentVolumeClaim, Pod};
+use berth_api::k8s_openapi::api::core::v1::{
+    Event, Node, PersistentVolume, PersistentVolumeClaim, Pod,
+};
 use berth_api::k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use berth_api::k8s_openapi::api::scheduling::v1::PriorityClass;
-use berth_api::k8s_openapi::api::storage::v1::CSINode;
+use berth_api::k8s_openapi::api::storage::v1::{
+    CSIDriver, CSINode, CSIStorageCapacity, StorageClass,
+};
 use berth_api::k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use berth_api::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use berth_api::k8s_openapi::schemars::generate::SchemaSettings;
@@ -33,6 +37,10 @@ pub(crate) enum Schema {
     Pod,
     PersistentVolumeClaim,
     CsiNode,
+    PersistentVolume,
+    StorageClass,
+    CsiDriver,
+    CsiStorageCapacity,
     PriorityClass,
     PodDisruptionBudget,
     Event,
@@ -67,6 +75,10 @@ fn build() -> Schemas {
     builtin!(Schema::Pod, Pod);
     builtin!(Schema::PersistentVolumeClaim, PersistentVolumeClaim);
     builtin!(Schema::CsiNode, CSINode);
+    builtin!(Schema::PersistentVolume, PersistentVolume);
+    builtin!(Schema::StorageClass, StorageClass);
+    builtin!(Schema::CsiDriver, CSIDriver);
+    builtin!(Schema::CsiStorageCapacity, CSIStorageCapacity);
     builtin!(Schema::PriorityClass, PriorityClass);
     builtin!(Schema::PodDisruptionBudget, PodDisruptionBudget);
     builtin!(Schema::Event, Event);

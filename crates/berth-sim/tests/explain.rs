@@ -98,6 +98,7 @@ fn explain_agrees_with_the_scheduler_on_every_scenario() {
     for set in [
         "basic",
         "reservation",
+        "volumes",
         "numa",
         "acceptance",
         "preemption",
@@ -633,4 +634,35 @@ fn the_readme_shows_what_explain_prints() {
     let out = berth_sim::explain::run("p", &options, ExplainFormat::Text, &mut std::io::empty());
     assert_eq!(out.code, 0, "{}", out.stderr);
     assert_eq!(out.stdout, want);
+}
+
+#[test]
+fn explain_names_the_volume_plugins_reasons() {
+    let text = std::fs::read_to_string(scenarios().join("volumes/local-pv-other-node.yaml"))
+        .expect("scenario");
+    let sim = simulate(&text);
+    let e = explain_pod(&sim, "b");
+    let volume: Vec<(&str, &str)> = e
+        .nodes
+        .iter()
+        .flat_map(|n| {
+            n.rejections
+                .iter()
+                .filter(|r| r.plugin == "VolumeBinding")
+                .map(move |r| (n.node.as_str(), r.reasons[0].as_str()))
+        })
+        .collect();
+    assert_eq!(
+        volume,
+        [
+            (
+                "n1",
+                "node(s) didn't match PersistentVolume's node affinity"
+            ),
+            (
+                "n2",
+                "node(s) didn't match PersistentVolume's node affinity"
+            ),
+        ]
+    );
 }

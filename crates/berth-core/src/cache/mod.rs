@@ -13,7 +13,9 @@ use berth_api::k8s_openapi::api::core::v1::{
 };
 use berth_api::k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use berth_api::k8s_openapi::api::scheduling::v1::PriorityClass;
-use berth_api::k8s_openapi::api::storage::v1::{CSINode, StorageClass};
+use berth_api::k8s_openapi::api::storage::v1::{
+    CSIDriver, CSINode, CSIStorageCapacity, StorageClass,
+};
 
 use crate::model::node::{NodeError, NodeIdx, NodeInfo};
 use crate::model::pod::PodInfo;
@@ -106,6 +108,13 @@ pub struct Cluster {
     pub pvs: HashMap<Arc<str>, Arc<PersistentVolume>>,
     /// Storage classes by name (kept for the volume plugins: a claim's binding mode).
     pub storage_classes: HashMap<Arc<str>, Arc<StorageClass>>,
+    /// CSI drivers by name (VolumeBinding: whether a provisioner publishes capacity).
+    pub csi_drivers: HashMap<Arc<str>, Arc<CSIDriver>>,
+    /// Storage capacity objects by namespace/name, in key order (VolumeBinding takes the
+    /// first that fits).
+    pub csi_capacities: std::collections::BTreeMap<ObjectKey, Arc<CSIStorageCapacity>>,
+    /// VolumeBinding's assumed volumes and claims.
+    pub assumed_volumes: crate::plugins::volumebinding::assume::Assumed,
     /// Koordinator reservations, indexed by node and owner.
     pub reservations: crate::reservation::ReservationStore,
     /// NUMA topology per node through the reserve cache (NodeResourceTopologyMatch).

@@ -50,6 +50,10 @@ pub struct CycleState {
     pub volume_restrictions: Option<Box<plugins::volumerestrictions::State>>,
     /// NodeVolumeLimits.
     pub node_volume_limits: Option<Box<plugins::nodevolumelimits::State>>,
+    /// VolumeBinding's PreFilter/Reserve state.
+    pub volume_binding: Option<Box<plugins::volumebinding::State>>,
+    /// VolumeZone's PreFilter state.
+    pub volume_zone: Option<Box<plugins::volumezone::State>>,
 }
 
 impl CycleState {

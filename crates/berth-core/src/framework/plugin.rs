@@ -325,6 +325,12 @@ pub trait Plugin: std::fmt::Debug + Send + Sync {
         None
     }
 
+    /// VolumeBinding's `bindTimeoutSeconds` in milliseconds (that plugin only): how long a
+    /// pod whose claims the scheduler bound waits for the PV controller before binding.
+    fn volume_bind_timeout(&self) -> Option<crate::time::Time> {
+        None
+    }
+
     /// Adds what must be written onto the pod before binding (annotations).
     fn pre_bind(
         &self,

@@ -22,7 +22,9 @@ pub mod numatopology;
 pub mod podtopologyspread;
 pub mod reservation;
 pub mod tainttoleration;
+pub mod volumebinding;
 pub mod volumerestrictions;
+pub mod volumezone;
 
 use names::*;
 
@@ -74,6 +76,8 @@ pub fn build(name: &str, args: Option<&serde_json::Value>) -> Result<Box<dyn Plu
         POD_TOPOLOGY_SPREAD => Box::new(podtopologyspread::PodTopologySpread::new(args)?),
         VOLUME_RESTRICTIONS => Box::new(volumerestrictions::VolumeRestrictions),
         NODE_VOLUME_LIMITS => Box::new(nodevolumelimits::NodeVolumeLimits),
+        VOLUME_BINDING => Box::new(volumebinding::VolumeBinding::new(args)?),
+        VOLUME_ZONE => Box::new(volumezone::VolumeZone),
         DEFAULT_PREEMPTION => Box::new(defaultpreemption::DefaultPreemption::new(args)?),
         RESERVATION => Box::new(reservation::Reservation::new(args)?),
         NODE_RESOURCE_TOPOLOGY_MATCH => {

@@ -1,6 +1,5 @@
 //! kube-scheduler plugins that berth accepts in configuration but that have nothing to do
-//! here (`PrioritySort` and `DefaultBinder` are built into the core; `VolumeBinding` and
-//! `VolumeZone` have no inputs in berth's model).
+//! here (`PrioritySort` and `DefaultBinder` are built into the core).
 
 use crate::framework::plugin::{Plugin, Points};
 

@@ -57,17 +57,37 @@ pub mod kind {
     pub const PVC: u32 = 1 << 9;
     /// A CSINode was created, changed or deleted.
     pub const CSI_NODE: u32 = 1 << 10;
+    /// A PersistentVolume was created or changed.
+    pub const PV: u32 = 1 << 11;
+    /// A PersistentVolume was created or its zone/region labels changed (VolumeZone's
+    /// hint).
+    pub const PV_TOPOLOGY: u32 = 1 << 12;
+    /// A StorageClass was created or its `allowedTopologies` changed (VolumeBinding's
+    /// hint; the binding mode cannot change).
+    pub const STORAGE_CLASS: u32 = 1 << 13;
+    /// A `WaitForFirstConsumer` StorageClass was created (VolumeZone's hint).
+    pub const STORAGE_CLASS_WFFC: u32 = 1 << 14;
+    /// A CSINode was created or its migrated-plugins annotation changed (VolumeBinding's
+    /// hint).
+    pub const CSI_NODE_MIGRATION: u32 = 1 << 15;
+    /// A CSIDriver stopped publishing storage capacity.
+    pub const CSI_DRIVER: u32 = 1 << 16;
+    /// A CSIStorageCapacity was created or its volume limit grew.
+    pub const CSI_STORAGE_CAPACITY: u32 = 1 << 17;
     /// Every kind.
-    pub const ALL: u32 = (1 << 11) - 1;
+    pub const ALL: u32 = (1 << 18) - 1;
 }
 
 /// A change in the cluster that may make unschedulable pods fit.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClusterEvent {
     /// What changed: one or more [`kind`] bits.
     pub kinds: u32,
     /// The node the change is confined to, for node-local plugins.
     pub node: Option<NodeIdx>,
+    /// The object that changed, where a hint looks at which one (the claim of a
+    /// [`kind::PVC`] event, the driver of a [`kind::CSI_DRIVER`] one).
+    pub object: Option<ObjectKey>,
 }
 
 impl ClusterEvent {
@@ -106,9 +126,30 @@ impl ClusterEvent {
         Self::on(kind::NODE_TOPOLOGY, Some(idx))
     }
 
-    /// A claim changed.
+    /// A claim changed (`claim`: which one, when known).
     pub fn pvc() -> Self {
         Self::on(kind::PVC, None)
+    }
+
+    /// Claim `key` was created or changed.
+    pub fn claim(key: ObjectKey) -> Self {
+        Self {
+            object: Some(key),
+            ..Self::on(kind::PVC, None)
+        }
+    }
+
+    /// A volume-related object changed: `kinds` say how.
+    pub fn storage(kinds: u32) -> Self {
+        Self::on(kinds, None)
+    }
+
+    /// CSIDriver `name` stopped publishing storage capacity.
+    pub fn csi_driver(name: &str) -> Self {
+        Self {
+            object: Some(ObjectKey::cluster(Kind::CsiDriver, name)),
+            ..Self::on(kind::CSI_DRIVER, None)
+        }
     }
 
     /// A CSINode changed.
@@ -117,7 +158,11 @@ impl ClusterEvent {
     }
 
     fn on(kinds: u32, node: Option<NodeIdx>) -> Self {
-        Self { kinds, node }
+        Self {
+            kinds,
+            node,
+            object: None,
+        }
     }
 }
 
@@ -194,9 +239,22 @@ pub fn registered(plugin: &str) -> (u32, bool) {
             true,
         ),
         names::VOLUME_RESTRICTIONS => (NODE_ADD | ASSIGNED_POD_DELETE | RESERVATION | PVC, false),
-        names::VOLUME_BINDING | names::VOLUME_ZONE => {
-            (NODE_ADD | NODE_LABEL | NODE_TAINT | PVC | CSI_NODE, false)
-        }
+        // With queueing hints (GA), neither registers node taint changes.
+        names::VOLUME_BINDING => (
+            NODE_ADD
+                | NODE_LABEL
+                | PVC
+                | PV
+                | STORAGE_CLASS
+                | CSI_NODE_MIGRATION
+                | CSI_DRIVER
+                | CSI_STORAGE_CAPACITY,
+            false,
+        ),
+        names::VOLUME_ZONE => (
+            NODE_ADD | NODE_LABEL | PVC | PV_TOPOLOGY | STORAGE_CLASS_WFFC,
+            false,
+        ),
         names::INTER_POD_AFFINITY => (
             NODE_ADD | NODE_LABEL | ASSIGNED_POD_ADD | ASSIGNED_POD_DELETE | RESERVATION,
             false,
@@ -283,7 +341,7 @@ pub fn worth_requeuing(
     let mut local = true;
     for p in plugins {
         let (kinds, node_local) = registered(p);
-        if kinds & event.kinds != 0 {
+        if kinds & event.kinds != 0 && concerns(cx, event, key, p) {
             interested = true;
             local &= node_local;
         }
@@ -293,6 +351,41 @@ pub fn worth_requeuing(
     }
     match event.node {
         Some(idx) if local => may_fit(cx, checks, event, key, plugins, idx),
+        _ => true,
+    }
+}
+
+/// The volume plugins' hints that look at which object changed: a claim concerns
+/// VolumeBinding and VolumeZone only for pods that use it; a CSIDriver change concerns
+/// VolumeBinding only for pods with an inline volume of that driver (as upstream's
+/// `isSchedulableAfterCSIDriverChange` checks). Anything not known concerns the pod.
+fn concerns(cx: &Cluster, event: &ClusterEvent, key: &ObjectKey, plugin: &str) -> bool {
+    let Some(obj) = &event.object else {
+        return true;
+    };
+    let volume_plugin = plugin == names::VOLUME_BINDING || plugin == names::VOLUME_ZONE;
+    if !volume_plugin || key.kind != Kind::Pod {
+        return true;
+    }
+    let Some(entry) = cx.pod(key) else {
+        return true;
+    };
+    let pod = &entry.info;
+    let volumes = pod.spec().volumes.iter().flatten();
+    match obj.kind {
+        Kind::PersistentVolumeClaim => {
+            obj.namespace == key.namespace
+                && volumes.into_iter().any(|v| {
+                    crate::plugins::volumebinding::claims::volume_claim(&key.name, v).is_some_and(
+                        |(name, eph)| {
+                            (!eph || plugin == names::VOLUME_BINDING) && *name == *obj.name
+                        },
+                    )
+                })
+        }
+        Kind::CsiDriver => volumes
+            .into_iter()
+            .any(|v| v.csi.as_ref().is_some_and(|c| *c.driver == *obj.name)),
         _ => true,
     }
 }

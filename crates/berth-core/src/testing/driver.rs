@@ -573,6 +573,12 @@ impl FakeDriver {
                     }
                 });
             }
+            // VolumeBinding's PreBind writes, as the API server takes them (no PV
+            // controller here: a test plays it by applying the bound objects).
+            Effect::BindVolume { volume, .. } => self.apply(Object::PersistentVolume(volume)),
+            Effect::ProvisionClaim { claim, .. } => {
+                self.apply(Object::PersistentVolumeClaim(claim))
+            }
             Effect::NominatePod { pod, node } => {
                 self.modify(&pod, |o| {
                     if let Object::Pod(p) = o {
@@ -915,6 +921,8 @@ fn object_json(o: &Object) -> serde_json::Value {
         Object::Namespace(x) => serde_json::to_value(&**x),
         Object::PersistentVolume(x) => serde_json::to_value(&**x),
         Object::StorageClass(x) => serde_json::to_value(&**x),
+        Object::CsiDriver(x) => serde_json::to_value(&**x),
+        Object::CsiStorageCapacity(x) => serde_json::to_value(&**x),
     };
     v.unwrap_or(serde_json::Value::Null)
 }

@@ -66,7 +66,9 @@ pub fn key_of(effect: &Effect) -> Option<ObjectKey> {
         Effect::Bind { pod, .. }
         | Effect::PodCondition { pod, .. }
         | Effect::NominatePod { pod, .. }
-        | Effect::AnnotatePod { pod, .. } => Some(pod.clone()),
+        | Effect::AnnotatePod { pod, .. }
+        | Effect::BindVolume { pod, .. }
+        | Effect::ProvisionClaim { pod, .. } => Some(pod.clone()),
         Effect::ReservationStatus { name, .. } | Effect::AnnotateReservation { name, .. } => {
             Some(ObjectKey::cluster(Kind::Reservation, name))
         }

@@ -20,6 +20,7 @@ mod delete;
 pub mod lanes;
 mod pod;
 mod reservation;
+mod volume;
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -363,6 +364,18 @@ async fn perform(ctx: &Ctx, effect: Effect) -> (bool, Outcome) {
             delete::delete(ctx, &key, &uid, resource_version, preemption.as_ref()).await;
             done(true)
         }
+        Effect::BindVolume {
+            pod,
+            uid,
+            node,
+            volume,
+        } => volume::bind_volume(ctx, pod, uid, node, &volume).await,
+        Effect::ProvisionClaim {
+            pod,
+            uid,
+            node,
+            claim,
+        } => volume::provision_claim(ctx, pod, uid, node, &claim).await,
         other => {
             tracing::warn!(effect = ?other, "effect not supported by the cluster adapter");
             done(false)

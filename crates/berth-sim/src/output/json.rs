@@ -157,6 +157,8 @@ fn object(obj: &Object, buf: &mut Vec<u8>) -> Result<(), OutputError> {
         Object::Namespace(o) => checked(&**o, buf, ITEM_DEPTH),
         Object::PersistentVolume(o) => checked(&**o, buf, ITEM_DEPTH),
         Object::StorageClass(o) => checked(&**o, buf, ITEM_DEPTH),
+        Object::CsiDriver(o) => checked(&**o, buf, ITEM_DEPTH),
+        Object::CsiStorageCapacity(o) => checked(&**o, buf, ITEM_DEPTH),
     }?;
     Ok(())
 }

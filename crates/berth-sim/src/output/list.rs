@@ -198,6 +198,8 @@ fn object_element<Q: SerializeSeq>(seq: &mut Q, obj: &Object) -> Result<(), Q::E
         Object::Namespace(o) => element(seq, &**o),
         Object::PersistentVolume(o) => element(seq, &**o),
         Object::StorageClass(o) => element(seq, &**o),
+        Object::CsiDriver(o) => element(seq, &**o),
+        Object::CsiStorageCapacity(o) => element(seq, &**o),
     }
 }
 

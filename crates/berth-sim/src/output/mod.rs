@@ -152,6 +152,8 @@ pub fn list(sim: &Simulation) -> Result<Value, serde_json::Error> {
             Object::Namespace(o) => serde_json::to_value(&**o)?,
             Object::PersistentVolume(o) => serde_json::to_value(&**o)?,
             Object::StorageClass(o) => serde_json::to_value(&**o)?,
+            Object::CsiDriver(o) => serde_json::to_value(&**o)?,
+            Object::CsiStorageCapacity(o) => serde_json::to_value(&**o)?,
         };
         items.push((
             key.kind.as_str(),

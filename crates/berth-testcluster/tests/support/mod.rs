@@ -51,15 +51,26 @@ pub const EXPECTED: Grants = &[
     (("", "namespaces", "", "", ""), &["list", "watch"]),
     (
         ("", "persistentvolumeclaims", "", "", ""),
-        &["list", "watch"],
+        &["list", "watch", "update"],
     ),
-    (("", "persistentvolumes", "", "", ""), &["list", "watch"]),
+    (
+        ("", "persistentvolumes", "", "", ""),
+        &["list", "watch", "update"],
+    ),
     (
         ("storage.k8s.io", "storageclasses", "", "", ""),
         &["list", "watch"],
     ),
     (
         ("storage.k8s.io", "csinodes", "", "", ""),
+        &["list", "watch"],
+    ),
+    (
+        ("storage.k8s.io", "csidrivers", "", "", ""),
+        &["list", "watch"],
+    ),
+    (
+        ("storage.k8s.io", "csistoragecapacities", "", "", ""),
         &["list", "watch"],
     ),
     (

@@ -207,11 +207,22 @@ fn build(w: &World) -> Built {
         cx.apply_node(b.build()).unwrap();
     }
     for c in 0..2 {
+        // Bound (as the PV controller leaves a claim), so VolumeBinding lets them through.
         let pvc = serde_json::from_value(json!({
-            "metadata": {"name": format!("c{c}"), "namespace": "default"},
-            "spec": {"accessModes": ["ReadWriteOncePod"]},
+            "metadata": {"name": format!("c{c}"), "namespace": "default",
+                         "annotations": {"pv.kubernetes.io/bind-completed": "yes"}},
+            "spec": {"accessModes": ["ReadWriteOncePod"], "volumeName": format!("pv{c}")},
+            "status": {"phase": "Bound"},
         }))
         .unwrap();
+        let pv = serde_json::from_value(json!({
+            "metadata": {"name": format!("pv{c}")},
+            "spec": {"accessModes": ["ReadWriteOncePod"], "capacity": {"storage": "1Gi"},
+                     "claimRef": {"name": format!("c{c}"), "namespace": "default"}},
+            "status": {"phase": "Bound"},
+        }))
+        .unwrap();
+        cx.pvs.insert(format!("pv{c}").into(), Arc::new(pv));
         cx.pvcs.insert(
             ObjectKey::new(
                 crate::object::Kind::PersistentVolumeClaim,

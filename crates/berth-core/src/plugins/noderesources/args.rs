@@ -158,7 +158,10 @@ impl FitArgs {
 }
 
 /// `validateFunctionShape`: sorted first, then ranges.
-fn validate_shape(shape: &[UtilizationShapePoint], field: &str) -> Result<(), ConfigError> {
+pub(crate) fn validate_shape(
+    shape: &[UtilizationShapePoint],
+    field: &str,
+) -> Result<(), ConfigError> {
     if shape.is_empty() {
         return Err(ConfigError::new(
             field,

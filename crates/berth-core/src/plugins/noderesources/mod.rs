@@ -1,9 +1,9 @@
 //! NodeResourcesFit and NodeResourcesBalancedAllocation.
 
-mod args;
+pub(crate) mod args;
 mod balanced;
 mod fit;
-mod scoring;
+pub(crate) mod scoring;
 
 pub use args::{
     FitArgs, ResourceSpec, ScoringStrategy, ScoringStrategyType, UtilizationShapePoint,

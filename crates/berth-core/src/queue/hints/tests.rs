@@ -544,3 +544,130 @@ fn a_pod_skipped_for_a_small_new_node_is_retried_when_that_node_grows() {
     run(&mut d, 2);
     assert_eq!(d.bound("p").as_deref(), Some("small"));
 }
+
+#[test]
+fn storage_events_move_pods_the_volume_plugins_rejected_as_their_hints_say() {
+    let mut cx = Cluster::default();
+    let info = pod("db")
+        .spec(
+            "volumes",
+            serde_json::json!([
+                {"name": "data", "persistentVolumeClaim": {"claimName": "data"}},
+                {"name": "scratch", "ephemeral": {"volumeClaimTemplate": {"spec": {}}}},
+                {"name": "inline", "csi": {"driver": "inline.csi.example.com"}},
+            ]),
+        )
+        .build_info_with(&mut cx.names);
+    let key = info.key.clone();
+    cx.apply_pod(Arc::new(info));
+    let vb: &[&'static str] = &[names::VOLUME_BINDING];
+    let vz: &[&'static str] = &[names::VOLUME_ZONE];
+    let claim = |ns: &str, name: &str| {
+        ClusterEvent::claim(ObjectKey::new(Kind::PersistentVolumeClaim, ns, name))
+    };
+    let cases: Vec<(&str, ClusterEvent, &[&'static str], bool)> = vec![
+        ("its claim, binding", claim("default", "data"), vb, true),
+        ("its claim, zone", claim("default", "data"), vz, true),
+        (
+            "its ephemeral claim, binding",
+            claim("default", "db-scratch"),
+            vb,
+            true,
+        ),
+        (
+            "its ephemeral claim, zone (not read)",
+            claim("default", "db-scratch"),
+            vz,
+            false,
+        ),
+        ("another claim", claim("default", "other"), vb, false),
+        (
+            "same name, other namespace",
+            claim("apps", "data"),
+            vb,
+            false,
+        ),
+        (
+            "any volume, binding",
+            ClusterEvent::storage(kind::PV),
+            vb,
+            true,
+        ),
+        (
+            "a volume's labels unchanged, zone",
+            ClusterEvent::storage(kind::PV),
+            vz,
+            false,
+        ),
+        (
+            "a volume's zone, zone",
+            ClusterEvent::storage(kind::PV | kind::PV_TOPOLOGY),
+            vz,
+            true,
+        ),
+        (
+            "class allowedTopologies, binding",
+            ClusterEvent::storage(kind::STORAGE_CLASS),
+            vb,
+            true,
+        ),
+        (
+            "class allowedTopologies, zone",
+            ClusterEvent::storage(kind::STORAGE_CLASS),
+            vz,
+            false,
+        ),
+        (
+            "new WFFC class, zone",
+            ClusterEvent::storage(kind::STORAGE_CLASS | kind::STORAGE_CLASS_WFFC),
+            vz,
+            true,
+        ),
+        (
+            "capacity grew, binding",
+            ClusterEvent::storage(kind::CSI_STORAGE_CAPACITY),
+            vb,
+            true,
+        ),
+        (
+            "capacity grew, restrictions",
+            ClusterEvent::storage(kind::CSI_STORAGE_CAPACITY),
+            &[names::VOLUME_RESTRICTIONS],
+            false,
+        ),
+        (
+            "csinode without migration change, binding",
+            ClusterEvent::csi_node(),
+            vb,
+            false,
+        ),
+        (
+            "csinode migration change, binding",
+            ClusterEvent::storage(kind::CSI_NODE | kind::CSI_NODE_MIGRATION),
+            vb,
+            true,
+        ),
+        (
+            "its inline driver",
+            ClusterEvent::csi_driver("inline.csi.example.com"),
+            vb,
+            true,
+        ),
+        (
+            "another driver",
+            ClusterEvent::csi_driver("other.csi.example.com"),
+            vb,
+            false,
+        ),
+        (
+            "node taint, binding (queueing hints on)",
+            ClusterEvent::node_updated(NodeIdx(0), kind::NODE_TAINT),
+            vb,
+            false,
+        ),
+    ];
+    for (name, event, plugins, want) in cases {
+        let got = worth_requeuing(&cx, Checks::default(), &event, &key, plugins);
+        assert_eq!(got, want, "{name}");
+    }
+}
