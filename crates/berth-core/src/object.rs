@@ -3,6 +3,7 @@
 use std::fmt;
 use std::sync::Arc;
 
+use berth_api::k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
 use berth_api::k8s_openapi::api::core::v1::{
     Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod,
 };
@@ -17,6 +18,8 @@ use berth_api::reservation::Reservation;
 pub enum Kind {
     /// `v1` `CSINode` (storage.k8s.io).
     CsiNode,
+    /// `apps/v1` `Deployment` (the scheduler ignores it; the simulator plays its controller).
+    Deployment,
     /// `v1` `Namespace` (its labels are what `namespaceSelector` selects on).
     Namespace,
     /// `v1` `Node`.
@@ -33,8 +36,12 @@ pub enum Kind {
     PodDisruptionBudget,
     /// `scheduling.k8s.io/v1` `PriorityClass`.
     PriorityClass,
+    /// `apps/v1` `ReplicaSet` (the scheduler ignores it; the simulator plays its controller).
+    ReplicaSet,
     /// `scheduling.koordinator.sh/v1alpha1` `Reservation`.
     Reservation,
+    /// `apps/v1` `StatefulSet` (the scheduler ignores it; the simulator plays its controller).
+    StatefulSet,
     /// `storage.k8s.io/v1` `StorageClass`.
     StorageClass,
 }
@@ -44,6 +51,7 @@ impl Kind {
     pub fn as_str(self) -> &'static str {
         match self {
             Kind::CsiNode => "CSINode",
+            Kind::Deployment => "Deployment",
             Kind::Namespace => "Namespace",
             Kind::Node => "Node",
             Kind::NodeResourceTopology => "NodeResourceTopology",
@@ -52,7 +60,9 @@ impl Kind {
             Kind::Pod => "Pod",
             Kind::PodDisruptionBudget => "PodDisruptionBudget",
             Kind::PriorityClass => "PriorityClass",
+            Kind::ReplicaSet => "ReplicaSet",
             Kind::Reservation => "Reservation",
+            Kind::StatefulSet => "StatefulSet",
             Kind::StorageClass => "StorageClass",
         }
     }
@@ -61,15 +71,21 @@ impl Kind {
     pub fn namespaced(self) -> bool {
         matches!(
             self,
-            Kind::Pod | Kind::PersistentVolumeClaim | Kind::PodDisruptionBudget
+            Kind::Pod
+                | Kind::PersistentVolumeClaim
+                | Kind::PodDisruptionBudget
+                | Kind::Deployment
+                | Kind::ReplicaSet
+                | Kind::StatefulSet
         )
     }
 }
 
 impl Kind {
     /// Every kind, in order.
-    pub const ALL: [Kind; 11] = [
+    pub const ALL: [Kind; 14] = [
         Kind::CsiNode,
+        Kind::Deployment,
         Kind::Namespace,
         Kind::Node,
         Kind::NodeResourceTopology,
@@ -78,7 +94,9 @@ impl Kind {
         Kind::Pod,
         Kind::PodDisruptionBudget,
         Kind::PriorityClass,
+        Kind::ReplicaSet,
         Kind::Reservation,
+        Kind::StatefulSet,
         Kind::StorageClass,
     ];
 }
@@ -156,6 +174,12 @@ pub enum Object {
     PersistentVolume(Arc<PersistentVolume>),
     /// A storage class.
     StorageClass(Arc<StorageClass>),
+    /// A Deployment (only the simulator's controllers read it).
+    Deployment(Arc<Deployment>),
+    /// A ReplicaSet (only the simulator's controllers read it).
+    ReplicaSet(Arc<ReplicaSet>),
+    /// A StatefulSet (only the simulator's controllers read it).
+    StatefulSet(Arc<StatefulSet>),
 }
 
 impl Object {
@@ -173,6 +197,9 @@ impl Object {
             Object::Namespace(_) => Kind::Namespace,
             Object::PersistentVolume(_) => Kind::PersistentVolume,
             Object::StorageClass(_) => Kind::StorageClass,
+            Object::Deployment(_) => Kind::Deployment,
+            Object::ReplicaSet(_) => Kind::ReplicaSet,
+            Object::StatefulSet(_) => Kind::StatefulSet,
         }
     }
 
@@ -190,6 +217,9 @@ impl Object {
             Object::Namespace(o) => &o.metadata,
             Object::PersistentVolume(o) => &o.metadata,
             Object::StorageClass(o) => &o.metadata,
+            Object::Deployment(o) => &o.metadata,
+            Object::ReplicaSet(o) => &o.metadata,
+            Object::StatefulSet(o) => &o.metadata,
         }
     }
 
@@ -210,6 +240,9 @@ impl Object {
             Object::Namespace(o) => &mut Arc::make_mut(o).metadata,
             Object::PersistentVolume(o) => &mut Arc::make_mut(o).metadata,
             Object::StorageClass(o) => &mut Arc::make_mut(o).metadata,
+            Object::Deployment(o) => &mut Arc::make_mut(o).metadata,
+            Object::ReplicaSet(o) => &mut Arc::make_mut(o).metadata,
+            Object::StatefulSet(o) => &mut Arc::make_mut(o).metadata,
         }
     }
 

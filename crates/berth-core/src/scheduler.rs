@@ -429,6 +429,8 @@ impl Scheduler {
                 self.cluster.storage_classes.insert(name, sc);
                 self.requeue(now, ClusterEvent::pvc());
             }
+            // Workloads: kube-controller-manager's business, not the scheduler's.
+            Object::Deployment(_) | Object::ReplicaSet(_) | Object::StatefulSet(_) => {}
             Object::NodeResourceTopology(nrt) => {
                 let cpus_changed = self.apply_cpu_topology(&nrt);
                 match self.cluster.numa.apply_nrt(&nrt, now) {
@@ -621,6 +623,7 @@ impl Scheduler {
             Kind::StorageClass => {
                 self.cluster.storage_classes.remove(&*key.name);
             }
+            Kind::Deployment | Kind::ReplicaSet | Kind::StatefulSet => {}
             Kind::Reservation => {
                 if let Some(uid) = self
                     .cluster
@@ -693,6 +696,7 @@ impl Scheduler {
             Kind::Namespace => cx.namespaces.keys().map(|n| cluster(n)).collect(),
             Kind::PersistentVolume => cx.pvs.keys().map(|n| cluster(n)).collect(),
             Kind::StorageClass => cx.storage_classes.keys().map(|n| cluster(n)).collect(),
+            Kind::Deployment | Kind::ReplicaSet | Kind::StatefulSet => Vec::new(),
         };
         keys.sort();
         keys

@@ -12,6 +12,7 @@ pub mod bench_callgrind;
 pub mod bench_numa;
 pub mod bench_workloads;
 pub mod cpu_agent;
+pub mod controllers;
 pub mod cpu_budget;
 pub mod error;
 pub mod explain;

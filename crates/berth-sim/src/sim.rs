@@ -99,6 +99,8 @@ pub struct Simulation {
     progress: Option<crate::progress::Progress>,
     /// The CPUs of the nodes the simulated agent publishes a CPU topology for.
     cpu_budget: crate::cpu_budget::CpuBudget,
+    /// kube-controller-manager's workload controllers.
+    controllers: crate::controllers::Controllers,
 }
 
 /// What [`Simulation::run_with`] records besides the final state.
@@ -134,6 +136,7 @@ impl Simulation {
             timeline: None,
             progress: None,
             cpu_budget: crate::cpu_budget::CpuBudget::default(),
+            controllers: crate::controllers::Controllers::default(),
         }
     }
 
@@ -274,6 +277,14 @@ impl Simulation {
                 continue;
             }
             self.delete(key.clone());
+        }
+        for key in &step.evict {
+            if let Err(e) = self.evict(key) {
+                self.warn(format!(
+                    "{name}: evict pod {key}: refused ({}): {e}",
+                    e.code()
+                ));
+            }
         }
         self.settle();
         self.observe();
@@ -533,6 +544,62 @@ impl Simulation {
         self.core.handle(self.now, Event::Deleted(key));
     }
 
+    /// The Eviction API (`pods/eviction`): deletes the pod unless a PodDisruptionBudget
+    /// forbids it now (see [`crate::controllers::eviction`]). Its controller, if any,
+    /// replaces it when the cluster next settles.
+    pub fn evict(
+        &mut self,
+        key: &ObjectKey,
+    ) -> Result<(), crate::controllers::eviction::EvictionError> {
+        crate::controllers::eviction::check(&self.store, key)?;
+        self.delete(key.clone());
+        Ok(())
+    }
+
+    /// One pass of the workload controllers; performs what they ask for, as the API
+    /// server would. Returns whether anything was asked.
+    fn run_controllers(&mut self) -> bool {
+        use crate::controllers::{Action, Controllers};
+        if !Controllers::any(&self.store) {
+            return false;
+        }
+        let actions = self.controllers.reconcile(&self.store);
+        let acted = !actions.is_empty();
+        for action in actions {
+            match action {
+                Action::Create(mut obj) => {
+                    if let Object::Pod(p) = &mut obj {
+                        let key = ObjectKey::pod(
+                            p.metadata.namespace.as_deref().unwrap_or("default"),
+                            p.metadata.name.as_deref().unwrap_or(""),
+                        );
+                        // A pod created again under a name used before (a StatefulSet's)
+                        // is a new object: a UID of its own.
+                        let n = self.controllers.incarnation(&key);
+                        if n > 0 {
+                            let name = format!("{}#{n}", key.name);
+                            Arc::make_mut(p).metadata.uid =
+                                Some(derive_uid("Pod", &key.namespace, &name));
+                        }
+                    }
+                    if self.store.get(&obj.key()).is_none() {
+                        self.apply_object(obj, false);
+                    }
+                }
+                Action::Update(obj) => {
+                    self.store.insert(obj.clone());
+                    self.core.handle(self.now, Event::Applied(obj));
+                }
+                Action::Delete(key) => {
+                    if self.store.get(&key).is_some() {
+                        self.delete(key);
+                    }
+                }
+            }
+        }
+        acted
+    }
+
     /// Schedules, performs effects and fires timers due now until nothing more happens.
     pub fn settle(&mut self) {
         for _ in 0..MAX_SETTLE_ROUNDS {
@@ -543,7 +610,8 @@ impl Simulation {
                 self.perform(effect);
             }
             let fired = self.fire_due();
-            if !acted && !fired {
+            let controlled = self.run_controllers();
+            if !acted && !fired && !controlled {
                 return;
             }
         }
@@ -1273,6 +1341,9 @@ fn meta_mut(obj: &mut Object) -> &mut ObjectMeta {
         Object::Namespace(o) => &mut Arc::make_mut(o).metadata,
         Object::PersistentVolume(o) => &mut Arc::make_mut(o).metadata,
         Object::StorageClass(o) => &mut Arc::make_mut(o).metadata,
+        Object::Deployment(o) => &mut Arc::make_mut(o).metadata,
+        Object::ReplicaSet(o) => &mut Arc::make_mut(o).metadata,
+        Object::StatefulSet(o) => &mut Arc::make_mut(o).metadata,
     }
 }
 
@@ -1284,6 +1355,7 @@ pub fn api_version_of(kind: Kind) -> &'static str {
         Kind::CsiNode | Kind::StorageClass => "storage.k8s.io/v1",
         Kind::PriorityClass => "scheduling.k8s.io/v1",
         Kind::PodDisruptionBudget => "policy/v1",
+        Kind::Deployment | Kind::ReplicaSet | Kind::StatefulSet => "apps/v1",
         Kind::Node
         | Kind::Pod
         | Kind::PersistentVolumeClaim

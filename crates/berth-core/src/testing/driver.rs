@@ -915,6 +915,9 @@ fn object_json(o: &Object) -> serde_json::Value {
         Object::Namespace(x) => serde_json::to_value(&**x),
         Object::PersistentVolume(x) => serde_json::to_value(&**x),
         Object::StorageClass(x) => serde_json::to_value(&**x),
+        Object::Deployment(x) => serde_json::to_value(&**x),
+        Object::ReplicaSet(x) => serde_json::to_value(&**x),
+        Object::StatefulSet(x) => serde_json::to_value(&**x),
     };
     v.unwrap_or(serde_json::Value::Null)
 }

@@ -157,6 +157,9 @@ fn object(obj: &Object, buf: &mut Vec<u8>) -> Result<(), OutputError> {
         Object::Namespace(o) => checked(&**o, buf, ITEM_DEPTH),
         Object::PersistentVolume(o) => checked(&**o, buf, ITEM_DEPTH),
         Object::StorageClass(o) => checked(&**o, buf, ITEM_DEPTH),
+        Object::Deployment(o) => checked(&**o, buf, ITEM_DEPTH),
+        Object::ReplicaSet(o) => checked(&**o, buf, ITEM_DEPTH),
+        Object::StatefulSet(o) => checked(&**o, buf, ITEM_DEPTH),
     }?;
     Ok(())
 }

@@ -198,6 +198,9 @@ fn object_element<Q: SerializeSeq>(seq: &mut Q, obj: &Object) -> Result<(), Q::E
         Object::Namespace(o) => element(seq, &**o),
         Object::PersistentVolume(o) => element(seq, &**o),
         Object::StorageClass(o) => element(seq, &**o),
+        Object::Deployment(o) => element(seq, &**o),
+        Object::ReplicaSet(o) => element(seq, &**o),
+        Object::StatefulSet(o) => element(seq, &**o),
     }
 }
 
