@@ -235,3 +235,6 @@ impl PodCounts {
 pub(crate) fn nonzero(n: i32) -> Option<i32> {
     (n != 0).then_some(n)
 }
+
+#[cfg(test)]
+mod tests;
