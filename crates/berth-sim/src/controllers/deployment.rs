@@ -51,20 +51,31 @@ pub fn reconcile(store: &Store, d: &Arc<Deployment>) -> Vec<Action> {
             _ => None,
         })
         .collect();
-    let newest = owned
-        .iter()
-        .find(|rs| rs.spec.as_ref().and_then(|s| s.template.as_ref()).is_some_and(|t| same_template(t, &spec.template)));
+    let newest = owned.iter().find(|rs| {
+        rs.spec
+            .as_ref()
+            .and_then(|s| s.template.as_ref())
+            .is_some_and(|t| same_template(t, &spec.template))
+    });
     let mut actions = Vec::new();
     let annotations = |revision: String| {
         let mut a = std::collections::BTreeMap::new();
         a.insert(REVISION.to_string(), revision);
         a.insert(DESIRED_REPLICAS.to_string(), want.to_string());
-        a.insert(MAX_REPLICAS.to_string(), (want + max_surge(d, want)).to_string());
+        a.insert(
+            MAX_REPLICAS.to_string(),
+            (want + max_surge(d, want)).to_string(),
+        );
         a
     };
     match newest {
         None => {
-            let revision = owned.iter().filter_map(|rs| revision_of(rs)).max().unwrap_or(0) + 1;
+            let revision = owned
+                .iter()
+                .filter_map(|rs| revision_of(rs))
+                .max()
+                .unwrap_or(0)
+                + 1;
             let rs = new_replica_set(d, want, annotations(revision.to_string()));
             actions.push(Action::Create(Object::ReplicaSet(Arc::new(rs))));
         }
@@ -79,10 +90,15 @@ pub fn reconcile(store: &Store, d: &Arc<Deployment>) -> Vec<Action> {
                 .unwrap_or_else(|| "1".into());
             let wanted_annotations = annotations(revision);
             let have = rs.metadata.annotations.clone().unwrap_or_default();
-            let stale = wanted_annotations.iter().any(|(k, v)| have.get(k) != Some(v));
+            let stale = wanted_annotations
+                .iter()
+                .any(|(k, v)| have.get(k) != Some(v));
             if replicas != Some(want) || stale {
                 let mut rs = (**rs).clone();
-                rs.metadata.annotations.get_or_insert_with(Default::default).extend(wanted_annotations);
+                rs.metadata
+                    .annotations
+                    .get_or_insert_with(Default::default)
+                    .extend(wanted_annotations);
                 if let Some(s) = rs.spec.as_mut() {
                     s.replicas = Some(want);
                 }
@@ -117,7 +133,11 @@ fn status_of(
     want: i32,
 ) -> DeploymentStatus {
     let sum = |f: fn(&berth_api::k8s_openapi::api::apps::v1::ReplicaSetStatus) -> i32| -> i32 {
-        owned.iter().filter_map(|rs| rs.status.as_ref()).map(f).sum()
+        owned
+            .iter()
+            .filter_map(|rs| rs.status.as_ref())
+            .map(f)
+            .sum()
     };
     let replicas = sum(|s| s.replicas);
     let available = sum(|s| s.available_replicas.unwrap_or(0));

@@ -33,8 +33,8 @@ pub fn fnv32a(data: &[u8]) -> u32 {
 /// program cannot reproduce; this hashes the template's canonical JSON (keys sorted)
 /// instead, so the value differs from a real cluster's but is just as stable.
 pub fn template_hash<T: Serialize>(template: &T, collision_count: Option<i32>) -> String {
-    let mut data = serde_json::to_vec(&serde_json::to_value(template).unwrap_or_default())
-        .unwrap_or_default();
+    let mut data =
+        serde_json::to_vec(&serde_json::to_value(template).unwrap_or_default()).unwrap_or_default();
     if let Some(c) = collision_count {
         data.extend_from_slice(&c.to_le_bytes());
     }

@@ -141,7 +141,12 @@ pub fn deletion_order(a: &Pod, b: &Pod, colocated: &BTreeMap<String, usize>) -> 
             .and_then(|v| v.parse().ok())
             .unwrap_or(0)
     };
-    let rank = |p: &Pod| node_of(p).and_then(|n| colocated.get(n)).copied().unwrap_or(0);
+    let rank = |p: &Pod| {
+        node_of(p)
+            .and_then(|n| colocated.get(n))
+            .copied()
+            .unwrap_or(0)
+    };
     let started = |p: &Pod| p.status.as_ref().and_then(|s| s.start_time.clone());
     let created = |p: &Pod| p.metadata.creation_timestamp.clone();
     assigned(a)

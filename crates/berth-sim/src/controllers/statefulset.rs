@@ -20,7 +20,9 @@ use berth_api::k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetStatus};
 use berth_api::k8s_openapi::api::core::v1::Pod;
 use berth_core::{Object, ObjectKey};
 
-use super::{controller_ref, is_ready, names, nonzero, owned_pods, phase, pod_from_template, Action};
+use super::{
+    controller_ref, is_ready, names, nonzero, owned_pods, phase, pod_from_template, Action,
+};
 use crate::store::Store;
 
 /// The label naming a StatefulSet pod.

@@ -85,7 +85,14 @@ fn evictions_honour_the_budget() {
     let key = first_pod(&sim);
     let e = sim.evict(&key).expect_err("budget allows none");
     assert_eq!(e.code(), 429);
-    assert!(matches!(e, EvictionError::TooManyRequests { desired: 2, healthy: 2, .. }));
+    assert!(matches!(
+        e,
+        EvictionError::TooManyRequests {
+            desired: 2,
+            healthy: 2,
+            ..
+        }
+    ));
     assert!(sim.store().pod(&key).is_some());
     // 50% of two is one: one may go, and its controller replaces it.
     let mut sim = run(&format!("{NODE}{}{}", rs("web", 2), pdb("b", "\"50%\"")));
@@ -95,7 +102,12 @@ fn evictions_honour_the_budget() {
     assert!(sim.store().pod(&key).is_none());
     assert_eq!(pods(&sim).len(), 2);
     // Two budgets: the API server refuses.
-    let sim = run(&format!("{NODE}{}{}{}", rs("web", 2), pdb("a", "0"), pdb("b", "0")));
+    let sim = run(&format!(
+        "{NODE}{}{}{}",
+        rs("web", 2),
+        pdb("a", "0"),
+        pdb("b", "0")
+    ));
     let e = eviction::check(sim.store(), &first_pod(&sim)).expect_err("two budgets");
     assert_eq!(e, EvictionError::MultipleBudgets);
     assert_eq!(

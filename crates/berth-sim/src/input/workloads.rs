@@ -158,12 +158,18 @@ mod tests {
         assert_eq!(e.field, "spec.template.metadata.labels");
         assert!(e.message.contains("does not match"), "{e}");
         let e = err(&DEPLOY.replace("cpu: 500m", "cpu: lots"));
-        assert_eq!(e.field, "spec.template.spec.containers[0].resources.requests.cpu");
+        assert_eq!(
+            e.field,
+            "spec.template.spec.containers[0].resources.requests.cpu"
+        );
         let e = err(&DEPLOY.replace("  selector: {matchLabels: {app: web}}\n", ""));
         assert_eq!(e.field, "spec.selector");
         let sts = DEPLOY
             .replace("kind: Deployment", "kind: StatefulSet")
-            .replace("replicas: 3", "replicas: 3\n  podManagementPolicy: Sometimes");
+            .replace(
+                "replicas: 3",
+                "replicas: 3\n  podManagementPolicy: Sometimes",
+            );
         let e = err(&sts);
         assert_eq!(e.field, "spec.podManagementPolicy");
         let rs = DEPLOY.replace("kind: Deployment", "kind: ReplicaSet");
