@@ -3,6 +3,7 @@
 use std::fmt;
 use std::sync::Arc;
 
+use berth_api::k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
 use berth_api::k8s_openapi::api::core::v1::{
     Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod,
 };
@@ -23,6 +24,8 @@ pub enum Kind {
     CsiNode,
     /// `storage.k8s.io/v1` `CSIStorageCapacity` (namespaced).
     CsiStorageCapacity,
+    /// `apps/v1` `Deployment` (the scheduler ignores it; the simulator plays its controller).
+    Deployment,
     /// `v1` `Namespace` (its labels are what `namespaceSelector` selects on).
     Namespace,
     /// `v1` `Node`.
@@ -39,8 +42,12 @@ pub enum Kind {
     PodDisruptionBudget,
     /// `scheduling.k8s.io/v1` `PriorityClass`.
     PriorityClass,
+    /// `apps/v1` `ReplicaSet` (the scheduler ignores it; the simulator plays its controller).
+    ReplicaSet,
     /// `scheduling.koordinator.sh/v1alpha1` `Reservation`.
     Reservation,
+    /// `apps/v1` `StatefulSet` (the scheduler ignores it; the simulator plays its controller).
+    StatefulSet,
     /// `storage.k8s.io/v1` `StorageClass`.
     StorageClass,
 }
@@ -52,6 +59,7 @@ impl Kind {
             Kind::CsiDriver => "CSIDriver",
             Kind::CsiNode => "CSINode",
             Kind::CsiStorageCapacity => "CSIStorageCapacity",
+            Kind::Deployment => "Deployment",
             Kind::Namespace => "Namespace",
             Kind::Node => "Node",
             Kind::NodeResourceTopology => "NodeResourceTopology",
@@ -60,7 +68,9 @@ impl Kind {
             Kind::Pod => "Pod",
             Kind::PodDisruptionBudget => "PodDisruptionBudget",
             Kind::PriorityClass => "PriorityClass",
+            Kind::ReplicaSet => "ReplicaSet",
             Kind::Reservation => "Reservation",
+            Kind::StatefulSet => "StatefulSet",
             Kind::StorageClass => "StorageClass",
         }
     }
@@ -73,16 +83,20 @@ impl Kind {
                 | Kind::PersistentVolumeClaim
                 | Kind::PodDisruptionBudget
                 | Kind::CsiStorageCapacity
+                | Kind::Deployment
+                | Kind::ReplicaSet
+                | Kind::StatefulSet
         )
     }
 }
 
 impl Kind {
     /// Every kind, in order.
-    pub const ALL: [Kind; 13] = [
+    pub const ALL: [Kind; 16] = [
         Kind::CsiDriver,
         Kind::CsiNode,
         Kind::CsiStorageCapacity,
+        Kind::Deployment,
         Kind::Namespace,
         Kind::Node,
         Kind::NodeResourceTopology,
@@ -91,7 +105,9 @@ impl Kind {
         Kind::Pod,
         Kind::PodDisruptionBudget,
         Kind::PriorityClass,
+        Kind::ReplicaSet,
         Kind::Reservation,
+        Kind::StatefulSet,
         Kind::StorageClass,
     ];
 }
@@ -173,6 +189,12 @@ pub enum Object {
     CsiDriver(Arc<CSIDriver>),
     /// Storage a CSI driver can still provision, per topology segment and class.
     CsiStorageCapacity(Arc<CSIStorageCapacity>),
+    /// A Deployment (only the simulator's controllers read it).
+    Deployment(Arc<Deployment>),
+    /// A ReplicaSet (only the simulator's controllers read it).
+    ReplicaSet(Arc<ReplicaSet>),
+    /// A StatefulSet (only the simulator's controllers read it).
+    StatefulSet(Arc<StatefulSet>),
 }
 
 impl Object {
@@ -192,6 +214,9 @@ impl Object {
             Object::StorageClass(_) => Kind::StorageClass,
             Object::CsiDriver(_) => Kind::CsiDriver,
             Object::CsiStorageCapacity(_) => Kind::CsiStorageCapacity,
+            Object::Deployment(_) => Kind::Deployment,
+            Object::ReplicaSet(_) => Kind::ReplicaSet,
+            Object::StatefulSet(_) => Kind::StatefulSet,
         }
     }
 
@@ -211,6 +236,9 @@ impl Object {
             Object::StorageClass(o) => &o.metadata,
             Object::CsiDriver(o) => &o.metadata,
             Object::CsiStorageCapacity(o) => &o.metadata,
+            Object::Deployment(o) => &o.metadata,
+            Object::ReplicaSet(o) => &o.metadata,
+            Object::StatefulSet(o) => &o.metadata,
         }
     }
 
@@ -233,6 +261,9 @@ impl Object {
             Object::StorageClass(o) => &mut Arc::make_mut(o).metadata,
             Object::CsiDriver(o) => &mut Arc::make_mut(o).metadata,
             Object::CsiStorageCapacity(o) => &mut Arc::make_mut(o).metadata,
+            Object::Deployment(o) => &mut Arc::make_mut(o).metadata,
+            Object::ReplicaSet(o) => &mut Arc::make_mut(o).metadata,
+            Object::StatefulSet(o) => &mut Arc::make_mut(o).metadata,
         }
     }
 

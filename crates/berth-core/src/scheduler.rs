@@ -437,6 +437,8 @@ impl Scheduler {
                 self.cluster.namespaces.insert(name, ns);
             }
             Object::NodeResourceTopology(nrt) => self.apply_nrt(now, &nrt),
+            // Workloads: kube-controller-manager's business, not the scheduler's.
+            Object::Deployment(_) | Object::ReplicaSet(_) | Object::StatefulSet(_) => {}
             Object::Reservation(r) => {
                 let status = r
                     .metadata
@@ -695,6 +697,7 @@ impl Scheduler {
             Kind::Namespace => {
                 self.cluster.namespaces.remove(&*key.name);
             }
+            Kind::Deployment | Kind::ReplicaSet | Kind::StatefulSet => {}
             Kind::Reservation => {
                 if let Some(uid) = self
                     .cluster
@@ -769,6 +772,7 @@ impl Scheduler {
             Kind::StorageClass => cx.storage_classes.keys().map(|n| cluster(n)).collect(),
             Kind::CsiDriver => cx.csi_drivers.keys().map(|n| cluster(n)).collect(),
             Kind::CsiStorageCapacity => cx.csi_capacities.keys().cloned().collect(),
+            Kind::Deployment | Kind::ReplicaSet | Kind::StatefulSet => Vec::new(),
         };
         keys.sort();
         keys

@@ -139,6 +139,7 @@ pub fn api_version(kind: Kind) -> &'static str {
         }
         Kind::PriorityClass => "scheduling.k8s.io/v1",
         Kind::PodDisruptionBudget => "policy/v1",
+        Kind::Deployment | Kind::ReplicaSet | Kind::StatefulSet => "apps/v1",
         _ => "v1",
     }
 }

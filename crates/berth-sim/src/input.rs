@@ -39,6 +39,7 @@ use crate::scenario::{self, DurationText, NodeAgentConfig, Scenario, ScenarioDoc
 use crate::strict::{self, Schema};
 
 mod subset;
+mod workloads;
 
 /// Priority classes every cluster has without anyone creating them (name, value).
 pub const SYSTEM_PRIORITY_CLASSES: [(&str, i32); 2] = [
@@ -601,7 +602,7 @@ enum Decoded {
 }
 
 /// The kinds berth simulate reads, as `(apiVersion, kind)`.
-const KNOWN: [(&str, &str); 16] = [
+const KNOWN: [(&str, &str); 19] = [
     ("v1", "Node"),
     ("v1", "Pod"),
     ("scheduling.koordinator.sh/v1alpha1", "Reservation"),
@@ -616,6 +617,9 @@ const KNOWN: [(&str, &str); 16] = [
     ("scheduling.k8s.io/v1", "PriorityClass"),
     ("policy/v1", "PodDisruptionBudget"),
     ("v1", "Event"),
+    ("apps/v1", "Deployment"),
+    ("apps/v1", "ReplicaSet"),
+    ("apps/v1", "StatefulSet"),
     ("v1", "List"),
     (scenario::API_VERSION, scenario::KIND),
 ];
@@ -841,6 +845,10 @@ impl Decoder {
                 strict::check(Schema::Event, &value)?;
                 Item::Event(Box::new(typed::<CoreEvent>(&value)?))
             }
+            ("apps/v1", "Deployment" | "ReplicaSet" | "StatefulSet") => {
+                normalize_meta(&mut value, true, &mut self.generated)?;
+                Item::Object(workloads::decode(&kind, &value)?)
+            }
             (scenario::API_VERSION, scenario::KIND) => {
                 return Err(FieldError::new(
                     "kind",
@@ -916,6 +924,14 @@ impl Decoder {
                     step.delete.push(ObjectKey::new(kind, ns, &d.name));
                 }
             }
+            if let Some(evict) = step_doc.evict {
+                actions += 1;
+                step.kinds.push("evict");
+                for p in evict {
+                    let ns = p.namespace.as_deref().unwrap_or("default");
+                    step.evict.push(ObjectKey::pod(ns, &p.name));
+                }
+            }
             if let Some(advance) = &step_doc.advance {
                 actions += 1;
                 step.kinds.push("advance");
@@ -939,7 +955,7 @@ impl Decoder {
             if actions == 0 {
                 return Err(FieldError::new(
                     path,
-                    "Required value: a step needs one of apply, delete, advance, expect",
+                    "Required value: a step needs one of apply, delete, evict, advance, expect",
                 ));
             }
             out.steps.push(step);
@@ -992,6 +1008,9 @@ pub fn kind_from_name(kind: &str) -> Option<Kind> {
         "CSIStorageCapacity" => Kind::CsiStorageCapacity,
         "PriorityClass" => Kind::PriorityClass,
         "PodDisruptionBudget" => Kind::PodDisruptionBudget,
+        "Deployment" => Kind::Deployment,
+        "ReplicaSet" => Kind::ReplicaSet,
+        "StatefulSet" => Kind::StatefulSet,
         _ => return None,
     })
 }
@@ -1398,9 +1417,9 @@ mod tests {
 
     #[test]
     fn unknown_kinds_and_versions_are_rejected() {
-        let e = err("apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d}\n");
+        let e = err("apiVersion: apps/v1\nkind: DaemonSet\nmetadata: {name: d}\n");
         assert_eq!(e.field, "kind");
-        assert!(e.message.contains("unknown kind \"Deployment\""));
+        assert!(e.message.contains("unknown kind \"DaemonSet\""));
         let e = err("apiVersion: v2\nkind: Pod\nmetadata: {name: d}\n");
         assert_eq!(e.field, "apiVersion");
     }
@@ -1531,7 +1550,7 @@ mod tests {
         let e = err(&format!("{SCENARIO}  steps:\n  - {{}}\n"));
         assert_eq!(e.field, "spec.steps[0]");
         let e = err(&format!(
-            "{SCENARIO}  steps:\n  - delete: [{{kind: Deployment, name: d}}]\n"
+            "{SCENARIO}  steps:\n  - delete: [{{kind: DaemonSet, name: d}}]\n"
         ));
         assert_eq!(e.field, "spec.steps[0].delete[0].kind");
     }

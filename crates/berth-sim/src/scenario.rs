@@ -42,13 +42,16 @@ pub struct NodeAgentConfig {
 }
 
 /// One step. The contract writes one action per step; a step holding several runs them in
-/// the order apply, delete, advance, expect.
+/// the order apply, delete, evict, advance, expect.
 #[derive(Debug, Clone, Default)]
 pub struct Step {
     /// Objects to create or replace, in order.
     pub apply: Vec<Item>,
     /// Objects to delete, in order.
     pub delete: Vec<ObjectKey>,
+    /// Pods to evict through the Eviction API, in order (an extension of the contract: a
+    /// PodDisruptionBudget can refuse, which is logged, and the pod stays).
+    pub evict: Vec<ObjectKey>,
     /// How far to move virtual time, in ms.
     pub advance: Option<Time>,
     /// What must hold after the step's other actions.
@@ -201,6 +204,8 @@ pub(crate) struct StepDoc {
     #[serde(default)]
     pub(crate) delete: Option<Vec<DeleteRef>>,
     #[serde(default)]
+    pub(crate) evict: Option<Vec<PodRef>>,
+    #[serde(default)]
     pub(crate) advance: Option<DurationText>,
     #[serde(default)]
     pub(crate) expect: Option<Expect>,
@@ -214,6 +219,15 @@ pub(crate) struct DeleteRef {
     #[allow(dead_code)] // Accepted for symmetry with objects; the kind is enough.
     pub(crate) api_version: Option<String>,
     pub(crate) kind: String,
+    #[serde(default)]
+    pub(crate) namespace: Option<String>,
+    pub(crate) name: String,
+}
+
+/// `{namespace, name}` of a pod (namespace `default` when left out).
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(crate) struct PodRef {
     #[serde(default)]
     pub(crate) namespace: Option<String>,
     pub(crate) name: String,

@@ -103,6 +103,8 @@ pub struct Simulation {
     awaiting_volumes: BTreeSet<ObjectKey>,
     /// The PV controller is running (its own writes do not start it again).
     syncing_volumes: bool,
+    /// kube-controller-manager's workload controllers.
+    controllers: crate::controllers::Controllers,
 }
 
 /// What [`Simulation::run_with`] records besides the final state.
@@ -140,6 +142,7 @@ impl Simulation {
             cpu_budget: crate::cpu_budget::CpuBudget::default(),
             awaiting_volumes: BTreeSet::new(),
             syncing_volumes: false,
+            controllers: crate::controllers::Controllers::default(),
         }
     }
 
@@ -280,6 +283,14 @@ impl Simulation {
                 continue;
             }
             self.delete(key.clone());
+        }
+        for key in &step.evict {
+            if let Err(e) = self.evict(key) {
+                self.warn(format!(
+                    "{name}: evict pod {key}: refused ({}): {e}",
+                    e.code()
+                ));
+            }
         }
         self.settle();
         self.observe();
@@ -650,6 +661,62 @@ impl Simulation {
         self.core.handle(self.now, Event::Deleted(key));
     }
 
+    /// The Eviction API (`pods/eviction`): deletes the pod unless a PodDisruptionBudget
+    /// forbids it now (see [`crate::controllers::eviction`]). Its controller, if any,
+    /// replaces it when the cluster next settles.
+    pub fn evict(
+        &mut self,
+        key: &ObjectKey,
+    ) -> Result<(), crate::controllers::eviction::EvictionError> {
+        crate::controllers::eviction::check(&self.store, key)?;
+        self.delete(key.clone());
+        Ok(())
+    }
+
+    /// One pass of the workload controllers; performs what they ask for, as the API
+    /// server would. Returns whether anything was asked.
+    fn run_controllers(&mut self) -> bool {
+        use crate::controllers::{Action, Controllers};
+        if !Controllers::any(&self.store) {
+            return false;
+        }
+        let actions = self.controllers.reconcile(&self.store);
+        let acted = !actions.is_empty();
+        for action in actions {
+            match action {
+                Action::Create(mut obj) => {
+                    if let Object::Pod(p) = &mut obj {
+                        let key = ObjectKey::pod(
+                            p.metadata.namespace.as_deref().unwrap_or("default"),
+                            p.metadata.name.as_deref().unwrap_or(""),
+                        );
+                        // A pod created again under a name used before (a StatefulSet's)
+                        // is a new object: a UID of its own.
+                        let n = self.controllers.incarnation(&key);
+                        if n > 0 {
+                            let name = format!("{}#{n}", key.name);
+                            Arc::make_mut(p).metadata.uid =
+                                Some(derive_uid("Pod", &key.namespace, &name));
+                        }
+                    }
+                    if self.store.get(&obj.key()).is_none() {
+                        self.apply_object(obj, false);
+                    }
+                }
+                Action::Update(obj) => {
+                    self.store.insert(obj.clone());
+                    self.core.handle(self.now, Event::Applied(obj));
+                }
+                Action::Delete(key) => {
+                    if self.store.get(&key).is_some() {
+                        self.delete(key);
+                    }
+                }
+            }
+        }
+        acted
+    }
+
     /// Schedules, performs effects and fires timers due now until nothing more happens.
     pub fn settle(&mut self) {
         for _ in 0..MAX_SETTLE_ROUNDS {
@@ -660,7 +727,8 @@ impl Simulation {
                 self.perform(effect);
             }
             let fired = self.fire_due();
-            if !acted && !fired {
+            let controlled = self.run_controllers();
+            if !acted && !fired && !controlled {
                 return;
             }
         }
@@ -1410,6 +1478,9 @@ fn meta_mut(obj: &mut Object) -> &mut ObjectMeta {
         Object::StorageClass(o) => &mut Arc::make_mut(o).metadata,
         Object::CsiDriver(o) => &mut Arc::make_mut(o).metadata,
         Object::CsiStorageCapacity(o) => &mut Arc::make_mut(o).metadata,
+        Object::Deployment(o) => &mut Arc::make_mut(o).metadata,
+        Object::ReplicaSet(o) => &mut Arc::make_mut(o).metadata,
+        Object::StatefulSet(o) => &mut Arc::make_mut(o).metadata,
     }
 }
 
@@ -1423,6 +1494,7 @@ pub fn api_version_of(kind: Kind) -> &'static str {
         }
         Kind::PriorityClass => "scheduling.k8s.io/v1",
         Kind::PodDisruptionBudget => "policy/v1",
+        Kind::Deployment | Kind::ReplicaSet | Kind::StatefulSet => "apps/v1",
         Kind::Node
         | Kind::Pod
         | Kind::PersistentVolumeClaim

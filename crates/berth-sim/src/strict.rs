@@ -16,6 +16,7 @@ use berth_core::collections::FastMap;
 
 use serde_json::{Map, Value};
 
+use berth_api::k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
 use berth_api::k8s_openapi::api::core::v1::{
     Event, Node, PersistentVolume, PersistentVolumeClaim, Pod,
 };
@@ -44,6 +45,9 @@ pub(crate) enum Schema {
     PriorityClass,
     PodDisruptionBudget,
     Event,
+    Deployment,
+    ReplicaSet,
+    StatefulSet,
     Reservation,
     NrtV1alpha1,
     NrtV1alpha2,
@@ -82,6 +86,9 @@ fn build() -> Schemas {
     builtin!(Schema::PriorityClass, PriorityClass);
     builtin!(Schema::PodDisruptionBudget, PodDisruptionBudget);
     builtin!(Schema::Event, Event);
+    builtin!(Schema::Deployment, Deployment);
+    builtin!(Schema::ReplicaSet, ReplicaSet);
+    builtin!(Schema::StatefulSet, StatefulSet);
     let meta = generator.subschema_for::<ObjectMeta>().to_value();
     let crd_root = |crd: &CustomResourceDefinition, version: &str| {
         let schema = crd

@@ -172,7 +172,7 @@ fn a_file_passes_only_if_its_exit_status_matches() {
     let path = dir.join("wrong.yaml");
     std::fs::write(
         &path,
-        "# expect-exit: 0\napiVersion: apps/v1\nkind: Deployment\n",
+        "# expect-exit: 0\napiVersion: apps/v1\nkind: DaemonSet\n",
     )
     .unwrap();
     let why = check(&path).expect("an unknown kind exits 2, not 0");

@@ -181,12 +181,17 @@ fn the_metrics_documented_and_alerted_on_are_the_ones_exported() {
     m.scheduled_after(second);
     m.reservations("Pending", 1);
     m.numa("flushes", 1);
-    m.binds_in_flight(1);
+    m.binds_in_flight(1, 1);
+    m.event_dropped("queue_full");
+    m.fenced();
     m.bind_failed("conflict");
     m.request("bind", 201);
     m.watch_event(berth_core::Kind::Pod);
     m.watch_error(berth_core::Kind::Pod);
-    m.unreadable(berth_core::Kind::Reservation);
+    m.unreadable(
+        berth_core::Kind::Reservation,
+        berth_api::validate::Rule::Negative,
+    );
     m.drp(&berth_core::drp::Metrics::default(), 1);
     m.preemption(1, 1, 1, 1);
     let exported = m.encode();

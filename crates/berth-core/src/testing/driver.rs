@@ -923,6 +923,9 @@ fn object_json(o: &Object) -> serde_json::Value {
         Object::StorageClass(x) => serde_json::to_value(&**x),
         Object::CsiDriver(x) => serde_json::to_value(&**x),
         Object::CsiStorageCapacity(x) => serde_json::to_value(&**x),
+        Object::Deployment(x) => serde_json::to_value(&**x),
+        Object::ReplicaSet(x) => serde_json::to_value(&**x),
+        Object::StatefulSet(x) => serde_json::to_value(&**x),
     };
     v.unwrap_or(serde_json::Value::Null)
 }

@@ -369,13 +369,19 @@ async fn perform(ctx: &Ctx, effect: Effect) -> (bool, Outcome) {
             uid,
             node,
             volume,
-        } => volume::bind_volume(ctx, pod, uid, node, &volume).await,
+        } => {
+            let outcome = volume::bind_volume(ctx, pod, uid, node, &volume).await;
+            (outcome == Outcome::Done, outcome)
+        }
         Effect::ProvisionClaim {
             pod,
             uid,
             node,
             claim,
-        } => volume::provision_claim(ctx, pod, uid, node, &claim).await,
+        } => {
+            let outcome = volume::provision_claim(ctx, pod, uid, node, &claim).await;
+            (outcome == Outcome::Done, outcome)
+        }
         other => {
             tracing::warn!(effect = ?other, "effect not supported by the cluster adapter");
             done(false)

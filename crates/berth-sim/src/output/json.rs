@@ -159,6 +159,9 @@ fn object(obj: &Object, buf: &mut Vec<u8>) -> Result<(), OutputError> {
         Object::StorageClass(o) => checked(&**o, buf, ITEM_DEPTH),
         Object::CsiDriver(o) => checked(&**o, buf, ITEM_DEPTH),
         Object::CsiStorageCapacity(o) => checked(&**o, buf, ITEM_DEPTH),
+        Object::Deployment(o) => checked(&**o, buf, ITEM_DEPTH),
+        Object::ReplicaSet(o) => checked(&**o, buf, ITEM_DEPTH),
+        Object::StatefulSet(o) => checked(&**o, buf, ITEM_DEPTH),
     }?;
     Ok(())
 }

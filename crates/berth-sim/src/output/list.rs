@@ -200,6 +200,9 @@ fn object_element<Q: SerializeSeq>(seq: &mut Q, obj: &Object) -> Result<(), Q::E
         Object::StorageClass(o) => element(seq, &**o),
         Object::CsiDriver(o) => element(seq, &**o),
         Object::CsiStorageCapacity(o) => element(seq, &**o),
+        Object::Deployment(o) => element(seq, &**o),
+        Object::ReplicaSet(o) => element(seq, &**o),
+        Object::StatefulSet(o) => element(seq, &**o),
     }
 }
 

@@ -154,6 +154,9 @@ pub fn list(sim: &Simulation) -> Result<Value, serde_json::Error> {
             Object::StorageClass(o) => serde_json::to_value(&**o)?,
             Object::CsiDriver(o) => serde_json::to_value(&**o)?,
             Object::CsiStorageCapacity(o) => serde_json::to_value(&**o)?,
+            Object::Deployment(o) => serde_json::to_value(&**o)?,
+            Object::ReplicaSet(o) => serde_json::to_value(&**o)?,
+            Object::StatefulSet(o) => serde_json::to_value(&**o)?,
         };
         items.push((
             key.kind.as_str(),
