@@ -77,7 +77,7 @@ pub fn reconcile(store: &Store, set: &Arc<StatefulSet>) -> Vec<Action> {
             .iter()
             .filter_map(|p| ordinal(name, p).filter(|i| *i >= want).map(|i| (i, *p)))
             .collect();
-        condemned.sort_by(|a, b| b.0.cmp(&a.0));
+        condemned.sort_by_key(|c| std::cmp::Reverse(c.0));
         let lower_ready = (0..want).all(|i| by_ordinal(i).is_some_and(|p| is_ready(p)));
         for (_, p) in condemned {
             if !parallel && !lower_ready {
