@@ -147,7 +147,8 @@ fn no_document_points_at_material_outside_the_repository() {
     let mut found = Vec::new();
     for file in files {
         let text = std::fs::read_to_string(&file).expect("readable");
-        for needle in ["../shared", "spec/scenario.md"] {
+        // Spelled in pieces so that this file does not itself mention what it looks for.
+        for needle in [concat!("..", "/shared"), concat!("spec/", "scenario.md")] {
             if text.contains(needle) {
                 let name = file.strip_prefix(&root).unwrap_or(&file).display();
                 found.push(format!("{name} mentions {needle}"));
