@@ -812,24 +812,49 @@ impl Scheduler {
         if class == BindFailure::NotFound {
             return;
         }
-        let Some(info) = self
-            .cluster
-            .pod(&pod)
-            .filter(|e| e.state == PodState::Pending && &*e.info.uid == uid)
-            .map(|e| e.info.clone())
-        else {
-            return;
-        };
-        if info.terminating || info.terminal || self.is_foreign(&info) {
-            return;
-        }
-        self.counters.errors += 1;
         // A 409 (the pod already bound, or another incarnation) is answered again until the
         // watch catches up, so retrying at once cannot help: that pod waits out its back-off
         // in full. Popped early with nothing else to do, it was bound and refused again at
         // the same instant forever, the watch event that would end it never delivered (the
         // core_events fuzz timeouts). A transient failure stays eligible for an early pop.
         let wait_out = class == BindFailure::Conflict;
+        if !self.back_off_after_binding_error(now, &pod, uid, attempts, wait_out, &message) {
+            return;
+        }
+        self.record(
+            pod,
+            uid,
+            "Warning",
+            "FailedScheduling",
+            format!("Binding rejected: {message}"),
+        );
+    }
+
+    /// A binding cycle failed for a pod berth still schedules (`handleBindingCycleError`):
+    /// it backs off and carries a `SchedulerError` condition with `message`. Returns false,
+    /// doing nothing, when the pod is gone, bound, terminating, terminal, another
+    /// incarnation or another scheduler's.
+    fn back_off_after_binding_error(
+        &mut self,
+        now: Time,
+        pod: &ObjectKey,
+        uid: &str,
+        attempts: u32,
+        wait_out: bool,
+        message: &str,
+    ) -> bool {
+        let Some(info) = self
+            .cluster
+            .pod(pod)
+            .filter(|e| e.state == PodState::Pending && &*e.info.uid == uid)
+            .map(|e| e.info.clone())
+        else {
+            return false;
+        };
+        if info.terminating || info.terminal || self.is_foreign(&info) {
+            return false;
+        }
+        self.counters.errors += 1;
         self.queue.add_backoff(
             pod.clone(),
             info.priority,
@@ -838,20 +863,14 @@ impl Scheduler {
             now,
             wait_out,
         );
-        self.last_message.insert(pod.clone(), message.clone());
+        self.last_message.insert(pod.clone(), message.to_string());
         self.effects.push_back(Effect::PodCondition {
             pod: pod.clone(),
             status: "False",
             reason: "SchedulerError".into(),
-            message: message.clone(),
+            message: message.to_string(),
         });
-        self.record(
-            pod,
-            uid,
-            "Warning",
-            "FailedScheduling",
-            format!("Binding rejected: {message}"),
-        );
+        true
     }
 
     /// Undoes the assumption of a bind that will not be confirmed: every Reserve plugin's

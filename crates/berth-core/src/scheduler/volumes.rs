@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use super::{InFlight, Scheduler};
-use crate::cache::{Cluster, PodState};
+use crate::cache::Cluster;
 use crate::effect::Effect;
 use crate::model::pod::PodInfo;
 use crate::object::{Kind, Object, ObjectKey};
@@ -317,33 +317,9 @@ impl Scheduler {
         let attempts = w.bind.attempts;
         let uid = w.bind.pod.uid.clone();
         self.unassume(now, w.bind);
-        let Some(info) = self
-            .cluster
-            .pod(key)
-            .filter(|e| e.state == PodState::Pending && e.info.uid == uid)
-            .map(|e| e.info.clone())
-        else {
-            return;
-        };
-        if info.terminating || info.terminal || self.is_foreign(&info) {
+        if !self.back_off_after_binding_error(now, key, &uid, attempts, false, &message) {
             return;
         }
-        self.counters.errors += 1;
-        self.queue.add_backoff(
-            key.clone(),
-            info.priority,
-            info.created,
-            attempts,
-            now,
-            false,
-        );
-        self.last_message.insert(key.clone(), message.clone());
-        self.effects.push_back(Effect::PodCondition {
-            pod: key.clone(),
-            status: "False",
-            reason: "SchedulerError".into(),
-            message: message.clone(),
-        });
         self.effects.push_back(Effect::NominatePod {
             pod: key.clone(),
             node: None,
