@@ -100,6 +100,11 @@ fn codec<T: AnnotationCodec + PartialEq + std::fmt::Debug>(t: &str) -> Option<T>
         (a, b) => panic!("parse and from_annotations disagree on {t:?}: {a:?} / {b:?}"),
     }
     let value = parsed.ok()?;
+    // The capacity rule: a key named twice is refused, never "the last one wins".
+    assert!(
+        berth_api::json_keys::first_duplicate(t).is_none(),
+        "{t:?}: accepted with a key named twice"
+    );
     let written = value.to_value();
     match T::parse(&written) {
         Ok(back) => assert_eq!(back, value, "{t:?} written as {written:?}"),

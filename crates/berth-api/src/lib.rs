@@ -8,6 +8,7 @@
 pub mod annotations;
 pub mod crd;
 pub mod duration;
+pub mod json_keys;
 pub mod limits;
 pub mod nrt;
 pub mod quantity;

@@ -15,6 +15,10 @@ pub struct Case {
     /// Reservations created and awaited `Available` before the init pods; with any, every
     /// other measured pod is an owner of some of them.
     pub reservations: usize,
+    /// Pods no node can take, created once the nodes exist and left until the scheduler has
+    /// written them unschedulable; a backlog run's fresh scheduler then retries all of them
+    /// (an event flood) while it binds the measured pods.
+    pub unschedulable: usize,
 }
 
 /// Owner groups of the reservation case: reservation `i` is owned by pods labelled
@@ -37,7 +41,14 @@ impl Case {
             init_pods,
             pods,
             reservations,
+            unschedulable: 0,
         }
+    }
+
+    /// This case with `n` unschedulable pods.
+    pub fn with_unschedulable(mut self, n: usize) -> Self {
+        self.unschedulable = n;
+        self
     }
 
     /// SchedulingBasic 500 nodes / 500 init pods / 1,000 pods.
@@ -49,6 +60,18 @@ impl Case {
     /// `--mode backlog --tuning defaults`), 100 init pods.
     pub fn backlog_500() -> Self {
         Self::new("backlog-500", 500, 100, 5000, 0)
+    }
+
+    /// [`Case::backlog_500`] with 10,000 unschedulable pods that the freshly started
+    /// scheduler retries while it drains the backlog (issue 24: an event flood must not slow
+    /// the binds by more than 10%). Compared with each scheduler's own backlog-500 run.
+    pub fn flood_500() -> Self {
+        let base = Self::backlog_500();
+        Self {
+            name: "flood-500".into(),
+            ..base
+        }
+        .with_unschedulable(10_000)
     }
 
     /// SchedulingBasic 5,000 nodes / 1,000 init pods / 5,000 pods.
@@ -63,13 +86,16 @@ impl Case {
         Self::new("reservations", 5000, 1000, 5000, 1000)
     }
 
-    /// The case of the same size without reservations (itself when it has none).
+    /// The case of the same size without reservations and unschedulable pods (itself when
+    /// it has neither).
     pub fn baseline(&self) -> Case {
-        if self.reservations == 0 {
+        if self.reservations == 0 && self.unschedulable == 0 {
             return self.clone();
         }
         let name = if *self == Self::reservations() {
             Self::basic_5000().name
+        } else if *self == Self::flood_500() {
+            Self::backlog_500().name
         } else {
             format!("{}-baseline", self.name)
         };

@@ -15,7 +15,8 @@ use clap::{Parser, ValueEnum};
 #[command(name = "berth-clusterbench", version, about, long_about = None)]
 struct Cli {
     /// Which case: basic-500 (500 nodes / 500 init / 1,000 pods), backlog-500 (500 / 100 /
-    /// 5,000), basic-5000 (5,000 / 1,000 / 5,000), reservations (basic-5000 with 1,000 Available reservations and half the pods
+    /// 5,000), flood-500 (backlog-500 plus 10,000 unschedulable pods, against each
+    /// scheduler's backlog-500 run, which it runs too; use --mode backlog), basic-5000 (5,000 / 1,000 / 5,000), reservations (basic-5000 with 1,000 Available reservations and half the pods
     /// owners; berth only, compared with berth's basic-5000 run, which it runs too), or all.
     #[arg(long, value_enum, default_value_t = CaseArg::All)]
     case: CaseArg,
@@ -57,6 +58,8 @@ enum CaseArg {
     Basic5000,
     #[value(name = "backlog-500")]
     Backlog500,
+    #[value(name = "flood-500")]
+    Flood500,
     Reservations,
     All,
 }
@@ -87,6 +90,7 @@ fn plan(case: CaseArg, sched: SchedArg) -> Vec<(Case, Which)> {
         CaseArg::Basic500 => vec![Case::basic_500()],
         CaseArg::Basic5000 => vec![Case::basic_5000()],
         CaseArg::Backlog500 => vec![Case::backlog_500()],
+        CaseArg::Flood500 => vec![Case::flood_500()],
         CaseArg::Reservations => vec![Case::reservations()],
         CaseArg::All => vec![Case::basic_500(), Case::basic_5000(), Case::reservations()],
     };
@@ -111,6 +115,11 @@ fn plan(case: CaseArg, sched: SchedArg) -> Vec<(Case, Which)> {
             runs.push((c, Which::Berth));
         } else {
             for &w in scheds {
+                // A flood case against each scheduler's own run without the flood.
+                let base = c.baseline();
+                if base != c && !runs.iter().any(|(r, x)| *r == base && *x == w) {
+                    runs.push((base, w));
+                }
                 runs.push((c.clone(), w));
             }
         }
@@ -184,12 +193,13 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             eprintln!("round {} of {rounds}", round + 1);
         }
         eprintln!(
-            "running {} ({} nodes, {} init pods, {} pods, {} reservations) with {}...",
+            "running {} ({} nodes, {} init pods, {} pods, {} reservations, {} unschedulable) with {}...",
             case.name,
             case.nodes,
             case.init_pods,
             case.pods,
             case.reservations,
+            case.unschedulable,
             which.name()
         );
         let mut config = config.clone();

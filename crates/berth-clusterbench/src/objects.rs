@@ -55,6 +55,19 @@ fn pod_spec() -> Value {
     })
 }
 
+/// A pod no node can take (its node selector names a label no node has): the event flood
+/// of the `flood-500` case, retried by a scheduler that starts over a backlog.
+pub fn unschedulable_pod(namespace: &str, name: &str) -> Value {
+    let mut spec = pod_spec();
+    spec["nodeSelector"] = json!({"berth.dev/clusterbench": "nowhere"});
+    json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": spec,
+    })
+}
+
 /// scheduler_perf's default pod, with `labels`.
 pub fn pod(namespace: &str, name: &str, labels: &[(&str, &str)]) -> Value {
     let labels: serde_json::Map<String, Value> = labels
@@ -130,6 +143,28 @@ pub struct PodView {
     /// The spec, of which only `nodeName`.
     #[serde(default)]
     pub spec: Option<PodViewSpec>,
+    /// The status, of which only the conditions' types and statuses.
+    #[serde(default)]
+    pub status: Option<PodViewStatus>,
+}
+
+/// The part of a pod's status the harness reads.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct PodViewStatus {
+    /// The conditions.
+    #[serde(default)]
+    pub conditions: Vec<PodViewCondition>,
+}
+
+/// A condition's type and status.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct PodViewCondition {
+    /// `PodScheduled`, `Ready`, ...
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// `True`, `False` or `Unknown`.
+    #[serde(default)]
+    pub status: String,
 }
 
 /// The part of a pod's spec the harness reads.
@@ -147,6 +182,15 @@ impl PodView {
             .annotations
             .as_ref()
             .is_some_and(|a| a.contains_key(RESERVATION_ALLOCATED))
+    }
+
+    /// Whether a scheduler has written `PodScheduled=False` on the pod.
+    pub fn found_unschedulable(&self) -> bool {
+        self.status.as_ref().is_some_and(|s| {
+            s.conditions
+                .iter()
+                .any(|c| c.type_ == "PodScheduled" && c.status == "False")
+        })
     }
 
     /// The node, if bound.

@@ -2,6 +2,7 @@
 
 use std::fmt::Write;
 
+use crate::case::Case;
 use crate::run::{Mode, Outcome};
 use crate::scheduler::Which;
 
@@ -57,7 +58,7 @@ pub fn line(o: &Outcome) -> String {
 /// measured phase.
 pub fn setup_line(o: &Outcome) -> String {
     let mut s = format!(
-        "{:<13} {:<14} setup: cluster {}, {} nodes {}, {} reservations {}, {} init pods {}; created the measured pods in {}; {} nodes used; log {}",
+        "{:<13} {:<14} setup: cluster {}, {} nodes {}, {} reservations {}, {} init pods {}, {} unschedulable pods {}; created the measured pods in {}; {} nodes used; log {}",
         o.case.name,
         o.which.name(),
         secs(o.setup.cluster),
@@ -67,6 +68,8 @@ pub fn setup_line(o: &Outcome) -> String {
         secs(o.setup.reservations),
         o.case.init_pods,
         secs(o.setup.init),
+        o.case.unschedulable,
+        secs(o.setup.unschedulable),
         secs(o.measured.created_in),
         o.measured.nodes_used,
         o.log.display(),
@@ -179,6 +182,9 @@ pub fn ratios(outcomes: &[Outcome]) -> Vec<String> {
     let mut lines = Vec::new();
     for b in all.iter().filter(|s| s.runs[0].which == Which::Berth) {
         let case = &b.runs[0].case;
+        if case.unschedulable > 0 {
+            lines.extend(flood_ratios(&all, case));
+        }
         if case.reservations == 0 {
             if let Some(k) = find(&case.name, Which::KubeScheduler) {
                 let rate = b.pods_per_sec / k.pods_per_sec.max(1e-9);
@@ -204,6 +210,32 @@ pub fn ratios(outcomes: &[Outcome]) -> Vec<String> {
         }
     }
     lines
+}
+
+/// Each scheduler on a flood case against its own run without the flood: the slowdown the
+/// unschedulable pods' retries (their events) cost the binds.
+fn flood_ratios(all: &[Summary<'_>], case: &Case) -> Vec<String> {
+    let base = case.baseline();
+    let find = |name: &str, which: Which| {
+        all.iter()
+            .find(|s| s.runs[0].case.name == name && s.runs[0].which == which)
+    };
+    [Which::KubeScheduler, Which::Berth]
+        .into_iter()
+        .filter_map(|w| {
+            let (f, b) = (find(&case.name, w)?, find(&base.name, w)?);
+            let rate = f.pods_per_sec / b.pods_per_sec.max(1e-9);
+            let slowdown = (1.0 - rate) * 100.0;
+            Some(format!(
+                "{}: {} with {} unschedulable pods / on {} = {rate:.2}x pods/s (slowdown {slowdown:.1}%: {})",
+                case.name,
+                w.name(),
+                case.unschedulable,
+                base.name,
+                if slowdown <= 10.0 { "at most 10%: met" } else { "over 10%: NOT met" },
+            ))
+        })
+        .collect()
 }
 
 /// Every (case, scheduler) as a Markdown table row, medians over the runs (for the README).

@@ -72,6 +72,8 @@ pub struct Setup {
     pub reservations: Duration,
     /// Creating the init pods until all were bound.
     pub init: Duration,
+    /// Creating the unschedulable pods until all were found unschedulable.
+    pub unschedulable: Duration,
 }
 
 /// One run's result.
@@ -150,6 +152,7 @@ pub fn run_one(case: &Case, which: Which, config: &RunConfig) -> Result<Outcome,
         };
         setup.reservations = workload.create_reservations(&mut alive).await?;
         setup.init = workload.run_init(&mut alive).await?;
+        setup.unschedulable = workload.create_unschedulable(&mut alive).await?;
         let (measured, api_requests) = match config.mode {
             Mode::Overlap => {
                 let (pid, log) = {

@@ -26,6 +26,8 @@ use crate::procstat::{self, Sample};
 pub const INIT_NAMESPACE: &str = "init";
 /// The namespace of the measured pods.
 pub const MEASURED_NAMESPACE: &str = "measured";
+/// The namespace of the unschedulable pods.
+pub const FLOOD_NAMESPACE: &str = "flood";
 
 /// Something to call while waiting, to fail fast (e.g. when the scheduler process died).
 pub type Alive<'a> = &'a mut (dyn FnMut() -> Result<(), Error> + Send);
@@ -170,7 +172,7 @@ impl Workload {
     /// Creates the two pod namespaces and the nodes; returns how long the nodes took.
     pub async fn create_nodes(&self) -> Result<Duration, Error> {
         let api: Api<Namespace> = Api::all(self.client.clone());
-        for ns in [INIT_NAMESPACE, MEASURED_NAMESPACE] {
+        for ns in [INIT_NAMESPACE, MEASURED_NAMESPACE, FLOOD_NAMESPACE] {
             let obj: Namespace = serde_json::from_value(json!({"metadata": {"name": ns}}))
                 .map_err(|source| Error::Json {
                     context: "building a namespace".into(),
@@ -267,6 +269,55 @@ impl Workload {
         let log = watch.wait(started + phase_timeout(n), alive).await?;
         log.check()?;
         Ok(started.elapsed())
+    }
+
+    /// Creates the case's unschedulable pods and waits until the running scheduler has
+    /// written `PodScheduled=False` on every one; returns how long that took. A scheduler
+    /// started afterwards finds them as a cluster that had them pending for a while.
+    pub async fn create_unschedulable(&self, alive: Alive<'_>) -> Result<Duration, Error> {
+        let n = self.case.unschedulable;
+        let started = Instant::now();
+        if n == 0 {
+            return Ok(Duration::ZERO);
+        }
+        let bodies = (0..n)
+            .map(|i| to_body(&objects::unschedulable_pod(FLOOD_NAMESPACE, &pod_name(i))))
+            .collect::<Result<Vec<_>, _>>()?;
+        let path = format!("/api/v1/namespaces/{FLOOD_NAMESPACE}/pods");
+        self.create_all("unschedulable pods", &path, bodies).await?;
+        let api: Api<PodView> = Api::namespaced(self.client.clone(), FLOOD_NAMESPACE);
+        // A status write per pod, at the scheduler's own rate (50/s on its defaults).
+        let deadline = started + phase_timeout(n) + Duration::from_millis(25) * n as u32;
+        loop {
+            let list = api
+                .list(&ListParams::default())
+                .await
+                .map_err(kube_err("listing the unschedulable pods"))?;
+            let found = list
+                .items
+                .iter()
+                .filter(|p| p.found_unschedulable())
+                .count();
+            if let Some(p) = list.items.iter().find(|p| p.node().is_some()) {
+                return Err(Error::Check(format!(
+                    "unschedulable pod {:?} was bound to {:?}",
+                    p.metadata.name,
+                    p.node()
+                )));
+            }
+            if found >= n {
+                return Ok(started.elapsed());
+            }
+            alive()?;
+            if Instant::now() >= deadline {
+                return Err(Error::Timeout {
+                    what: format!("{n} pods found unschedulable"),
+                    waited: started.elapsed(),
+                    got: format!("{found}"),
+                });
+            }
+            tokio::time::sleep(Duration::from_secs(2)).await;
+        }
     }
 
     /// The measurement with the scheduler running: creates the measured pods as fast as the

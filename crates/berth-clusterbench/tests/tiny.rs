@@ -3,10 +3,13 @@
 
 use std::time::{Duration, Instant};
 
+use berth_clusterbench::objects::PodView;
+use berth_clusterbench::workload::FLOOD_NAMESPACE;
 use berth_clusterbench::{
     run::cluster_options, run_one, BerthOptions, Case, Mode, RunConfig, Tuning, Which, Workload,
 };
 use berth_testcluster::TestCluster;
+use kube::api::{Api, ListParams};
 
 #[test]
 fn tiny_case_binds_every_pod_exactly_once() {
@@ -106,7 +109,7 @@ fn tiny_backlog_is_drained_by_a_scheduler_started_after_it() {
 /// through a client of their own.
 #[test]
 fn tiny_backlog_on_both_schedulers_defaults() {
-    let case = Case::new("tiny-defaults", 20, 10, 50, 0);
+    let case = Case::new("tiny-defaults", 20, 10, 50, 0).with_unschedulable(60);
     let work_dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
         .join(format!("tiny-defaults-{}", std::process::id()));
     let config = RunConfig {
@@ -154,6 +157,20 @@ fn tiny_backlog_on_both_schedulers_defaults() {
             .unwrap();
         let mut alive = || Ok(());
         workload.run_init(&mut alive).await.unwrap();
+        workload.create_unschedulable(&mut alive).await.unwrap();
+        let flood: Api<PodView> = Api::namespaced(cluster.client(), FLOOD_NAMESPACE);
+        let versions = || async {
+            flood
+                .list(&ListParams::default())
+                .await
+                .unwrap()
+                .items
+                .into_iter()
+                .map(|p| (p.metadata.name, p.metadata.resource_version))
+                .collect::<std::collections::BTreeMap<_, _>>()
+        };
+        let before = versions().await;
+        assert_eq!(before.len(), 60);
         first.stop().await.unwrap();
         let second = std::sync::Mutex::new(None);
         let rt = tokio::runtime::Handle::current();
@@ -175,6 +192,13 @@ fn tiny_backlog_on_both_schedulers_defaults() {
         let m = workload.run_backlog(&mut start, &mut alive).await.unwrap();
         assert_eq!(m.pods, 50);
         assert!(m.throughput.avg > 0.0, "{m:?}");
+        // The restarted scheduler retried the older unschedulable pods before the backlog
+        // and left their conditions, which already said what it found, unwritten.
+        assert_eq!(
+            versions().await,
+            before,
+            "unchanged conditions were rewritten"
+        );
         let handle = second.lock().unwrap().take().expect("started");
         handle.stop().await.unwrap();
     });

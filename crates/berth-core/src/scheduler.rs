@@ -69,6 +69,9 @@ pub const REASON_INVALID_NRT: &str = "InvalidNodeResourceTopology";
 pub const REASON_INVALID_CPU_TOPOLOGY: &str = "InvalidCPUTopology";
 /// Event reason: a Node object itself is refused (a negative allocatable).
 pub const REASON_INVALID_NODE: &str = "InvalidNode";
+/// Event reason: a bound pod the core cannot read (its usage cannot be counted). An unbound
+/// one gets `FailedScheduling` and its condition; both count as refused.
+pub const REASON_INVALID_POD: &str = "InvalidPod";
 
 /// Scheduler-wide settings.
 #[derive(Debug, Clone, Default)]
@@ -923,9 +926,10 @@ impl Scheduler {
     fn apply_pod(&mut self, now: Time, pod: Arc<berth_api::k8s_openapi::api::core::v1::Pod>) {
         let info = match PodInfo::new(pod.clone(), &mut self.cluster.names) {
             Ok(i) => Arc::new(i),
-            Err(e) => return self.reject_invalid_pod(&pod, e.to_string()),
+            Err(e) => return self.reject_invalid_pod(&pod, e.rule(), e.to_string()),
         };
         let key = info.key.clone();
+        self.cluster.refusals.accept(&key, REASON_INVALID_POD);
         if info.node_name.is_none() && !info.terminal && !self.is_foreign(&info) {
             // A reservation template the scheduler cannot use makes the pod unschedulable
             // as written, like an unreadable request; everything else goes on.
@@ -937,7 +941,8 @@ impl Scheduler {
                 {
                     self.cluster.remove_pod(&key);
                 }
-                return self.reject_invalid_pod(&pod, message);
+                let rule = crate::refusal::rule_of(&message);
+                return self.reject_invalid_pod(&pod, rule, message);
             }
         }
         self.drp_claim(&info);
@@ -1053,6 +1058,7 @@ impl Scheduler {
     fn reject_invalid_pod(
         &mut self,
         pod: &berth_api::k8s_openapi::api::core::v1::Pod,
+        rule: Rule,
         message: String,
     ) {
         let meta = &pod.metadata;
@@ -1061,6 +1067,11 @@ impl Scheduler {
             meta.name.as_deref().unwrap_or(""),
         );
         self.queue.delete(&key);
+        // Counted once per object and message (`berth_unreadable_objects_total`).
+        let news = self
+            .cluster
+            .refusals
+            .refuse(&key, REASON_INVALID_POD, rule, &message);
         if pod
             .spec
             .as_ref()
@@ -1068,13 +1079,10 @@ impl Scheduler {
             .is_some()
         {
             // Already bound: nothing to schedule, and its usage cannot be counted.
-            self.record(
-                key,
-                meta.uid.as_deref().unwrap_or(""),
-                "Warning",
-                "InvalidPod",
-                message,
-            );
+            if news {
+                let uid = meta.uid.as_deref().unwrap_or("");
+                self.record(key, uid, "Warning", REASON_INVALID_POD, message);
+            }
             return;
         }
         let message = format!("pod cannot be scheduled: {message}");
@@ -1690,16 +1698,19 @@ impl Scheduler {
         }
         self.last_message.insert(pod.key.clone(), message.clone());
         if !pod.is_reserve_pod() {
-            self.effects.push_back(Effect::PodCondition {
-                pod: pod.key.clone(),
-                status: "False",
-                reason: if unschedulable {
-                    "Unschedulable".into()
-                } else {
-                    "SchedulerError".into()
-                },
-                message: message.clone(),
-            });
+            let reason = if unschedulable {
+                "Unschedulable"
+            } else {
+                "SchedulerError"
+            };
+            if !crate::model::pod::scheduled_condition_says(&pod.pod, reason, &message) {
+                self.effects.push_back(Effect::PodCondition {
+                    pod: pod.key.clone(),
+                    status: "False",
+                    reason: reason.into(),
+                    message: message.clone(),
+                });
+            }
             self.record(
                 pod.key.clone(),
                 &pod.uid,

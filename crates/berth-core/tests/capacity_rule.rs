@@ -174,6 +174,9 @@ struct NodeCase {
     reserved_cpus: Option<Vec<u32>>,
     topology: bool,
     pods: Vec<u32>,
+    /// A second `cpu` key written before the first (JSON keeps the last of two; the rule
+    /// refuses the annotation).
+    dup_cpu: Option<Amount>,
 }
 
 fn node_case() -> impl Strategy<Value = NodeCase> {
@@ -184,15 +187,17 @@ fn node_case() -> impl Strategy<Value = NodeCase> {
         prop::option::weighted(0.3, prop::collection::vec(0u32..10, 1..4)),
         any::<bool>(),
         prop::collection::vec(1u32..4, 1..9),
+        prop::option::weighted(0.2, amount(4000)),
     )
         .prop_map(
-            |(cpus, cpu, memory, reserved_cpus, topology, pods)| NodeCase {
+            |(cpus, cpu, memory, reserved_cpus, topology, pods, dup_cpu)| NodeCase {
                 cpus,
                 cpu,
                 memory,
                 reserved_cpus,
                 topology,
                 pods,
+                dup_cpu,
             },
         )
 }
@@ -232,17 +237,27 @@ fn run_node_case(c: &NodeCase) -> Result<(), TestCaseError> {
         let text: Vec<String> = list.iter().map(u32::to_string).collect();
         value["reservedCPUs"] = json!(text.join(","));
     }
+    let mut text = value.to_string();
+    let duplicate = c.cpu.is_some() && c.dup_cpu.is_some();
+    if let (true, Some(d)) = (duplicate, &c.dup_cpu) {
+        text = text.replacen(
+            r#""resources":{"#,
+            &format!(r#""resources":{{"cpu":{},"#, json!(d.text())),
+            1,
+        );
+    }
     let ids: BTreeSet<u32> = c.reserved_cpus.iter().flatten().copied().collect();
     let absent = c.topology && ids.iter().any(|&i| i >= c.cpus);
     let refused = c.cpu.as_ref().is_some_and(Amount::bad)
         || c.memory.as_ref().is_some_and(Amount::bad)
-        || absent;
+        || absent
+        || duplicate;
     let build = |label: &str| {
         node("n")
             .alloc("cpu", &c.cpus.to_string())
             .alloc("memory", "64Gi")
             .label("beat", label)
-            .annotation("node.koordinator.sh/reservation", &value.to_string())
+            .annotation("node.koordinator.sh/reservation", &text)
             .build()
     };
     if c.topology {
@@ -771,8 +786,20 @@ fn the_issues_three_inputs() {
         reserved_cpus: None,
         topology: false,
         pods: vec![2, 2, 2],
+        dup_cpu: None,
     })
     .expect("negative node reservation");
+    // `cpu` named twice, the last a small reservation: refused, never the last one.
+    run_node_case(&NodeCase {
+        cpus: 4,
+        cpu: Some(Amount::Ok(1000)),
+        memory: None,
+        reserved_cpus: None,
+        topology: false,
+        pods: vec![2, 2],
+        dup_cpu: Some(Amount::Ok(3000)),
+    })
+    .expect("duplicate cpu key");
     // The NRT defects.
     for defect in [
         Defect::DuplicateZone(false),
@@ -793,4 +820,54 @@ fn the_issues_three_inputs() {
         pods: vec![4],
     })
     .expect("unreadable template");
+}
+
+/// A pod the rule refuses is counted (`berth_unreadable_objects_total{kind="Pod"}`) once
+/// per object and problem, however often it is applied again; a bound one gets one
+/// `InvalidPod` warning, an unbound one its condition and `FailedScheduling`.
+#[test]
+fn refused_pods_are_counted_once_each() {
+    use berth_api::validate::Rule;
+    use berth_core::testing::FakeDriver;
+    let mut d = FakeDriver::synchronous();
+    d.apply(Object::Node(
+        node("n1").alloc("cpu", "4").alloc("memory", "8Gi").build(),
+    ));
+    for round in 0..3 {
+        d.apply(Object::Pod(
+            pod("pending")
+                .req("cpu", "-1")
+                .label("round", &round.to_string())
+                .build(),
+        ));
+        d.apply(Object::Pod(
+            pod("running")
+                .req("cpu", "-2")
+                .node_name("n1")
+                .label("round", &round.to_string())
+                .build(),
+        ));
+        d.settle();
+    }
+    let counted = d.scheduler_mut().take_refusals();
+    assert_eq!(
+        counted,
+        vec![(Kind::Pod, Rule::Negative), (Kind::Pod, Rule::Negative)]
+    );
+    let invalid: Vec<_> = d
+        .events()
+        .iter()
+        .filter(|r| r.reason == "InvalidPod")
+        .collect();
+    assert_eq!(invalid.len(), 1, "{invalid:?}");
+    assert!(invalid[0].message.contains("cpu"), "{}", invalid[0].message);
+    let (_, message) = d.condition("pending").expect("a condition");
+    assert!(
+        message.contains("must be greater than or equal to 0"),
+        "{message}"
+    );
+    // Fixed, it schedules like any other.
+    d.apply(Object::Pod(pod("pending").req("cpu", "1").build()));
+    d.settle();
+    assert_eq!(d.bound("pending").as_deref(), Some("n1"));
 }

@@ -172,6 +172,12 @@ fn from_json<T: serde::de::DeserializeOwned>(
     key: &'static str,
     text: &str,
 ) -> Result<T, AnnotationError> {
+    if let Some(path) = crate::json_keys::first_duplicate(text) {
+        return Err(AnnotationError::Refused {
+            key,
+            refusal: Refusal::new(path, Rule::Duplicate, "the key appears twice"),
+        });
+    }
     serde_json::from_str(text).map_err(|source| AnnotationError::Json { key, source })
 }
 

@@ -104,6 +104,15 @@ impl NodeReservation {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::validate::Rule;
+
+    #[test]
+    fn a_resource_named_twice_is_refused_not_last_wins() {
+        let e = NodeReservation::parse(r#"{"resources":{"cpu":"8","cpu":"1"}}"#)
+            .expect_err("duplicate key accepted");
+        assert_eq!(e.rule(), Rule::Duplicate, "{e}");
+        assert!(e.to_string().contains("resources.cpu"), "{e}");
+    }
 
     #[test]
     fn the_design_doc_examples_parse_and_round_trip() {

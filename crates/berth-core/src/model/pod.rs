@@ -49,6 +49,18 @@ pub enum PodError {
     TooManyResources(#[from] TooManyResources),
 }
 
+impl PodError {
+    /// The capacity rule the pod breaks (the `reason` of `berth_unreadable_objects_total`).
+    pub fn rule(&self) -> berth_api::validate::Rule {
+        use berth_api::validate::Rule;
+        match self {
+            Self::Quantity { .. } => Rule::Malformed,
+            Self::Negative { .. } => Rule::Negative,
+            Self::OutOfRange { .. } | Self::TooManyResources(_) => Rule::OutOfRange,
+        }
+    }
+}
+
 /// A host port a container asks for.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct HostPort {
@@ -496,6 +508,23 @@ fn pod_level_qos(
     } else {
         QosClass::Burstable
     }))
+}
+
+/// Whether the pod as the API server last showed it already carries
+/// `PodScheduled=False` with this reason and message: then writing the condition again
+/// changes nothing, and kube-scheduler skips the write too (`updatePod` patches only when
+/// `UpdatePodCondition` changed something). After a restart, thousands of pods that stayed
+/// unschedulable would otherwise each cost a status write before the first bind.
+pub fn scheduled_condition_says(pod: &Pod, reason: &str, message: &str) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.type_ == "PodScheduled"))
+        .is_some_and(|c| {
+            c.status == "False"
+                && c.reason.as_deref() == Some(reason)
+                && c.message.as_deref() == Some(message)
+        })
 }
 
 /// Whether the pod's `PodResizePending` condition says `Infeasible`: then the spec's
