@@ -1481,13 +1481,14 @@ fn meta_mut(obj: &mut Object) -> &mut ObjectMeta {
         Object::Deployment(o) => &mut Arc::make_mut(o).metadata,
         Object::ReplicaSet(o) => &mut Arc::make_mut(o).metadata,
         Object::StatefulSet(o) => &mut Arc::make_mut(o).metadata,
+        Object::PodMigrationJob(o) => &mut Arc::make_mut(o).metadata,
     }
 }
 
 /// The `apiVersion` of a kind, for `involvedObject`.
 pub fn api_version_of(kind: Kind) -> &'static str {
     match kind {
-        Kind::Reservation => "scheduling.koordinator.sh/v1alpha1",
+        Kind::Reservation | Kind::PodMigrationJob => "scheduling.koordinator.sh/v1alpha1",
         Kind::NodeResourceTopology => "topology.node.k8s.io/v1alpha2",
         Kind::CsiNode | Kind::StorageClass | Kind::CsiDriver | Kind::CsiStorageCapacity => {
             "storage.k8s.io/v1"
