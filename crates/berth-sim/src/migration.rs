@@ -65,3 +65,87 @@ pub(crate) fn job(store: &Store, name: &str) -> Option<Arc<PodMigrationJob>> {
         _ => None,
     }
 }
+
+/// Reads a `PodMigrationJob` document (`metadata` already normalized) as the API server
+/// checks it: the CRD's schema, `spec.podRef` required, and a `spec.ttl` the controller can
+/// read.
+pub(crate) fn decode(value: &serde_json::Value) -> Result<Object, crate::error::FieldError> {
+    use crate::error::FieldError;
+    crate::strict::check(crate::strict::Schema::PodMigrationJob, value)?;
+    let job: PodMigrationJob = crate::input::typed(value)?;
+    if job.spec.pod_ref.is_none() {
+        return Err(FieldError::new("spec.podRef", "Required value"));
+    }
+    if let Some(ttl) = &job.spec.ttl {
+        ttl.millis().map_err(|e| {
+            FieldError::new(
+                "spec.ttl",
+                format!("Invalid value: {:?}: {e}", ttl.as_str()),
+            )
+        })?;
+    }
+    Ok(Object::PodMigrationJob(Arc::new(job)))
+}
+
+/// One PodMigrationJob check of a Scenario's `expect` (an extension of the contract). A
+/// field left out is not checked.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobExpectation {
+    /// The job's name.
+    pub name: String,
+    /// `status.phase`.
+    #[serde(default)]
+    pub phase: Option<String>,
+    /// `status.reason` (`""` for none).
+    #[serde(default)]
+    pub reason: Option<String>,
+    /// A substring of `status.message`.
+    #[serde(default)]
+    pub message: Option<String>,
+    /// `status.nodeName`.
+    #[serde(default)]
+    pub node: Option<String>,
+    /// `status.podRef.name`: the replacement pod.
+    #[serde(default)]
+    pub pod: Option<String>,
+}
+
+/// Checks `want` against the store's jobs; a line per failed check.
+pub(crate) fn check(store: &Store, want: &[JobExpectation], failures: &mut Vec<String>) {
+    for e in want {
+        let Some(j) = job(store, &e.name) else {
+            failures.push(format!(
+                "podmigrationjob {}: expected to exist, found no such job",
+                e.name
+            ));
+            continue;
+        };
+        let status = j.status.clone().unwrap_or_default();
+        let pod = status
+            .pod_ref
+            .as_ref()
+            .and_then(|p| p.name.clone())
+            .unwrap_or_default();
+        let fields = [
+            ("phase", &e.phase, &status.phase),
+            ("reason", &e.reason, &status.reason),
+            ("node", &e.node, &status.node_name),
+            ("pod", &e.pod, &pod),
+        ];
+        for (field, want, got) in fields {
+            if let Some(want) = want.as_ref().filter(|w| *w != got) {
+                failures.push(format!(
+                    "podmigrationjob {}: {field}: expected {want:?}, found {got:?}",
+                    e.name
+                ));
+            }
+        }
+        if let Some(want) = e.message.as_ref().filter(|w| !status.message.contains(*w)) {
+            failures.push(format!(
+                "podmigrationjob {}: message: expected to contain {want:?}, found {:?}",
+                e.name, status.message
+            ));
+        }
+    }
+}
