@@ -149,3 +149,113 @@ pub(crate) fn check(store: &Store, want: &[JobExpectation], failures: &mut Vec<S
         }
     }
 }
+
+/// `berth explain podmigrationjob/NAME` (also `pmj/NAME`): the job's phase and what it waits
+/// for now, as text. `None` when `target` names no job kind; `Err` when there is no such job.
+pub fn explain(store: &Store, target: &str) -> Option<Result<String, String>> {
+    let (kind, name) = target.split_once('/')?;
+    let kind = kind.to_ascii_lowercase();
+    if !matches!(
+        kind.as_str(),
+        "pmj"
+            | "podmigrationjob"
+            | "podmigrationjobs"
+            | "podmigrationjob.scheduling.koordinator.sh"
+    ) {
+        return None;
+    }
+    let Some(j) = job(store, name) else {
+        return Some(Err(format!("podmigrationjob {name:?} not found")));
+    };
+    let status = j.status.clone().unwrap_or_default();
+    let phase = if status.phase.is_empty() {
+        "Pending"
+    } else {
+        status.phase.as_str()
+    };
+    let mut text = format!("PodMigrationJob {name}: {phase}");
+    if !status.reason.is_empty() {
+        text.push_str(&format!(" ({})", status.reason));
+    }
+    text.push('\n');
+    if !status.message.is_empty() {
+        text.push_str(&format!("  {}\n", status.message));
+    }
+    match migration::waiting_for(&j, &View(store)) {
+        Some(w) => text.push_str(&format!("Waiting for: {w}\n")),
+        None => text.push_str("Ended: nothing to wait for.\n"),
+    }
+    Some(Ok(text))
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::explain::{run, ExplainFormat};
+    use crate::{Format, Options};
+
+    fn scenario(name: &str) -> String {
+        let path = format!(
+            "{}/../../tests/scenarios/migration/{name}",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        std::fs::read_to_string(path).expect("the scenario file")
+    }
+
+    fn explain(target: &str, text: &str) -> crate::RunOutput {
+        let options = Options {
+            files: vec!["-".into()],
+            config: None,
+            output: Format::Table,
+            seed: 0,
+        };
+        run(target, &options, ExplainFormat::Text, &mut text.as_bytes())
+    }
+
+    #[test]
+    fn explain_says_what_a_job_waits_for() {
+        let full = scenario("pdb-waits.yaml");
+        let waiting = full
+            .split("    - advance: 30s")
+            .next()
+            .expect("the first step");
+        let out = explain("pmj/move-web", waiting);
+        assert_eq!(out.code, 0, "{}", out.stderr);
+        assert!(
+            out.stdout
+                .starts_with("PodMigrationJob move-web: Running (FailedEvict)"),
+            "{}",
+            out.stdout
+        );
+        assert!(
+            out.stdout
+                .contains("Waiting for: the eviction to be allowed"),
+            "{}",
+            out.stdout
+        );
+        assert!(
+            out.stdout.contains("disruption budget web"),
+            "{}",
+            out.stdout
+        );
+
+        let out = explain(
+            "podmigrationjob/move-web",
+            &scenario("unplaceable-fails.yaml"),
+        );
+        assert_eq!(out.code, 0, "{}", out.stderr);
+        assert!(
+            out.stdout.contains("Failed (Unschedulable)"),
+            "{}",
+            out.stdout
+        );
+        assert!(out.stdout.contains("Ended"), "{}", out.stdout);
+
+        let out = explain("pmj/nope", waiting);
+        assert_eq!(out.code, 2);
+        assert!(
+            out.stderr.contains("podmigrationjob \"nope\" not found"),
+            "{}",
+            out.stderr
+        );
+    }
+}

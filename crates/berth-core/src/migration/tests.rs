@@ -430,6 +430,31 @@ fn a_reservation_on_the_pods_own_node_or_a_missing_pod_fails_the_job() {
     );
 }
 
+#[test]
+fn a_replacement_bound_outside_the_reservation_fails_the_job_and_frees_it() {
+    let mut w = World::default();
+    w.add_pod("web-1", "n1", "web");
+    w.add_pod("web-2", "n1", "web");
+    w.jobs
+        .insert("j1".into(), Arc::new(job("j1", "web-1", "", None, START)));
+    let args = MigrationArgs::default();
+    settle(&mut w, &args, START);
+    w.place("job-j1", Some("n2"));
+    settle(&mut w, &args, START);
+    assert!(evicted(w.job("j1")));
+    // The sibling that was there before is not a replacement; the job waits.
+    assert_eq!(w.job("j1").phase(), v::RUNNING);
+    w.replace("web", false, START);
+    settle(&mut w, &args, START);
+    let s = w.job("j1").status.clone().expect("status");
+    assert_eq!(
+        (s.phase.as_str(), s.reason.as_str()),
+        (v::FAILED, v::REPLACEMENT_ELSEWHERE)
+    );
+    assert!(s.message.contains("\"default/web-r1\""), "{}", s.message);
+    assert!(w.reservations.is_empty());
+}
+
 /// One thing that happens between two passes of the controller.
 #[derive(Debug, Clone)]
 enum Event {
