@@ -1,13 +1,13 @@
 //! Capacity kept after a scale-down (seed 002, story 3: "reserve resources after a
 //! scale-down for future demands"), opt-in per workload with the annotation
-//! [`KEEP_AFTER_SCALE_DOWN`] on a ReplicaSet or on the Deployment that owns it, its value a
-//! Go duration (`30m`): when the ReplicaSet controller deletes pods because `replicas`
-//! shrank, each deleted pod's room becomes a Reservation:
+//! [`KEEP_AFTER_SCALE_DOWN`] on a ReplicaSet, on the Deployment that owns it, or on a
+//! StatefulSet, its value a Go duration (`30m`): when the controller deletes pods because
+//! `replicas` shrank, each deleted pod's room becomes a Reservation:
 //!
 //! - pinned to the pod's node (`template.spec.nodeName`), with the pod's template (so the
 //!   same requests, tolerations, affinity);
-//! - owned by the pod's controller (the ReplicaSet), so the next scale-up's pods allocate it
-//!   (the scheduler prefers a matching reservation), and `allocateOnce`;
+//! - owned by the pod's controller (the ReplicaSet or StatefulSet), so the next scale-up's
+//!   pods allocate it (the scheduler prefers a matching reservation), and `allocateOnce`;
 //! - with the annotation's value as its `ttl`, after which it expires as any Reservation;
 //! - named `<pod>-kept`, labelled [`LABEL_KEPT_FOR`] `<Kind>.<name>` of the workload that
 //!   asked, with an owner reference to it.
