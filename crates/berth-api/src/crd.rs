@@ -12,6 +12,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
 use kube::CustomResourceExt;
 use serde::Serialize;
 
+use crate::migration::PodMigrationJob;
 use crate::reservation::Reservation;
 
 /// A CRD could not be rendered.
@@ -46,6 +47,49 @@ pub fn reservation_crd() -> CustomResourceDefinition {
         properties.insert("kind".to_string(), typed("string"));
         properties.insert("metadata".to_string(), typed("object"));
         strip_nullable(root);
+    }
+    crd
+}
+
+/// `podmigrationjobs.scheduling.koordinator.sh`, compatible with Koordinator's
+/// `config/crd/bases/scheduling.koordinator.sh_podmigrationjobs.yaml` (v1.8).
+pub fn pod_migration_job_crd() -> CustomResourceDefinition {
+    let mut crd = PodMigrationJob::crd();
+    crd.spec.names.list_kind = Some("PodMigrationJobList".to_string());
+    for version in &mut crd.spec.versions {
+        let Some(root) = version
+            .schema
+            .as_mut()
+            .and_then(|s| s.open_api_v3_schema.as_mut())
+        else {
+            continue;
+        };
+        root.required = None;
+        let properties = root.properties.get_or_insert_with(Default::default);
+        let typed = |ty: &str| JSONSchemaProps {
+            type_: Some(ty.to_string()),
+            ..Default::default()
+        };
+        properties.insert("apiVersion".to_string(), typed("string"));
+        properties.insert("kind".to_string(), typed("string"));
+        properties.insert("metadata".to_string(), typed("object"));
+        strip_nullable(root);
+        // Upstream's conditions carry `+nullable` times (a Go `metav1.Time`, not a pointer).
+        let times = root
+            .properties
+            .as_mut()
+            .and_then(|p| p.get_mut("status"))
+            .and_then(|s| s.properties.as_mut())
+            .and_then(|p| p.get_mut("conditions"))
+            .and_then(|c| match c.items.as_mut() {
+                Some(JSONSchemaPropsOrArray::Schema(item)) => item.properties.as_mut(),
+                _ => None,
+            });
+        for time in times.into_iter().flat_map(|p| p.values_mut()) {
+            if time.format.as_deref() == Some("date-time") {
+                time.nullable = Some(true);
+            }
+        }
     }
     crd
 }
@@ -445,5 +489,44 @@ mod tests {
         assert_eq!(r.spec.ttl.as_ref().map(|t| t.as_str()), Some("24h"));
         assert!(r.spec.allocate_once());
         assert_eq!(r.scheduler_problems(), vec![]);
+    }
+
+    /// Koordinator's PodMigrationJob CRD as facts (same form as the Reservation's).
+    const UPSTREAM_PMJ: &str =
+        include_str!("../../../testdata/koordinator-podmigrationjob-crd.facts.yaml");
+
+    #[test]
+    fn the_pod_migration_job_crd_matches_upstream() {
+        let up = facts::parse(UPSTREAM_PMJ);
+        let ours = serde_json::to_value(pod_migration_job_crd()).expect("a CRD serializes");
+        assert_eq!(at(&ours, "/metadata/name"), at(&up, "/name"));
+        assert_eq!(at(&ours, "/spec/scope"), "Cluster");
+        assert_eq!(at(&ours, "/spec/scope"), at(&up, "/scope"));
+        for name in ["kind", "listKind", "plural", "singular", "shortNames"] {
+            assert_eq!(
+                at(&ours, &format!("/spec/names/{name}")),
+                at(&up, &format!("/names/{name}")),
+                "{name}"
+            );
+        }
+        assert_eq!(
+            at(&ours, "/spec/versions/0/additionalPrinterColumns"),
+            at(&up, "/versions/0/additionalPrinterColumns")
+        );
+        assert_eq!(
+            at(&ours, "/spec/versions/0/subresources"),
+            at(&up, "/versions/0/subresources")
+        );
+        let want = facts::schema_facts(&up, "/versions/0/schema");
+        let schema = at(&ours, "/spec/versions/0/schema/openAPIV3Schema").clone();
+        let problems = facts::diff(&want, &facts::flatten(&schema, &RULES));
+        assert!(
+            problems.is_empty(),
+            "schema differences:\n{}",
+            problems.join("\n")
+        );
+        assert!(want.len() > 50, "{} nodes", want.len());
+        let yaml = to_yaml(&pod_migration_job_crd()).expect("renders");
+        assert!(yaml.contains("name: podmigrationjobs.scheduling.koordinator.sh"));
     }
 }

@@ -1,7 +1,7 @@
 //! API types for berth.
 //!
 //! Kubernetes' own objects come from `k8s-openapi`; this crate adds the custom resources
-//! berth reads and writes (Koordinator's `Reservation`, the topology API's
+//! berth reads and writes (Koordinator's `Reservation` and `PodMigrationJob`, the topology API's
 //! `NodeResourceTopology`), the annotation keys and codecs shared with Koordinator and the
 //! node agents, and quantity parsing into integers.
 
@@ -10,6 +10,7 @@ pub mod crd;
 pub mod duration;
 pub mod json_keys;
 pub mod limits;
+pub mod migration;
 pub mod nrt;
 pub mod quantity;
 pub mod reservation;

@@ -15,6 +15,7 @@ pub mod explain;
 #[cfg(any(test, feature = "testing"))]
 pub mod fixtures;
 pub mod framework;
+pub mod migration;
 pub mod model;
 pub mod numa;
 pub mod object;

@@ -12,6 +12,7 @@ use berth_api::k8s_openapi::api::scheduling::v1::PriorityClass;
 use berth_api::k8s_openapi::api::storage::v1::{
     CSIDriver, CSINode, CSIStorageCapacity, StorageClass,
 };
+use berth_api::migration::PodMigrationJob;
 use berth_api::nrt::NodeResourceTopology;
 use berth_api::reservation::Reservation;
 
@@ -40,6 +41,9 @@ pub enum Kind {
     Pod,
     /// `policy/v1` `PodDisruptionBudget`.
     PodDisruptionBudget,
+    /// `scheduling.koordinator.sh/v1alpha1` `PodMigrationJob` (the scheduler ignores it;
+    /// the migration controller, [`crate::migration`], plays it).
+    PodMigrationJob,
     /// `scheduling.k8s.io/v1` `PriorityClass`.
     PriorityClass,
     /// `apps/v1` `ReplicaSet` (the scheduler ignores it; the simulator plays its controller).
@@ -67,6 +71,7 @@ impl Kind {
             Kind::PersistentVolumeClaim => "PersistentVolumeClaim",
             Kind::Pod => "Pod",
             Kind::PodDisruptionBudget => "PodDisruptionBudget",
+            Kind::PodMigrationJob => "PodMigrationJob",
             Kind::PriorityClass => "PriorityClass",
             Kind::ReplicaSet => "ReplicaSet",
             Kind::Reservation => "Reservation",
@@ -92,7 +97,7 @@ impl Kind {
 
 impl Kind {
     /// Every kind, in order.
-    pub const ALL: [Kind; 16] = [
+    pub const ALL: [Kind; 17] = [
         Kind::CsiDriver,
         Kind::CsiNode,
         Kind::CsiStorageCapacity,
@@ -104,6 +109,7 @@ impl Kind {
         Kind::PersistentVolumeClaim,
         Kind::Pod,
         Kind::PodDisruptionBudget,
+        Kind::PodMigrationJob,
         Kind::PriorityClass,
         Kind::ReplicaSet,
         Kind::Reservation,
@@ -195,6 +201,8 @@ pub enum Object {
     ReplicaSet(Arc<ReplicaSet>),
     /// A StatefulSet (only the simulator's controllers read it).
     StatefulSet(Arc<StatefulSet>),
+    /// A Koordinator PodMigrationJob (only the migration controller reads it).
+    PodMigrationJob(Arc<PodMigrationJob>),
 }
 
 impl Object {
@@ -217,6 +225,7 @@ impl Object {
             Object::Deployment(_) => Kind::Deployment,
             Object::ReplicaSet(_) => Kind::ReplicaSet,
             Object::StatefulSet(_) => Kind::StatefulSet,
+            Object::PodMigrationJob(_) => Kind::PodMigrationJob,
         }
     }
 
@@ -239,6 +248,7 @@ impl Object {
             Object::Deployment(o) => &o.metadata,
             Object::ReplicaSet(o) => &o.metadata,
             Object::StatefulSet(o) => &o.metadata,
+            Object::PodMigrationJob(o) => &o.metadata,
         }
     }
 
@@ -264,6 +274,7 @@ impl Object {
             Object::Deployment(o) => &mut Arc::make_mut(o).metadata,
             Object::ReplicaSet(o) => &mut Arc::make_mut(o).metadata,
             Object::StatefulSet(o) => &mut Arc::make_mut(o).metadata,
+            Object::PodMigrationJob(o) => &mut Arc::make_mut(o).metadata,
         }
     }
 

@@ -441,7 +441,10 @@ impl Scheduler {
             }
             Object::NodeResourceTopology(nrt) => self.apply_nrt(now, &nrt),
             // Workloads: kube-controller-manager's business, not the scheduler's.
-            Object::Deployment(_) | Object::ReplicaSet(_) | Object::StatefulSet(_) => {}
+            Object::Deployment(_)
+            | Object::ReplicaSet(_)
+            | Object::StatefulSet(_)
+            | Object::PodMigrationJob(_) => {}
             Object::Reservation(r) => {
                 let status = r
                     .metadata
@@ -700,7 +703,7 @@ impl Scheduler {
             Kind::Namespace => {
                 self.cluster.namespaces.remove(&*key.name);
             }
-            Kind::Deployment | Kind::ReplicaSet | Kind::StatefulSet => {}
+            Kind::Deployment | Kind::ReplicaSet | Kind::StatefulSet | Kind::PodMigrationJob => {}
             Kind::Reservation => {
                 if let Some(uid) = self
                     .cluster
@@ -775,7 +778,9 @@ impl Scheduler {
             Kind::StorageClass => cx.storage_classes.keys().map(|n| cluster(n)).collect(),
             Kind::CsiDriver => cx.csi_drivers.keys().map(|n| cluster(n)).collect(),
             Kind::CsiStorageCapacity => cx.csi_capacities.keys().cloned().collect(),
-            Kind::Deployment | Kind::ReplicaSet | Kind::StatefulSet => Vec::new(),
+            Kind::Deployment | Kind::ReplicaSet | Kind::StatefulSet | Kind::PodMigrationJob => {
+                Vec::new()
+            }
         };
         keys.sort();
         keys

@@ -132,7 +132,7 @@ pub fn nrt(obj: DynamicObject) -> Result<Object, Unreadable> {
 /// `apiVersion` of the objects of `kind`, for event references.
 pub fn api_version(kind: Kind) -> &'static str {
     match kind {
-        Kind::Reservation => "scheduling.koordinator.sh/v1alpha1",
+        Kind::Reservation | Kind::PodMigrationJob => "scheduling.koordinator.sh/v1alpha1",
         Kind::NodeResourceTopology => "topology.node.k8s.io/v1alpha2",
         Kind::CsiNode | Kind::StorageClass | Kind::CsiDriver | Kind::CsiStorageCapacity => {
             "storage.k8s.io/v1"

@@ -71,8 +71,11 @@ pub fn run(
         stderr: format!("error: {message}\n"),
         code: 2,
     };
-    let target = match Target::parse(target) {
-        Ok(t) => t,
+    // A PodMigrationJob (`pmj/NAME`) is explained by its controller's state, not the core.
+    let job_target = crate::migration::explain(&crate::store::Store::default(), target).is_some();
+    let target_parsed = match Target::parse(target) {
+        _ if job_target => None,
+        Ok(t) => Some(t),
         Err(e) => return fail(e.to_string()),
     };
     let sim = match simulate(options, stdin) {
@@ -90,7 +93,22 @@ pub fn run(
         stderr.push_str(line);
         stderr.push('\n');
     }
-    match explain(sim.core(), &target, sim.now()) {
+    let Some(target_parsed) = target_parsed else {
+        return match crate::migration::explain(sim.store(), target) {
+            Some(Ok(stdout)) => RunOutput {
+                stdout,
+                stderr,
+                code: 0,
+            },
+            Some(Err(e)) => RunOutput {
+                stdout: String::new(),
+                stderr: format!("{stderr}error: {e}\n"),
+                code: 2,
+            },
+            None => fail(format!("bad target {target:?}")),
+        };
+    };
+    match explain(sim.core(), &target_parsed, sim.now()) {
         Ok(e) => match render(&e, format) {
             Ok(stdout) => RunOutput {
                 stdout,

@@ -602,7 +602,7 @@ enum Decoded {
 }
 
 /// The kinds berth simulate reads, as `(apiVersion, kind)`.
-const KNOWN: [(&str, &str); 19] = [
+const KNOWN: [(&str, &str); 20] = [
     ("v1", "Node"),
     ("v1", "Pod"),
     ("scheduling.koordinator.sh/v1alpha1", "Reservation"),
@@ -620,6 +620,7 @@ const KNOWN: [(&str, &str); 19] = [
     ("apps/v1", "Deployment"),
     ("apps/v1", "ReplicaSet"),
     ("apps/v1", "StatefulSet"),
+    ("scheduling.koordinator.sh/v1alpha1", "PodMigrationJob"),
     ("v1", "List"),
     (scenario::API_VERSION, scenario::KIND),
 ];
@@ -849,6 +850,10 @@ impl Decoder {
                 normalize_meta(&mut value, true, &mut self.generated)?;
                 Item::Object(workloads::decode(&kind, &value)?)
             }
+            ("scheduling.koordinator.sh/v1alpha1", "PodMigrationJob") => {
+                normalize_meta(&mut value, false, &mut self.generated)?;
+                Item::Object(crate::migration::decode(&value)?)
+            }
             (scenario::API_VERSION, scenario::KIND) => {
                 return Err(FieldError::new(
                     "kind",
@@ -882,6 +887,9 @@ impl Decoder {
                     nrt_update_period: (ms > 0).then_some(ms),
                 };
             }
+        }
+        if let Some(m) = &doc.spec.migration {
+            out.migration = m.clone();
         }
         if let Some(p) = &doc.spec.provisioner {
             let mut config = crate::provisioner::ProvisionerConfig::default();
@@ -1011,6 +1019,7 @@ pub fn kind_from_name(kind: &str) -> Option<Kind> {
         "Deployment" => Kind::Deployment,
         "ReplicaSet" => Kind::ReplicaSet,
         "StatefulSet" => Kind::StatefulSet,
+        "PodMigrationJob" => Kind::PodMigrationJob,
         _ => return None,
     })
 }
@@ -1087,7 +1096,7 @@ pub(crate) fn type_name(v: &Value) -> &'static str {
 ///
 /// The read that tracks the path costs a string per key, so it is done only to report an
 /// error the plain read found (the two read the same tree the same way).
-fn typed<T: DeserializeOwned>(value: &Value) -> Result<T, FieldError> {
+pub(crate) fn typed<T: DeserializeOwned>(value: &Value) -> Result<T, FieldError> {
     if let Ok(t) = T::deserialize(value) {
         return Ok(t);
     }

@@ -17,6 +17,7 @@ pub mod cpu_budget;
 pub mod error;
 pub mod explain;
 pub mod input;
+pub mod migration;
 pub mod numa_agent;
 pub mod observe;
 pub mod output;
@@ -28,7 +29,7 @@ pub mod scenario;
 mod selectors;
 pub mod sim;
 pub mod store;
-mod strict;
+pub(crate) mod strict;
 pub mod timeline;
 pub mod volume_controllers;
 

@@ -29,6 +29,8 @@ pub struct Scenario {
     pub node_agent: NodeAgentConfig,
     /// `spec.provisioner`: the Dynamic Reservation Provisioning provisioner.
     pub provisioner: crate::provisioner::ProvisionerConfig,
+    /// `spec.migration`: the PodMigrationJob controller's arbitration limits.
+    pub migration: berth_core::migration::MigrationArgs,
     /// `spec.steps`, in order.
     pub steps: Vec<Step>,
 }
@@ -83,6 +85,9 @@ pub struct Expect {
     /// Reservation checks.
     #[serde(default)]
     pub reservations: Vec<ReservationExpectation>,
+    /// PodMigrationJob checks (an extension of the contract).
+    #[serde(default, rename = "podMigrationJobs")]
+    pub pod_migration_jobs: Vec<crate::migration::JobExpectation>,
 }
 
 /// One pod check.
@@ -176,6 +181,8 @@ pub(crate) struct ScenarioSpecDoc {
     pub(crate) node_agent: Option<NodeAgentDoc>,
     #[serde(default)]
     pub(crate) provisioner: Option<ProvisionerDoc>,
+    #[serde(default)]
+    pub(crate) migration: Option<berth_core::migration::MigrationArgs>,
     #[serde(default)]
     pub(crate) steps: Vec<StepDoc>,
 }

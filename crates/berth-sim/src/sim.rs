@@ -105,6 +105,8 @@ pub struct Simulation {
     syncing_volumes: bool,
     /// kube-controller-manager's workload controllers.
     controllers: crate::controllers::Controllers,
+    /// The PodMigrationJob controller's arguments (`spec.migration` of the Scenario).
+    migration: berth_core::migration::MigrationArgs,
 }
 
 /// What [`Simulation::run_with`] records besides the final state.
@@ -143,6 +145,7 @@ impl Simulation {
             awaiting_volumes: BTreeSet::new(),
             syncing_volumes: false,
             controllers: crate::controllers::Controllers::default(),
+            migration: berth_core::migration::MigrationArgs::default(),
         }
     }
 
@@ -176,6 +179,7 @@ impl Simulation {
         let mut sim = Self::new(profiles, config, start, agent);
         if let Some(s) = &scenario {
             sim.provisioner = Provisioner::new(s.provisioner);
+            sim.migration = s.migration.clone();
         }
         sim.scenario_source = scenario_source;
         if hooks.timeline {
@@ -717,6 +721,61 @@ impl Simulation {
         acted
     }
 
+    /// One pass of the PodMigrationJob controller (see [`crate::migration`]); performs what
+    /// it asks for. Returns whether anything changed.
+    fn run_migrations(&mut self) -> bool {
+        use berth_core::migration::{after_eviction, Action};
+        let actions = crate::migration::reconcile(&self.store, self.now, &self.migration);
+        let mut changed = false;
+        for action in actions {
+            match action {
+                Action::CreateReservation(r) => {
+                    let name = r.metadata.name.clone().unwrap_or_default();
+                    if self.store.reservation(&name).is_none() {
+                        self.create_reservation(*r);
+                        changed = true;
+                    }
+                }
+                Action::DeleteReservation(name) => {
+                    let key = ObjectKey::cluster(Kind::Reservation, &name);
+                    if self.store.get(&key).is_some() {
+                        self.delete(key);
+                        changed = true;
+                    }
+                }
+                Action::UpdateJob(job) => {
+                    self.store.insert(Object::PodMigrationJob(Arc::new(*job)));
+                    changed = true;
+                }
+                Action::Evict {
+                    job,
+                    namespace,
+                    name,
+                } => {
+                    let Some(j) = crate::migration::job(&self.store, &job) else {
+                        continue;
+                    };
+                    let key = ObjectKey::pod(&namespace, &name);
+                    let node = self
+                        .store
+                        .pod(&key)
+                        .and_then(|p| p.spec.as_ref()?.node_name.clone());
+                    let outcome = self.evict(&key).map_err(|e| e.to_string());
+                    let next = after_eviction(&j, node.as_deref().unwrap_or(""), outcome, self.now);
+                    if next != *j {
+                        if let Some(c) = next.condition("Eviction").filter(|c| c.status == "False")
+                        {
+                            self.warn(format!("PodMigrationJob {job}: {}", c.message));
+                        }
+                        self.store.insert(Object::PodMigrationJob(Arc::new(next)));
+                        changed = true;
+                    }
+                }
+            }
+        }
+        changed
+    }
+
     /// Schedules, performs effects and fires timers due now until nothing more happens.
     pub fn settle(&mut self) {
         for _ in 0..MAX_SETTLE_ROUNDS {
@@ -728,7 +787,8 @@ impl Simulation {
             }
             let fired = self.fire_due();
             let controlled = self.run_controllers();
-            if !acted && !fired && !controlled {
+            let migrated = self.run_migrations();
+            if !acted && !fired && !controlled && !migrated {
                 return;
             }
         }
@@ -1342,6 +1402,7 @@ impl Simulation {
                 }
             }
         }
+        crate::migration::check(&self.store, &expect.pod_migration_jobs, &mut failures);
         failures
     }
 }
@@ -1481,13 +1542,14 @@ fn meta_mut(obj: &mut Object) -> &mut ObjectMeta {
         Object::Deployment(o) => &mut Arc::make_mut(o).metadata,
         Object::ReplicaSet(o) => &mut Arc::make_mut(o).metadata,
         Object::StatefulSet(o) => &mut Arc::make_mut(o).metadata,
+        Object::PodMigrationJob(o) => &mut Arc::make_mut(o).metadata,
     }
 }
 
 /// The `apiVersion` of a kind, for `involvedObject`.
 pub fn api_version_of(kind: Kind) -> &'static str {
     match kind {
-        Kind::Reservation => "scheduling.koordinator.sh/v1alpha1",
+        Kind::Reservation | Kind::PodMigrationJob => "scheduling.koordinator.sh/v1alpha1",
         Kind::NodeResourceTopology => "topology.node.k8s.io/v1alpha2",
         Kind::CsiNode | Kind::StorageClass | Kind::CsiDriver | Kind::CsiStorageCapacity => {
             "storage.k8s.io/v1"

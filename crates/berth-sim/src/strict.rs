@@ -49,6 +49,7 @@ pub(crate) enum Schema {
     ReplicaSet,
     StatefulSet,
     Reservation,
+    PodMigrationJob,
     NrtV1alpha1,
     NrtV1alpha2,
 }
@@ -118,6 +119,8 @@ fn build() -> Schemas {
     };
     let reservation = berth_api::crd::reservation_crd();
     roots.push((Schema::Reservation, crd_root(&reservation, "v1alpha1")));
+    let migration = berth_api::crd::pod_migration_job_crd();
+    roots.push((Schema::PodMigrationJob, crd_root(&migration, "v1alpha1")));
     let nrt = berth_api::nrt::nrt_crd();
     roots.push((Schema::NrtV1alpha1, crd_root(&nrt, "v1alpha1")));
     roots.push((Schema::NrtV1alpha2, crd_root(&nrt, "v1alpha2")));

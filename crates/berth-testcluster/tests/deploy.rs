@@ -38,10 +38,11 @@ fn bare_cluster() -> TestCluster {
 }
 
 /// The objects in deploy/ and deploy/provisioner/, as `kubectl apply` names them.
-const OBJECTS: [&str; 15] = [
+const OBJECTS: [&str; 16] = [
     "namespace/berth-system",
     "customresourcedefinition.apiextensions.k8s.io/reservations.scheduling.koordinator.sh",
     "customresourcedefinition.apiextensions.k8s.io/noderesourcetopologies.topology.node.k8s.io",
+    "customresourcedefinition.apiextensions.k8s.io/podmigrationjobs.scheduling.koordinator.sh",
     "serviceaccount/berth",
     "clusterrole.rbac.authorization.k8s.io/berth",
     "clusterrolebinding.rbac.authorization.k8s.io/berth",
@@ -172,13 +173,14 @@ async fn rbac_grants_exactly_the_verbs_berth_uses() {
 }
 
 /// deploy/10-crds.yaml and the chart's crds/berth-crds.yaml are byte for byte what `berth crd` prints (crates/berth/src/main.rs:
-/// the Reservation CRD, `---`, the NodeResourceTopology CRD). Run with
+/// the Reservation CRD, `---`, the NodeResourceTopology CRD, `---`, the PodMigrationJob CRD). Run with
 /// `BERTH_UPDATE_DEPLOY=1` to rewrite the file after the CRDs change.
 #[test]
 fn crds_yaml_is_what_berth_crd_prints() {
     let reservation = berth_api::crd::to_yaml(&berth_api::crd::reservation_crd()).unwrap();
     let nrt = berth_api::crd::to_yaml(&berth_api::nrt::nrt_crd()).unwrap();
-    let want = format!("{reservation}---\n{nrt}");
+    let migration = berth_api::crd::to_yaml(&berth_api::crd::pod_migration_job_crd()).unwrap();
+    let want = format!("{reservation}---\n{nrt}---\n{migration}");
     let path = deploy_dir().join("10-crds.yaml");
     if std::env::var_os("BERTH_UPDATE_DEPLOY").is_some() {
         std::fs::write(&path, &want).unwrap();

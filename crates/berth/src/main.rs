@@ -350,7 +350,8 @@ fn init_logging(format: &str) {
 fn crd() -> anyhow::Result<()> {
     let reservation = berth_api::crd::to_yaml(&berth_api::crd::reservation_crd())?;
     let nrt = berth_api::crd::to_yaml(&berth_api::nrt::nrt_crd())?;
-    let text = format!("{reservation}---\n{nrt}");
+    let migration = berth_api::crd::to_yaml(&berth_api::crd::pod_migration_job_crd())?;
+    let text = format!("{reservation}---\n{nrt}---\n{migration}");
     write_ignoring_broken_pipe(&mut std::io::stdout().lock(), &text)
         .context("writing standard output")?;
     Ok(())

@@ -926,6 +926,7 @@ fn object_json(o: &Object) -> serde_json::Value {
         Object::Deployment(x) => serde_json::to_value(&**x),
         Object::ReplicaSet(x) => serde_json::to_value(&**x),
         Object::StatefulSet(x) => serde_json::to_value(&**x),
+        Object::PodMigrationJob(x) => serde_json::to_value(&**x),
     };
     v.unwrap_or(serde_json::Value::Null)
 }

@@ -15,6 +15,7 @@
 
 pub mod deployment;
 pub mod eviction;
+pub mod keep_capacity;
 pub mod names;
 pub mod replicaset;
 pub mod statefulset;

@@ -9,6 +9,8 @@
 //! - Too few: the missing pods are created. Too many: the surplus is deleted in the order
 //!   of `controller.ActivePodsWithRanks` ([`deletion_order`]).
 //! - A pod deleted by anyone (a Scenario step, preemption, an eviction) is replaced.
+//! - Opted in with [`super::keep_capacity::KEEP_AFTER_SCALE_DOWN`], a pod deleted on
+//!   scale-down leaves a Reservation holding its room (see [`super::keep_capacity`]).
 
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
@@ -60,9 +62,16 @@ pub fn reconcile(ctl: &mut Controllers, store: &Store, rs: &Arc<ReplicaSet>) -> 
         let mut ranked = active.clone();
         let colocated = colocated_counts(&active);
         ranked.sort_by(|a, b| deletion_order(a, b, &colocated));
+        let keep = super::keep_capacity::opt_in(store, rs);
         for p in ranked.into_iter().take(active.len() - want) {
             let pod_name = p.metadata.name.as_deref().unwrap_or("");
             actions.push(Action::Delete(ObjectKey::pod(namespace, pod_name)));
+            if let Some((kind, meta, ttl)) = &keep {
+                let kept = super::keep_capacity::reservation(p, kind, meta, ttl.clone());
+                if let Some(r) = kept {
+                    actions.push(Action::Create(Object::Reservation(Arc::new(r))));
+                }
+            }
         }
     }
     let counts = PodCounts::of(active.iter().copied());

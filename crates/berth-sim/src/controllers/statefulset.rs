@@ -79,12 +79,19 @@ pub fn reconcile(store: &Store, set: &Arc<StatefulSet>) -> Vec<Action> {
             .collect();
         condemned.sort_by_key(|c| std::cmp::Reverse(c.0));
         let lower_ready = (0..want).all(|i| by_ordinal(i).is_some_and(|p| is_ready(p)));
+        let keep = super::keep_capacity::ttl(&set.metadata);
         for (_, p) in condemned {
             if !parallel && !lower_ready {
                 break;
             }
             let pod_name = p.metadata.name.as_deref().unwrap_or("");
             actions.push(Action::Delete(ObjectKey::pod(namespace, pod_name)));
+            let kept = keep.clone().and_then(|ttl| {
+                super::keep_capacity::reservation(p, "StatefulSet", &set.metadata, ttl)
+            });
+            if let Some(r) = kept {
+                actions.push(Action::Create(Object::Reservation(Arc::new(r))));
+            }
             if !parallel {
                 break;
             }

@@ -162,6 +162,7 @@ fn object(obj: &Object, buf: &mut Vec<u8>) -> Result<(), OutputError> {
         Object::Deployment(o) => checked(&**o, buf, ITEM_DEPTH),
         Object::ReplicaSet(o) => checked(&**o, buf, ITEM_DEPTH),
         Object::StatefulSet(o) => checked(&**o, buf, ITEM_DEPTH),
+        Object::PodMigrationJob(o) => checked(&**o, buf, ITEM_DEPTH),
     }?;
     Ok(())
 }

@@ -203,6 +203,7 @@ fn object_element<Q: SerializeSeq>(seq: &mut Q, obj: &Object) -> Result<(), Q::E
         Object::Deployment(o) => element(seq, &**o),
         Object::ReplicaSet(o) => element(seq, &**o),
         Object::StatefulSet(o) => element(seq, &**o),
+        Object::PodMigrationJob(o) => element(seq, &**o),
     }
 }
 

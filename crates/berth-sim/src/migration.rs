@@ -1,0 +1,261 @@
+//! The PodMigrationJob controller (`berth_core::migration`) as the simulator runs it: the
+//! store is its view of the cluster, and its actions are performed as the API server
+//! would (a Reservation created with the API server's defaults and queued for scheduling, a
+//! pod evicted through the Eviction API, which honours PodDisruptionBudgets, a job
+//! replaced). It runs in the same settle loop as the workload controllers, so a job moves on
+//! as soon as the scheduler, the kubelet or a workload controller gave it something new. A
+//! refused eviction changes nothing, so it is retried when something else changes (the next
+//! step, or an `advance`), as Koordinator's controller retries on its requeue period.
+
+use std::sync::Arc;
+
+use berth_api::k8s_openapi::api::core::v1::Pod;
+use berth_api::migration::PodMigrationJob;
+use berth_api::reservation::Reservation;
+use berth_core::migration::{self, Action, MigrationArgs, MigrationView};
+use berth_core::time::Time;
+use berth_core::{Kind, Object, ObjectKey};
+
+use crate::store::Store;
+
+/// The store as the controller's view.
+pub(crate) struct View<'a>(pub(crate) &'a Store);
+
+impl MigrationView for View<'_> {
+    fn pod(&self, namespace: &str, name: &str) -> Option<&Pod> {
+        self.0.pod(&ObjectKey::pod(namespace, name)).map(|p| &**p)
+    }
+
+    fn pods(&self) -> Box<dyn Iterator<Item = &Pod> + '_> {
+        Box::new(self.0.of_kind(Kind::Pod).filter_map(|o| match o {
+            Object::Pod(p) => Some(&**p),
+            _ => None,
+        }))
+    }
+
+    fn reservation(&self, name: &str) -> Option<&Reservation> {
+        self.0.reservation(name).map(|r| &**r)
+    }
+}
+
+/// The jobs in the store.
+pub(crate) fn jobs(store: &Store) -> Vec<Arc<PodMigrationJob>> {
+    store
+        .of_kind(Kind::PodMigrationJob)
+        .filter_map(|o| match o {
+            Object::PodMigrationJob(j) => Some(j.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// One pass of the controller over the store's jobs (nothing when there are none).
+pub(crate) fn reconcile(store: &Store, now: Time, args: &MigrationArgs) -> Vec<Action> {
+    let jobs = jobs(store);
+    if jobs.is_empty() {
+        return Vec::new();
+    }
+    migration::reconcile(&jobs, &View(store), now, args)
+}
+
+/// The job named `name`.
+pub(crate) fn job(store: &Store, name: &str) -> Option<Arc<PodMigrationJob>> {
+    match store.get(&ObjectKey::cluster(Kind::PodMigrationJob, name)) {
+        Some(Object::PodMigrationJob(j)) => Some(j.clone()),
+        _ => None,
+    }
+}
+
+/// Reads a `PodMigrationJob` document (`metadata` already normalized) as the API server
+/// checks it: the CRD's schema, `spec.podRef` required, and a `spec.ttl` the controller can
+/// read.
+pub(crate) fn decode(value: &serde_json::Value) -> Result<Object, crate::error::FieldError> {
+    use crate::error::FieldError;
+    crate::strict::check(crate::strict::Schema::PodMigrationJob, value)?;
+    let job: PodMigrationJob = crate::input::typed(value)?;
+    if job.spec.pod_ref.is_none() {
+        return Err(FieldError::new("spec.podRef", "Required value"));
+    }
+    if let Some(ttl) = &job.spec.ttl {
+        ttl.millis().map_err(|e| {
+            FieldError::new(
+                "spec.ttl",
+                format!("Invalid value: {:?}: {e}", ttl.as_str()),
+            )
+        })?;
+    }
+    Ok(Object::PodMigrationJob(Arc::new(job)))
+}
+
+/// One PodMigrationJob check of a Scenario's `expect` (an extension of the contract). A
+/// field left out is not checked.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobExpectation {
+    /// The job's name.
+    pub name: String,
+    /// `status.phase`.
+    #[serde(default)]
+    pub phase: Option<String>,
+    /// `status.reason` (`""` for none).
+    #[serde(default)]
+    pub reason: Option<String>,
+    /// A substring of `status.message`.
+    #[serde(default)]
+    pub message: Option<String>,
+    /// `status.nodeName`.
+    #[serde(default)]
+    pub node: Option<String>,
+    /// `status.podRef.name`: the replacement pod.
+    #[serde(default)]
+    pub pod: Option<String>,
+}
+
+/// Checks `want` against the store's jobs; a line per failed check.
+pub(crate) fn check(store: &Store, want: &[JobExpectation], failures: &mut Vec<String>) {
+    for e in want {
+        let Some(j) = job(store, &e.name) else {
+            failures.push(format!(
+                "podmigrationjob {}: expected to exist, found no such job",
+                e.name
+            ));
+            continue;
+        };
+        let status = j.status.clone().unwrap_or_default();
+        let pod = status
+            .pod_ref
+            .as_ref()
+            .and_then(|p| p.name.clone())
+            .unwrap_or_default();
+        let fields = [
+            ("phase", &e.phase, &status.phase),
+            ("reason", &e.reason, &status.reason),
+            ("node", &e.node, &status.node_name),
+            ("pod", &e.pod, &pod),
+        ];
+        for (field, want, got) in fields {
+            if let Some(want) = want.as_ref().filter(|w| *w != got) {
+                failures.push(format!(
+                    "podmigrationjob {}: {field}: expected {want:?}, found {got:?}",
+                    e.name
+                ));
+            }
+        }
+        if let Some(want) = e.message.as_ref().filter(|w| !status.message.contains(*w)) {
+            failures.push(format!(
+                "podmigrationjob {}: message: expected to contain {want:?}, found {:?}",
+                e.name, status.message
+            ));
+        }
+    }
+}
+
+/// `berth explain podmigrationjob/NAME` (also `pmj/NAME`): the job's phase and what it waits
+/// for now, as text. `None` when `target` names no job kind; `Err` when there is no such job.
+pub fn explain(store: &Store, target: &str) -> Option<Result<String, String>> {
+    let (kind, name) = target.split_once('/')?;
+    let kind = kind.to_ascii_lowercase();
+    if !matches!(
+        kind.as_str(),
+        "pmj"
+            | "podmigrationjob"
+            | "podmigrationjobs"
+            | "podmigrationjob.scheduling.koordinator.sh"
+    ) {
+        return None;
+    }
+    let Some(j) = job(store, name) else {
+        return Some(Err(format!("podmigrationjob {name:?} not found")));
+    };
+    let status = j.status.clone().unwrap_or_default();
+    let phase = if status.phase.is_empty() {
+        "Pending"
+    } else {
+        status.phase.as_str()
+    };
+    let mut text = format!("PodMigrationJob {name}: {phase}");
+    if !status.reason.is_empty() {
+        text.push_str(&format!(" ({})", status.reason));
+    }
+    text.push('\n');
+    if !status.message.is_empty() {
+        text.push_str(&format!("  {}\n", status.message));
+    }
+    match migration::waiting_for(&j, &View(store)) {
+        Some(w) => text.push_str(&format!("Waiting for: {w}\n")),
+        None => text.push_str("Ended: nothing to wait for.\n"),
+    }
+    Some(Ok(text))
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::explain::{run, ExplainFormat};
+    use crate::{Format, Options};
+
+    fn scenario(name: &str) -> String {
+        let path = format!(
+            "{}/../../tests/scenarios/migration/{name}",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        std::fs::read_to_string(path).expect("the scenario file")
+    }
+
+    fn explain(target: &str, text: &str) -> crate::RunOutput {
+        let options = Options {
+            files: vec!["-".into()],
+            config: None,
+            output: Format::Table,
+            seed: 0,
+        };
+        run(target, &options, ExplainFormat::Text, &mut text.as_bytes())
+    }
+
+    #[test]
+    fn explain_says_what_a_job_waits_for() {
+        let full = scenario("pdb-waits.yaml");
+        let waiting = full
+            .split("    - advance: 30s")
+            .next()
+            .expect("the first step");
+        let out = explain("pmj/move-web", waiting);
+        assert_eq!(out.code, 0, "{}", out.stderr);
+        assert!(
+            out.stdout
+                .starts_with("PodMigrationJob move-web: Running (FailedEvict)"),
+            "{}",
+            out.stdout
+        );
+        assert!(
+            out.stdout
+                .contains("Waiting for: the eviction to be allowed"),
+            "{}",
+            out.stdout
+        );
+        assert!(
+            out.stdout.contains("disruption budget web"),
+            "{}",
+            out.stdout
+        );
+
+        let out = explain(
+            "podmigrationjob/move-web",
+            &scenario("unplaceable-fails.yaml"),
+        );
+        assert_eq!(out.code, 0, "{}", out.stderr);
+        assert!(
+            out.stdout.contains("Failed (Unschedulable)"),
+            "{}",
+            out.stdout
+        );
+        assert!(out.stdout.contains("Ended"), "{}", out.stdout);
+
+        let out = explain("pmj/nope", waiting);
+        assert_eq!(out.code, 2);
+        assert!(
+            out.stderr.contains("podmigrationjob \"nope\" not found"),
+            "{}",
+            out.stderr
+        );
+    }
+}
