@@ -505,9 +505,9 @@ fn summary(items: &[Value]) -> BTreeMap<String, Value> {
             }
             "PersistentVolume" => {
                 let claim = &o["spec"]["claimRef"];
-                let claim = claim["name"].as_str().map(|c| {
-                    format!("{}/{c}", claim["namespace"].as_str().unwrap_or("default"))
-                });
+                let claim = claim["name"]
+                    .as_str()
+                    .map(|c| format!("{}/{c}", claim["namespace"].as_str().unwrap_or("default")));
                 let key = match (&claim, name.starts_with("pvc-")) {
                     (Some(c), true) => format!("PersistentVolume provisioned for {c}"),
                     _ => format!("PersistentVolume {name}"),
@@ -761,7 +761,11 @@ fn scenarios_give_the_same_outcome_through_both_drivers() {
         })
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
-        .filter(|p| filter.as_deref().is_none_or(|f| p.display().to_string().contains(f)))
+        .filter(|p| {
+            filter
+                .as_deref()
+                .is_none_or(|f| p.display().to_string().contains(f))
+        })
         .collect();
     files.sort();
     let mut ran = Vec::new();
