@@ -1,14 +1,18 @@
 //! kube-controller-manager's command line for a test cluster.
 
 /// The controllers [`crate::Options::controller_manager`] runs: the PersistentVolume
-/// controller (binding claims and volumes), the workload controllers that create pods
-/// (ReplicaSet, Deployment, StatefulSet), the garbage collector (owners deleted, dependants
-/// follow), and DRA's ResourceClaim controller and the ephemeral-volume controller (claims a
-/// pod's template asks for). No node lifecycle, namespace, ServiceAccount or attach/detach
+/// controller (binding claims and volumes) and the protection controllers that lift the
+/// finalizers the API server's StorageObjectInUseProtection admission puts on every claim and
+/// volume (without them a deleted claim never goes); the workload controllers that create
+/// pods (ReplicaSet, Deployment, StatefulSet); the garbage collector (owners deleted,
+/// dependants follow); DRA's ResourceClaim controller and the ephemeral-volume controller
+/// (claims a pod's template asks for). No node lifecycle, namespace, ServiceAccount or attach/detach
 /// controller: nothing in a test cluster would feed them (no kubelet), or they would
 /// change what tests create behind their back.
 pub const CONTROLLERS: &[&str] = &[
     "persistentvolume-binder-controller",
+    "persistentvolumeclaim-protection-controller",
+    "persistentvolume-protection-controller",
     "replicaset-controller",
     "deployment-controller",
     "statefulset-controller",
