@@ -1,20 +1,26 @@
 //! berth against the real kube-scheduler 1.35.4 (built by tools/build.sh): the same generated
-//! clusters (tainted and untainted nodes; pods with pod-level resources, container requests,
-//! tolerations) are scheduled by kube-scheduler in one test cluster and by `berth run`, with
-//! only kube-scheduler's plugins in its profile, in another. The set of pods each leaves
-//! unschedulable and every unschedulable message must be identical.
+//! clusters (tainted and untainted nodes in two zones; pods with pod-level resources, container
+//! requests, tolerations, and claims: bound to a local volume pinned to one node, of a
+//! WaitForFirstConsumer class that provisions only in one zone, of an Immediate class with no
+//! volume, or missing) are scheduled by kube-scheduler in one test cluster and by `berth run`,
+//! with only kube-scheduler's plugins in its profile, in another. Both clusters run
+//! kube-controller-manager's PersistentVolume controller and a played external provisioner.
+//! The set of pods each leaves unschedulable and every unschedulable message must be
+//! identical.
 //!
 //! The clusters are generated so that whether a pod fits never depends on where the others
 //! went (the pods that fit ask for little, the others for more than any node they tolerate
-//! has): placements may differ among equal-score nodes, outcomes may not.
+//! has; every claim is the pod's own): placements may differ among equal-score nodes,
+//! outcomes may not.
 
 use std::collections::BTreeMap;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use berth_kube::{RunOptions, Settings};
-use berth_testcluster::TestCluster;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use berth_testcluster::{Options, Provisioner, TestCluster};
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::{Api, ListParams, PostParams};
 use serde_json::{json, Value};
 
@@ -37,10 +43,56 @@ impl Gen {
     }
 }
 
-/// One generated cluster: nodes and pods as API objects.
+/// One generated cluster: nodes, storage (classes, volumes, claims) and pods as API objects.
 struct Generated {
     nodes: Vec<Value>,
+    classes: Vec<Value>,
+    volumes: Vec<Value>,
+    claims: Vec<Value>,
     pods: Vec<Value>,
+}
+
+/// The classes every generated cluster has: static local volumes; a provisioner that
+/// provisions only in zone-a once the pod's node is chosen; a static class that binds at once.
+fn classes() -> Vec<Value> {
+    let class = |name: &str, provisioner: &str, mode: &str| {
+        json!({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+            "metadata": {"name": name}, "provisioner": provisioner, "volumeBindingMode": mode})
+    };
+    let mut zonal = class("zonal", "zonal.csi.example.com", "WaitForFirstConsumer");
+    zonal["allowedTopologies"] = json!([{"matchLabelExpressions": [
+        {"key": "topology.kubernetes.io/zone", "values": ["zone-a"]}]}]);
+    vec![
+        class(
+            "local",
+            "kubernetes.io/no-provisioner",
+            "WaitForFirstConsumer",
+        ),
+        zonal,
+        class("manual", "kubernetes.io/no-provisioner", "Immediate"),
+    ]
+}
+
+fn claim(name: &str, class: &str, volume: Option<&str>) -> Value {
+    let mut c = json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": {"storageClassName": class, "accessModes": ["ReadWriteOnce"],
+                 "resources": {"requests": {"storage": "1Gi"}}}});
+    if let Some(v) = volume {
+        c["spec"]["volumeName"] = json!(v);
+    }
+    c
+}
+
+/// A local volume on `node`, pre-bound to claim `claim`.
+fn local_volume(name: &str, node: &str, claim: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "PersistentVolume",
+        "metadata": {"name": name},
+        "spec": {"storageClassName": "local", "capacity": {"storage": "10Gi"},
+            "accessModes": ["ReadWriteOnce"], "local": {"path": format!("/mnt/{name}")},
+            "claimRef": {"namespace": NAMESPACE, "name": claim},
+            "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                {"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}]}]}}}})
 }
 
 const TAINTS: [&str; 2] = ["gpu", "infra"];
@@ -58,9 +110,11 @@ fn generate(seed: u64) -> Generated {
             spec["taints"] = json!([{"key": "dedicated", "value": t, "effect": "NoSchedule"}]);
         }
         let res = json!({"cpu": "4", "memory": "8Gi", "pods": "110"});
+        let zone = if g.below(2) == 0 { "zone-a" } else { "zone-b" };
         nodes.push(json!({
             "apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name,
+                "topology.kubernetes.io/zone": zone}},
             "spec": spec,
             "status": {"capacity": res, "allocatable": res,
                 "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
@@ -68,7 +122,7 @@ fn generate(seed: u64) -> Generated {
                     "lastTransitionTime": "2024-01-01T00:00:00Z"}]},
         }));
     }
-    let mut pods = Vec::new();
+    let (mut pods, mut volumes, mut claims) = (Vec::new(), Vec::new(), Vec::new());
     for i in 0..(8 + g.below(8) as usize) {
         let mut spec = json!({"containers": [{"name": "a", "image": "app"}]});
         // Pods that fit ask for at most 200m and 128Mi in all (at most 16 such pods: one
@@ -106,13 +160,45 @@ fn generate(seed: u64) -> Generated {
             1 => spec["tolerations"] = json!([{"key": "dedicated", "operator": "Exists"}]),
             _ => {}
         }
+        let pod = format!("pod-{i:02}");
+        let claim_name = format!("data-{pod}");
+        let uses = match g.below(7) {
+            0 => {
+                let volume = format!("local-{pod}");
+                let node = format!("node-{}", g.below(n_nodes as u64));
+                volumes.push(local_volume(&volume, &node, &claim_name));
+                claims.push(claim(&claim_name, "local", Some(&volume)));
+                true
+            }
+            1 => {
+                claims.push(claim(&claim_name, "zonal", None));
+                true
+            }
+            2 => {
+                claims.push(claim(&claim_name, "manual", None));
+                true
+            }
+            // A claim nobody created.
+            3 => true,
+            _ => false,
+        };
+        if uses {
+            spec["volumes"] =
+                json!([{"name": "data", "persistentVolumeClaim": {"claimName": claim_name}}]);
+        }
         pods.push(json!({
             "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": format!("pod-{i:02}"), "namespace": NAMESPACE},
+            "metadata": {"name": pod, "namespace": NAMESPACE},
             "spec": spec,
         }));
     }
-    Generated { nodes, pods }
+    Generated {
+        nodes,
+        classes: classes(),
+        volumes,
+        claims,
+        pods,
+    }
 }
 
 /// Per pod: `Ok(())` when bound, `Err(message)` when its PodScheduled condition is False.
@@ -126,6 +212,52 @@ async fn create_all(cluster: &TestCluster, gen: &Generated) {
     for n in &gen.nodes {
         let node: Node = serde_json::from_value(n.clone()).expect("node");
         cluster.create_node_with(node).await.expect("create node");
+    }
+    let classes: Api<StorageClass> = Api::all(cluster.client());
+    for c in &gen.classes {
+        let c: StorageClass = serde_json::from_value(c.clone()).expect("class");
+        classes
+            .create(&PostParams::default(), &c)
+            .await
+            .expect("class");
+    }
+    let volumes: Api<PersistentVolume> = Api::all(cluster.client());
+    for v in &gen.volumes {
+        let v: PersistentVolume = serde_json::from_value(v.clone()).expect("volume");
+        volumes
+            .create(&PostParams::default(), &v)
+            .await
+            .expect("volume");
+    }
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(cluster.client(), NAMESPACE);
+    for c in &gen.claims {
+        let c: PersistentVolumeClaim = serde_json::from_value(c.clone()).expect("claim");
+        claims
+            .create(&PostParams::default(), &c)
+            .await
+            .expect("claim");
+    }
+    // The pre-bound claims bound by the PV controller before any pod exists, so that no
+    // scheduler sees them half-bound (the message would depend on the moment).
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let list = claims.list(&ListParams::default()).await.expect("claims");
+        let pending = list.items.iter().any(|c| {
+            c.spec
+                .as_ref()
+                .and_then(|s| s.volume_name.as_ref())
+                .is_some()
+                && c.status.as_ref().and_then(|s| s.phase.as_deref()) != Some("Bound")
+        });
+        if !pending {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the pre-bound claims were never bound\n{}",
+            cluster.log_tails(40)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let api: Api<Pod> = Api::namespaced(cluster.client(), NAMESPACE);
     for p in &gen.pods {
@@ -191,8 +323,20 @@ impl Drop for Reaped {
     }
 }
 
+/// A cluster with the PersistentVolume controller (and the protection controllers, which
+/// lift the finalizers admission puts on claims and volumes).
+fn start_cluster() -> TestCluster {
+    TestCluster::start_with(Options::new().controller_manager_with(&[
+        "persistentvolume-binder-controller",
+        "persistentvolumeclaim-protection-controller",
+        "persistentvolume-protection-controller",
+    ]))
+    .unwrap_or_else(|e| panic!("{e}"))
+}
+
 async fn with_kube_scheduler(gen: &Generated) -> Outcome {
-    let cluster = TestCluster::start().unwrap_or_else(|e| panic!("{e}"));
+    let cluster = start_cluster();
+    let _provisioner = Provisioner::start(cluster.client());
     let log = std::fs::File::create(cluster.dir().join("kube-scheduler.log")).expect("log");
     let config = cluster.dir().join("kube-scheduler-config.yaml");
     std::fs::write(
@@ -255,7 +399,8 @@ profiles:
 ";
 
 async fn with_berth(gen: &Generated) -> Outcome {
-    let cluster = TestCluster::start().unwrap_or_else(|e| panic!("{e}"));
+    let cluster = start_cluster();
+    let _provisioner = Provisioner::start(cluster.client());
     let file = cluster.dir().join("berth-config.yaml");
     std::fs::write(&file, BERTH_CONFIG).expect("config");
     let mut settings = Settings::load(&file.display().to_string()).expect("settings");
@@ -286,7 +431,9 @@ fn kube_scheduler_and_berth_leave_the_same_pods_unschedulable_with_the_same_mess
         .ok()
         .map(|s| s.split(',').filter_map(|x| x.trim().parse().ok()).collect())
         .unwrap_or_else(|| vec![1, 2, 3]);
-    for seed in seeds {
+    let mut messages = Vec::new();
+    for seed in &seeds {
+        let seed = *seed;
         let gen = generate(seed);
         let (kube, berth) = runtime.block_on(async {
             let kube = with_kube_scheduler(&gen).await;
@@ -302,5 +449,22 @@ fn kube_scheduler_and_berth_leave_the_same_pods_unschedulable_with_the_same_mess
             k, b,
             "seed {seed}: kube-scheduler (left) and berth (right) differ"
         );
+        eprintln!("seed {seed}: unschedulable {k:#?}");
+        messages.extend(k.values().map(|m| m.to_string()));
+    }
+    // The default seeds reach every volume reason the generator can produce (a change to
+    // the generator that loses one shows here rather than silently testing less).
+    if std::env::var("BERTH_DIFF_SEEDS").is_err() {
+        for reason in [
+            "node(s) didn't match PersistentVolume's node affinity",
+            "node(s) didn't find available persistent volumes to bind",
+            "pod has unbound immediate PersistentVolumeClaims",
+            "persistentvolumeclaim \"data-pod-",
+        ] {
+            assert!(
+                messages.iter().any(|m| m.contains(reason)),
+                "no unschedulable message of seeds {seeds:?} says {reason:?}: {messages:#?}"
+            );
+        }
     }
 }

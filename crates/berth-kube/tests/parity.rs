@@ -1,13 +1,21 @@
-//! The same outcome through both drivers: every scenario file of the standard, reservation and
-//! NUMA sets that only creates and deletes objects (no virtual time, no simulated kubelet
-//! publishing topology) is run through `berth simulate` and through `berth run` against a real
-//! kube-apiserver and etcd, and the placements, reservation statuses and unschedulable
-//! messages must be the same.
+//! The same outcome through both drivers: every scenario file of the standard, reservation,
+//! NUMA and volume sets that only creates and deletes objects (no virtual time, no simulated
+//! kubelet publishing topology) is run through `berth simulate` and through `berth run` against
+//! a real kube-apiserver, etcd and kube-controller-manager (its PersistentVolume controller,
+//! plus the test playing each StorageClass's external provisioner, where simulate plays
+//! both), and the placements, reservation statuses and unschedulable messages must be the
+//! same.
 //!
 //! The simulator hands the core every object of a step before it schedules, in document
 //! order. The cluster run does the same: scheduling is held while a step's objects are
 //! created one by one (each waited for until the core has it), then released, and the next
-//! step waits until berth is idle (nothing in flight, every bind confirmed by the watch).
+//! step waits until berth is idle (nothing in flight, every bind confirmed by the watch) and,
+//! in a file with volumes, until the PersistentVolume controller has nothing left to do.
+//!
+//! A file whose `advance` steps only let the simulated controllers act and back-offs expire
+//! says so with a `# parity: advance waits for controllers` line; in the cluster such a step
+//! waits as every step does (real time passes). Any other `advance` is virtual time the
+//! cluster cannot reproduce: the file is skipped.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -15,10 +23,11 @@ use std::time::Duration;
 
 use berth_core::object::{Kind, ObjectKey};
 use berth_kube::{RunOptions, Settings};
-use berth_testcluster::TestCluster;
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use berth_testcluster::{Options, Provisioner, TestCluster};
+use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::{
-    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, PostParams,
+    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch,
+    PatchParams, PostParams,
 };
 use kube::Client;
 use serde_json::{json, Value};
@@ -32,7 +41,20 @@ const SETS: &[&str] = &[
     "preemption",
     "node-reservation",
     "cpuset",
+    "volumes",
 ];
+
+/// The controllers the cluster runs: the PersistentVolume controller (binding, and handing
+/// claims to their provisioners) and the protection controllers that lift the finalizers the
+/// API server's StorageObjectInUseProtection admission puts on every claim and volume.
+const CONTROLLERS: &[&str] = &[
+    "persistentvolume-binder-controller",
+    "persistentvolumeclaim-protection-controller",
+    "persistentvolume-protection-controller",
+];
+
+/// The marker of a file whose `advance` steps only wait (see the module documentation).
+const ADVANCE_WAITS: &str = "# parity: advance waits for controllers";
 
 fn scenarios_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/scenarios")
@@ -46,6 +68,8 @@ struct Case {
     initial: Vec<Value>,
     /// Steps: objects to apply, then keys to delete.
     steps: Vec<(Vec<Value>, Vec<Value>)>,
+    /// It has volumes: steps also wait for the PersistentVolume controller.
+    volumes: bool,
 }
 
 /// Why a file is not run through both drivers.
@@ -58,6 +82,7 @@ fn read_case(path: &Path) -> Result<Case, String> {
     if text.lines().any(|l| l.starts_with("# expect-exit:")) {
         return Err("bad input".into());
     }
+    let advance_waits = text.lines().any(|l| l.trim() == ADVANCE_WAITS);
     // The API server's priority admission refuses a pod spec's own `priority` (it comes
     // from a PriorityClass there); the simulator takes it as written.
     if text.contains("{priority: ") || text.contains(", priority: ") {
@@ -82,7 +107,7 @@ fn read_case(path: &Path) -> Result<Case, String> {
                 return Err("simulated node agent".into());
             }
             for step in v["spec"]["steps"].as_array().cloned().unwrap_or_default() {
-                if step.get("advance").is_some() {
+                if step.get("advance").is_some() && !advance_waits {
                     return Err("virtual time".into());
                 }
                 let apply = step["apply"].as_array().cloned().unwrap_or_default();
@@ -109,11 +134,16 @@ fn read_case(path: &Path) -> Result<Case, String> {
     // The simulator resolves priorityClassName against every PriorityClass of the input, as
     // admission resolves it against those already created: create them first.
     initial.sort_by_key(|o| o["kind"] != "PriorityClass");
+    let volumes = initial
+        .iter()
+        .chain(steps.iter().flat_map(|(a, _)| a))
+        .any(|o| o["kind"] == "PersistentVolumeClaim" || o["kind"] == "PersistentVolume");
     Ok(Case {
         path: path.to_path_buf(),
         config,
         initial,
         steps,
+        volumes,
     })
 }
 
@@ -126,7 +156,7 @@ fn resource(obj: &Value) -> (ApiResource, bool) {
     };
     let namespaced = matches!(
         kind,
-        "Pod" | "PersistentVolumeClaim" | "PodDisruptionBudget" | "Event"
+        "Pod" | "PersistentVolumeClaim" | "PodDisruptionBudget" | "Event" | "CSIStorageCapacity"
     );
     (
         ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, kind)),
@@ -286,7 +316,7 @@ fn api_version_of(kind: &str) -> &'static str {
     match kind {
         "Reservation" => "scheduling.koordinator.sh/v1alpha1",
         "NodeResourceTopology" => "topology.node.k8s.io/v1alpha2",
-        "CSINode" => "storage.k8s.io/v1",
+        "CSINode" | "StorageClass" | "CSIDriver" | "CSIStorageCapacity" => "storage.k8s.io/v1",
         "PriorityClass" => "scheduling.k8s.io/v1",
         "PodDisruptionBudget" => "policy/v1",
         "Event" => "events.k8s.io/v1",
@@ -303,57 +333,85 @@ const REFUSALS: [&str; 4] = [
     "InvalidCPUTopology",
 ];
 
+/// Every object of `kind` (in every namespace, for a namespaced kind).
+async fn list_all(client: &Client, kind: &str) -> Vec<DynamicObject> {
+    let (ar, _) = resource(&json!({"apiVersion": api_version_of(kind), "kind": kind}));
+    Api::<DynamicObject>::all_with(client.clone(), &ar)
+        .list(&ListParams::default())
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default()
+}
+
+/// The API for `o`, an object of `kind` as listed.
+fn api_for(client: &Client, kind: &str, o: &DynamicObject) -> Api<DynamicObject> {
+    let (ar, namespaced) = resource(&json!({"apiVersion": api_version_of(kind), "kind": kind}));
+    match (namespaced, o.metadata.namespace.as_deref()) {
+        (true, Some(ns)) => Api::namespaced_with(client.clone(), ns, &ar),
+        _ => Api::all_with(client.clone(), &ar),
+    }
+}
+
 /// Removes everything a scenario may have created.
 async fn clean(client: &Client) {
     let dp = DeleteParams::default().grace_period(0);
-    let lp = ListParams::default();
     for kind in [
         "Reservation",
         "NodeResourceTopology",
         "Node",
         "CSINode",
         "PriorityClass",
+        "StorageClass",
+        "CSIDriver",
+        "Pod",
+        "PodDisruptionBudget",
+        "Event",
+        "CSIStorageCapacity",
+        "PersistentVolumeClaim",
+        "PersistentVolume",
     ] {
-        let (ar, _) = resource(&json!({"apiVersion": api_version_of(kind), "kind": kind}));
-        let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
-        for o in api.list(&lp).await.map(|l| l.items).unwrap_or_default() {
-            let name = o.metadata.name.unwrap_or_default();
+        for o in list_all(client, kind).await {
+            let name = o.metadata.name.clone().unwrap_or_default();
+            let ns = o.metadata.namespace.clone().unwrap_or_default();
             if kind == "PriorityClass" && name.starts_with("system-") {
                 continue;
             }
-            let _ = api.delete(&name, &dp).await;
-        }
-    }
-    for kind in [
-        "Pod",
-        "PersistentVolumeClaim",
-        "PodDisruptionBudget",
-        "Event",
-    ] {
-        let (ar, _) = resource(&json!({"apiVersion": api_version_of(kind), "kind": kind}));
-        let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
-        for o in api.list(&lp).await.map(|l| l.items).unwrap_or_default() {
-            let ns = o.metadata.namespace.clone().unwrap_or_default();
-            if ns.starts_with("kube-") {
+            // The system's own objects; scenarios put CSIStorageCapacity in kube-system.
+            if ns.starts_with("kube-") && kind != "CSIStorageCapacity" {
                 continue;
             }
-            let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &ar);
-            let _ = api.delete(&o.metadata.name.unwrap_or_default(), &dp).await;
+            let _ = api_for(client, kind, &o).delete(&name, &dp).await;
         }
     }
-    // Deletions are immediate (grace 0, no finalizers); wait until the lists say so.
-    for _ in 0..100 {
-        let pods = Api::<Pod>::all(client.clone())
-            .list(&lp)
-            .await
-            .map(|l| l.items.len())
-            .unwrap_or(1);
-        let nodes = Api::<Node>::all(client.clone())
-            .list(&lp)
-            .await
-            .map(|l| l.items.len())
-            .unwrap_or(1);
-        if pods == 0 && nodes == 0 {
+    // Deletions are immediate (grace 0), but for the protection finalizers the API server
+    // puts on claims and volumes: their controllers lift them once nothing uses them. Wait
+    // until the lists say everything is gone; lift what is left after a while ourselves
+    // (a volume the PV controller keeps `Released`).
+    for round in 0..200 {
+        let mut left = 0;
+        for kind in ["Pod", "Node", "PersistentVolumeClaim", "PersistentVolume"] {
+            let items: Vec<DynamicObject> = list_all(client, kind)
+                .await
+                .into_iter()
+                .filter(|o| {
+                    !o.metadata
+                        .namespace
+                        .as_deref()
+                        .is_some_and(|n| n.starts_with("kube-"))
+                })
+                .collect();
+            left += items.len();
+            if round >= 40 {
+                for o in &items {
+                    let name = o.metadata.name.clone().unwrap_or_default();
+                    let patch = json!({"metadata": {"finalizers": null}});
+                    let _ = api_for(client, kind, o)
+                        .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                        .await;
+                }
+            }
+        }
+        if left == 0 {
             return;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -424,6 +482,42 @@ fn summary(items: &[Value]) -> BTreeMap<String, Value> {
                     }),
                 );
             }
+            // What VolumeBinding's PreBind and the controllers leave behind: the claim's
+            // volume and chosen node, the volume's claim. A provisioned volume is named for
+            // its claim's UID, which differs between the drivers: named for the claim here.
+            "PersistentVolumeClaim" => {
+                let ns = meta["namespace"].as_str().unwrap_or("default");
+                let volume = o["spec"]["volumeName"].as_str().map(|v| {
+                    if v.starts_with("pvc-") {
+                        format!("provisioned for {ns}/{name}")
+                    } else {
+                        v.to_string()
+                    }
+                });
+                out.insert(
+                    format!("PersistentVolumeClaim {ns}/{name}"),
+                    json!({
+                        "phase": o["status"]["phase"],
+                        "volume": volume,
+                        "selectedNode": meta["annotations"]["volume.kubernetes.io/selected-node"],
+                    }),
+                );
+            }
+            "PersistentVolume" => {
+                let claim = &o["spec"]["claimRef"];
+                let claim = claim["name"]
+                    .as_str()
+                    .map(|c| format!("{}/{c}", claim["namespace"].as_str().unwrap_or("default")));
+                let key = match (&claim, name.starts_with("pvc-")) {
+                    (Some(c), true) => format!("PersistentVolume provisioned for {c}"),
+                    _ => format!("PersistentVolume {name}"),
+                };
+                let hosts = o["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"].clone();
+                out.insert(
+                    key,
+                    json!({"phase": o["status"]["phase"], "claim": claim, "nodeAffinity": hosts}),
+                );
+            }
             // `v1` Events from simulate, `events.k8s.io/v1` from the cluster.
             "Event" => {
                 let reason = o["reason"].as_str().unwrap_or("");
@@ -459,7 +553,13 @@ fn summary(items: &[Value]) -> BTreeMap<String, Value> {
 async fn cluster_items(client: &Client) -> Vec<Value> {
     let lp = ListParams::default();
     let mut items = Vec::new();
-    for kind in ["Pod", "Reservation", "Event"] {
+    for kind in [
+        "Pod",
+        "Reservation",
+        "Event",
+        "PersistentVolumeClaim",
+        "PersistentVolume",
+    ] {
         let (ar, _) = resource(&json!({"apiVersion": api_version_of(kind), "kind": kind}));
         let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
         for mut o in api.list(&lp).await.expect("list").items {
@@ -519,6 +619,45 @@ async fn settle(handle: &mut berth_kube::Handle) {
     }
 }
 
+/// The resource versions of every claim and volume: what the PersistentVolume controller,
+/// the provisioner and berth's PreBind change.
+async fn volume_versions(client: &Client) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for kind in ["PersistentVolumeClaim", "PersistentVolume"] {
+        for o in list_all(client, kind).await {
+            out.push((
+                format!(
+                    "{kind} {}/{}",
+                    o.metadata.namespace.unwrap_or_default(),
+                    o.metadata.name.unwrap_or_default()
+                ),
+                o.metadata.resource_version.unwrap_or_default(),
+            ));
+        }
+    }
+    out.sort();
+    out
+}
+
+/// [`settle`], and with volumes, until no claim or volume has changed for longer than the
+/// PersistentVolume controller's resync (1 s): a claim it binds on its next round brings a
+/// pod back to berth.
+async fn settle_step(client: &Client, handle: &mut berth_kube::Handle, volumes: bool) {
+    settle(handle).await;
+    if !volumes {
+        return;
+    }
+    for _ in 0..60 {
+        let before = volume_versions(client).await;
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        settle(handle).await;
+        if volume_versions(client).await == before {
+            return;
+        }
+    }
+    panic!("the claims and volumes never stopped changing");
+}
+
 async fn run_in_cluster(cluster: &TestCluster, case: &Case) -> Vec<Value> {
     let client = cluster.client();
     clean(&client).await;
@@ -537,6 +676,8 @@ async fn run_in_cluster(cluster: &TestCluster, case: &Case) -> Vec<Value> {
         }
     };
     let kubelet = tokio::spawn(finish_deletions(client.clone()));
+    // Each StorageClass's external provisioner, as simulate plays it.
+    let provisioner = Provisioner::start(client.clone());
     // A file whose objects carry a status describes what a restarted scheduler finds: the
     // objects exist before berth starts. Otherwise berth watches while they are created, one
     // by one in document order, as the simulator hands them to the core.
@@ -569,7 +710,7 @@ async fn run_in_cluster(cluster: &TestCluster, case: &Case) -> Vec<Value> {
         }
     }
     handle.hold(false);
-    settle(&mut handle).await;
+    settle_step(&client, &mut handle, case.volumes).await;
     for (objects, deletes) in &case.steps {
         handle.hold(true);
         for obj in objects {
@@ -589,22 +730,28 @@ async fn run_in_cluster(cluster: &TestCluster, case: &Case) -> Vec<Value> {
             wait_seen(&handle, &key, None).await;
         }
         handle.hold(false);
-        settle(&mut handle).await;
+        settle_step(&client, &mut handle, case.volumes).await;
     }
     let items = cluster_items(&client).await;
     handle.stop().await.expect("stop");
     kubelet.abort();
+    drop(provisioner);
     items
 }
 
 #[test]
 fn scenarios_give_the_same_outcome_through_both_drivers() {
-    let cluster = TestCluster::start().unwrap_or_else(|e| panic!("{e}"));
+    let cluster = TestCluster::start_with(Options::new().controller_manager_with(CONTROLLERS))
+        .unwrap_or_else(|e| panic!("{e}"));
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .expect("runtime");
+    // To rerun some files while working on them: the files whose paths contain this.
+    let filter = std::env::var("BERTH_PARITY_FILTER")
+        .ok()
+        .filter(|f| !f.is_empty());
     let mut files: Vec<PathBuf> = SETS
         .iter()
         .flat_map(|set| {
@@ -614,6 +761,11 @@ fn scenarios_give_the_same_outcome_through_both_drivers() {
         })
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+        .filter(|p| {
+            filter
+                .as_deref()
+                .is_none_or(|f| p.display().to_string().contains(f))
+        })
         .collect();
     files.sort();
     let mut ran = Vec::new();
@@ -669,7 +821,7 @@ fn scenarios_give_the_same_outcome_through_both_drivers() {
         eprintln!("  skipped {s}");
     }
     assert!(
-        ran.len() >= 20,
+        filter.is_some() || ran.len() >= 20,
         "too few scenario files ran through both drivers: {ran:?}"
     );
     assert!(

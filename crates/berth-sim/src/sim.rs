@@ -413,6 +413,16 @@ impl Simulation {
             (Object::Node(n), Some(Object::Node(old))) if n.status.is_none() => {
                 Arc::make_mut(n).status = old.status.clone();
             }
+            // The API server's defaulting: a claim is `Pending` until the PV controller
+            // binds it.
+            (Object::PersistentVolumeClaim(c), _)
+                if c.status.as_ref().and_then(|s| s.phase.as_ref()).is_none() =>
+            {
+                Arc::make_mut(c)
+                    .status
+                    .get_or_insert_with(Default::default)
+                    .phase = Some("Pending".into());
+            }
             _ => {}
         }
         if let Object::Node(n) = &mut obj {

@@ -11,9 +11,10 @@ use std::sync::Mutex;
 use crate::Error;
 
 /// The binaries a test cluster runs or hands out (helm for the chart's tests).
-pub(crate) const BINARIES: [&str; 5] = [
+pub(crate) const BINARIES: [&str; 6] = [
     "etcd",
     "kube-apiserver",
+    "kube-controller-manager",
     "kubectl",
     "kube-scheduler",
     "helm",

@@ -1,5 +1,6 @@
-//! A real Kubernetes control plane for berth's tests: etcd and kube-apiserver, built from
-//! their Go modules by `tools/build.sh`, started on free loopback ports.
+//! A real Kubernetes control plane for berth's tests: etcd and kube-apiserver, and on request
+//! kube-controller-manager, built from their Go modules by `tools/build.sh`, started on free
+//! loopback ports.
 //!
 //! Dev-only (`publish = false`): berth-kube's and berth's integration tests use it to run
 //! the adapter against the API server it will meet in production, with real validation,
@@ -19,13 +20,16 @@
 //!
 //! # What runs, and what does not
 //!
-//! Only etcd and kube-apiserver: no kubelet, no controller-manager, no scheduler. So:
+//! etcd and kube-apiserver; kube-controller-manager only when a test asks for it
+//! ([`Options::controller_manager`], with the controllers it names); no kubelet, no
+//! scheduler. So:
 //! - nodes are created with their status (capacity, allocatable, `Ready=True`) by
 //!   [`TestCluster::create_node`], and nothing ever changes it behind the test's back;
 //! - a bound pod deleted with a grace period would stay `Terminating` forever (no kubelet
 //!   confirms), so delete with grace 0: [`TestCluster::delete_pod_now`];
-//! - there is no namespace controller (a deleted namespace never goes away) and no garbage
-//!   collector: give every test a fresh namespace ([`TestCluster::unique_namespace`]);
+//! - there is no namespace controller (a deleted namespace never goes away), and no garbage
+//!   collector unless the test runs kube-controller-manager with it: give every test a fresh
+//!   namespace ([`TestCluster::unique_namespace`]);
 //! - no ServiceAccount controller: ServiceAccounts exist only when created
 //!   ([`TestCluster::service_account_token`] creates the one it needs), and the
 //!   `ServiceAccount` admission plugin is off so pods need none; `TaintNodesByCondition`
@@ -39,6 +43,27 @@
 //! helpers that talk to the API server are `async` and, like [`TestCluster::client`], must be
 //! called inside the caller's Tokio runtime: a `kube::Client` spawns its connection task on
 //! the runtime it is created in.
+//!
+//! # kube-controller-manager
+//!
+//! [`Options::controller_manager`] starts the real kube-controller-manager (same release as
+//! the API server) with [`CONTROLLERS`]: the PersistentVolume controller binds claims and
+//! volumes as in a real cluster (no provisioner runs: a test that needs dynamic provisioning
+//! creates the volume itself once the claim names its node), and the workload controllers
+//! (ReplicaSet, Deployment, StatefulSet), the garbage collector, and the ResourceClaim and
+//! ephemeral-volume controllers create and remove what they own.
+//! [`Options::controller_manager_with`] names other controllers. It runs with the admin
+//! credentials and without leader election; `start` waits for its `/healthz`.
+//! [`Provisioner`] plays the external provisioner of every StorageClass.
+//!
+//! ```no_run
+//! # fn demo() -> Result<(), berth_testcluster::Error> {
+//! use berth_testcluster::{Options, TestCluster};
+//! let cluster = TestCluster::start_with(Options::new().controller_manager())?;
+//! # let _ = cluster;
+//! # Ok(())
+//! # }
+//! ```
 //!
 //! # Faults
 //!
@@ -74,17 +99,21 @@
 //!
 //! # Cleanup
 //!
-//! Dropping the cluster kills both processes and removes its directory (kept, with the log
+//! Dropping the cluster kills its processes and removes its directory (kept, with the log
 //! tails printed, when the test is panicking). The processes die with the test process in
 //! any case (`PR_SET_PDEATHSIG`); directories left by killed test processes are removed by
 //! the next start.
 
 mod bins;
 mod certs;
+mod controllers;
 mod faults;
 mod process;
+mod provisioner;
 
+pub use controllers::CONTROLLERS;
 pub use faults::{FaultProxy, FaultStats, Faults};
+pub use provisioner::{Provisioner, ANN_SELECTED_NODE, ANN_STORAGE_PROVISIONER};
 
 use std::collections::HashSet;
 use std::future::Future;
@@ -114,8 +143,9 @@ use process::Proc;
 pub enum Error {
     /// `go` is not on `PATH` and the binaries are not built yet.
     #[error(
-        "the test cluster needs etcd, kube-apiserver, kubectl and kube-scheduler, built from \
-         the Go modules in tools/ by tools/build.sh, and Go was not found on PATH.\n\
+        "the test cluster needs etcd, kube-apiserver, kube-controller-manager, kubectl and \
+         kube-scheduler, built from the Go modules in tools/ by tools/build.sh, and Go was not \
+         found on PATH.\n\
          Install Go (the version is named below; GOTOOLCHAIN=local, so the installed Go \
          must be at least that) from https://go.dev/dl/ and put `go` on PATH, or set \
          BERTH_TEST_BIN_DIR to a directory holding those binaries (and helm).\n{output}"
@@ -152,10 +182,11 @@ pub enum Error {
     /// The certificates could not be generated.
     #[error("generating the cluster's certificates: {0}")]
     Certificates(#[from] rcgen::Error),
-    /// etcd or kube-apiserver exited while the cluster was starting.
+    /// etcd, kube-apiserver or kube-controller-manager exited while the cluster was
+    /// starting.
     #[error("{name} exited ({status}) while the test cluster was starting\n{logs}")]
     Exited {
-        /// `etcd` or `kube-apiserver`.
+        /// `etcd`, `kube-apiserver` or `kube-controller-manager`.
         name: &'static str,
         /// Its exit status.
         status: ExitStatus,
@@ -229,8 +260,8 @@ fn kube_err(context: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
     move |source| Error::Kube { context, source }
 }
 
-/// The directory of the Go-built binaries (etcd, kube-apiserver, kubectl, kube-scheduler,
-/// helm), building them first with `tools/build.sh` when needed; for tests that run a tool
+/// The directory of the Go-built binaries (etcd, kube-apiserver, kube-controller-manager,
+/// kubectl, kube-scheduler, helm), building them first with `tools/build.sh` when needed; for tests that run a tool
 /// without a cluster (`helm lint`).
 pub fn bin_dir() -> Result<PathBuf, Error> {
     bins::bin_dir()
@@ -246,6 +277,9 @@ pub fn berth_crds() -> Vec<CustomResourceDefinition> {
 pub struct Options {
     crds: Vec<CustomResourceDefinition>,
     apiserver_args: Vec<String>,
+    /// kube-controller-manager's controllers; `None`: it does not run.
+    controllers: Option<Vec<String>>,
+    controller_manager_args: Vec<String>,
     start_timeout: Duration,
 }
 
@@ -254,6 +288,8 @@ impl Default for Options {
         Options {
             crds: berth_crds(),
             apiserver_args: Vec::new(),
+            controllers: None,
+            controller_manager_args: Vec::new(),
             // A cold API server takes a few seconds; a 2-core CI machine also compiling
             // other crates, with several clusters starting at once, many times that.
             start_timeout: Duration::from_secs(180),
@@ -281,19 +317,41 @@ impl Options {
         self
     }
 
+    /// Runs kube-controller-manager with [`CONTROLLERS`] (see the crate documentation).
+    pub fn controller_manager(self) -> Self {
+        self.controller_manager_with(CONTROLLERS)
+    }
+
+    /// Runs kube-controller-manager with these controllers (its `--controllers` names, e.g.
+    /// `persistentvolume-binder-controller`), and only these.
+    pub fn controller_manager_with(mut self, controllers: &[&str]) -> Self {
+        self.controllers = Some(controllers.iter().map(|c| c.to_string()).collect());
+        self
+    }
+
+    /// One more kube-controller-manager flag (after the standard ones, so a repeated flag
+    /// overrides). Only used when it runs.
+    pub fn controller_manager_arg(mut self, arg: impl Into<String>) -> Self {
+        self.controller_manager_args.push(arg.into());
+        self
+    }
+
     /// How long `start` may take from launching the processes to the CRDs being
-    /// established (default 180 s).
+    /// established and kube-controller-manager healthy (default 180 s).
     pub fn start_timeout(mut self, timeout: Duration) -> Self {
         self.start_timeout = timeout;
         self
     }
 }
 
-/// A running etcd + kube-apiserver. Everything is torn down on drop.
+/// A running etcd + kube-apiserver (+ kube-controller-manager). Everything is torn down on
+/// drop.
 pub struct TestCluster {
     dir: PathBuf,
     bin_dir: PathBuf,
-    ports: [u16; 3],
+    /// etcd client, etcd peer, kube-apiserver, kube-controller-manager (reserved whether or
+    /// not it runs).
+    ports: [u16; 4],
     server_url: String,
     admin_token: String,
     ca_pem: String,
@@ -331,6 +389,7 @@ static SHARED: Mutex<Option<&'static TestCluster>> = Mutex::new(None);
 const ADMIN_USER: &str = "berth-test-admin";
 const ETCD: &str = "etcd";
 const APISERVER: &str = "kube-apiserver";
+const CONTROLLER_MANAGER: &str = "kube-controller-manager";
 /// Log lines shown in errors.
 const TAIL_LINES: usize = 30;
 
@@ -370,7 +429,7 @@ impl TestCluster {
             config: kube::Config::new(http::Uri::from_static("https://127.0.0.1")),
             dir,
             bin_dir,
-            ports: [0; 3],
+            ports: [0; 4],
             server_url,
             admin_token,
             ca_pem: pki.ca_pem,
@@ -439,9 +498,10 @@ impl TestCluster {
         Ok(cluster)
     }
 
-    /// Starts etcd and kube-apiserver and waits for readiness and the CRDs.
+    /// Starts etcd and kube-apiserver and waits for readiness and the CRDs, then
+    /// kube-controller-manager if asked for, and waits for its health.
     fn launch(&mut self, options: &Options) -> Result<(), Error> {
-        let [etcd_client, etcd_peer, secure] = self.ports;
+        let [etcd_client, etcd_peer, secure, _] = self.ports;
         let data = self.dir.join("etcd-data");
         let _ = std::fs::remove_dir_all(&data);
         let etcd_args = vec![
@@ -508,8 +568,66 @@ impl TestCluster {
             for crd in &options.crds {
                 this.install_crd(&client, crd, deadline).await?;
             }
+            if let Some(controllers) = &options.controllers {
+                this.start_controller_manager(controllers, options, deadline)
+                    .await?;
+            }
             Ok(())
         })?
+    }
+
+    /// Launches kube-controller-manager and waits until its `/healthz` answers.
+    async fn start_controller_manager(
+        &self,
+        controllers: &[String],
+        options: &Options,
+        deadline: Instant,
+    ) -> Result<(), Error> {
+        let d = |name: &str| path_str(&self.dir.join(name));
+        let mut args = controllers::args(
+            &controllers::Files {
+                kubeconfig: path_str(&self.kubeconfig)?,
+                cert: d("apiserver.crt")?,
+                key: d("apiserver.key")?,
+                cert_dir: d("kcm-certdir")?,
+            },
+            self.ports[3],
+            controllers,
+        );
+        args.extend(options.controller_manager_args.iter().cloned());
+        let kcm = Proc::start(
+            CONTROLLER_MANAGER,
+            &self.bin_dir.join(CONTROLLER_MANAGER),
+            &args,
+            &self.dir.join("kube-controller-manager.log"),
+        )
+        .map_err(io_err("starting kube-controller-manager"))?;
+        self.procs_mut().push(kcm);
+        // Served with the API server's certificate (valid for 127.0.0.1, signed by the
+        // cluster CA); the admin token passes its delegated authentication.
+        let mut config = self.config.clone();
+        config.cluster_url = format!("https://127.0.0.1:{}", self.ports[3])
+            .parse::<http::Uri>()
+            .map_err(|e| {
+                io_err("parsing the controller manager's URL")(std::io::Error::other(e))
+            })?;
+        let client = Client::try_from(config)
+            .map_err(kube_err("building the controller manager's client"))?;
+        let started = Instant::now();
+        loop {
+            self.check_alive()?;
+            let last_error = match http::Request::get("/healthz").body(Vec::new()) {
+                Ok(req) => match client.request_text(req).await {
+                    Ok(_) => return Ok(()),
+                    Err(e) => e.to_string(),
+                },
+                Err(e) => e.to_string(),
+            };
+            if Instant::now() >= deadline {
+                return Err(self.timeout("kube-controller-manager /healthz", started, last_error));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 
     fn procs_mut(&self) -> std::sync::MutexGuard<'_, Vec<Proc>> {
@@ -596,12 +714,25 @@ impl TestCluster {
         }
     }
 
-    /// The last `lines` lines of the etcd and kube-apiserver logs.
+    /// The last `lines` lines of the etcd and kube-apiserver logs (and
+    /// kube-controller-manager's, when it ran).
     pub fn log_tails(&self, lines: usize) -> String {
+        let kcm = self.dir.join("kube-controller-manager.log");
         [(ETCD, "etcd.log"), (APISERVER, "kube-apiserver.log")]
             .iter()
             .map(|(name, file)| process::tail(name, &self.dir.join(file), lines))
+            .chain(
+                kcm.exists()
+                    .then(|| process::tail(CONTROLLER_MANAGER, &kcm, lines)),
+            )
             .collect()
+    }
+
+    /// `true` while this cluster's kube-controller-manager runs.
+    pub fn controller_manager_running(&self) -> bool {
+        self.procs_mut()
+            .iter_mut()
+            .any(|p| p.name == CONTROLLER_MANAGER && p.exited().is_none())
     }
 
     /// An admin client (`system:masters`). Call inside a Tokio runtime.
@@ -670,7 +801,7 @@ impl TestCluster {
         format!("http://127.0.0.1:{}", self.ports[0])
     }
 
-    /// Where etcd, kube-apiserver, kubectl and kube-scheduler are.
+    /// Where etcd, kube-apiserver, kube-controller-manager, kubectl and kube-scheduler are.
     pub fn bin_dir(&self) -> &Path {
         &self.bin_dir
     }
@@ -958,7 +1089,7 @@ impl TestCluster {
         self.held_port.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Kills both processes, releases the ports and removes the directory, or, with
+    /// Kills the processes, releases the ports and removes the directory, or, with
     /// `keep_logs`, only the etcd data (the logs stay for a failure to be read).
     fn stop(&self, keep_logs: bool) {
         self.halt();
@@ -969,10 +1100,11 @@ impl TestCluster {
         }
     }
 
-    /// Kills both processes and releases the ports.
+    /// Kills the processes and releases the ports.
     fn halt(&self) {
         let mut procs = std::mem::take(&mut *self.procs_mut());
-        // The API server first, so it does not log a storm of etcd errors.
+        // In reverse start order (the controller manager, then the API server), so none
+        // logs a storm of errors about the one behind it.
         for p in procs.iter_mut().rev() {
             p.kill();
         }
@@ -1035,15 +1167,15 @@ fn port_clash(e: &Error) -> bool {
     matches!(e, Error::Exited { logs, .. } if logs.contains("address already in use"))
 }
 
-/// Three free loopback ports (etcd client, etcd peer, API server), distinct from those of
-/// this process's other clusters.
-fn reserve_ports() -> Result<[u16; 3], Error> {
+/// Four free loopback ports (etcd client, etcd peer, API server, controller manager),
+/// distinct from those of this process's other clusters.
+fn reserve_ports() -> Result<[u16; 4], Error> {
     let mut in_use = PORTS_IN_USE.lock().unwrap_or_else(|p| p.into_inner());
     let set = in_use.get_or_insert_with(HashSet::new);
     // Listeners held together, so the three differ; dropped before the processes bind.
     let mut listeners = Vec::new();
     let mut ports = Vec::new();
-    while ports.len() < 3 {
+    while ports.len() < 4 {
         let l = TcpListener::bind("127.0.0.1:0").map_err(io_err("finding a free port"))?;
         let port = l
             .local_addr()
@@ -1054,7 +1186,7 @@ fn reserve_ports() -> Result<[u16; 3], Error> {
         }
         listeners.push(l);
     }
-    Ok([ports[0], ports[1], ports[2]])
+    Ok([ports[0], ports[1], ports[2], ports[3]])
 }
 
 /// A socket bound to `127.0.0.1:port` without listening (see `TestCluster::held_port`);
