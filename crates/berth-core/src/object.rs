@@ -12,6 +12,7 @@ use berth_api::k8s_openapi::api::scheduling::v1::PriorityClass;
 use berth_api::k8s_openapi::api::storage::v1::{
     CSIDriver, CSINode, CSIStorageCapacity, StorageClass,
 };
+use berth_api::dra::{DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice};
 use berth_api::nrt::NodeResourceTopology;
 use berth_api::reservation::Reservation;
 
@@ -26,6 +27,8 @@ pub enum Kind {
     CsiStorageCapacity,
     /// `apps/v1` `Deployment` (the scheduler ignores it; the simulator plays its controller).
     Deployment,
+    /// `resource.k8s.io/v1` `DeviceClass`.
+    DeviceClass,
     /// `v1` `Namespace` (its labels are what `namespaceSelector` selects on).
     Namespace,
     /// `v1` `Node`.
@@ -46,6 +49,12 @@ pub enum Kind {
     ReplicaSet,
     /// `scheduling.koordinator.sh/v1alpha1` `Reservation`.
     Reservation,
+    /// `resource.k8s.io/v1` `ResourceClaim` (namespaced).
+    ResourceClaim,
+    /// `resource.k8s.io/v1` `ResourceClaimTemplate` (namespaced).
+    ResourceClaimTemplate,
+    /// `resource.k8s.io/v1` `ResourceSlice`.
+    ResourceSlice,
     /// `apps/v1` `StatefulSet` (the scheduler ignores it; the simulator plays its controller).
     StatefulSet,
     /// `storage.k8s.io/v1` `StorageClass`.
@@ -60,6 +69,7 @@ impl Kind {
             Kind::CsiNode => "CSINode",
             Kind::CsiStorageCapacity => "CSIStorageCapacity",
             Kind::Deployment => "Deployment",
+            Kind::DeviceClass => "DeviceClass",
             Kind::Namespace => "Namespace",
             Kind::Node => "Node",
             Kind::NodeResourceTopology => "NodeResourceTopology",
@@ -70,6 +80,9 @@ impl Kind {
             Kind::PriorityClass => "PriorityClass",
             Kind::ReplicaSet => "ReplicaSet",
             Kind::Reservation => "Reservation",
+            Kind::ResourceClaim => "ResourceClaim",
+            Kind::ResourceClaimTemplate => "ResourceClaimTemplate",
+            Kind::ResourceSlice => "ResourceSlice",
             Kind::StatefulSet => "StatefulSet",
             Kind::StorageClass => "StorageClass",
         }
@@ -86,17 +99,20 @@ impl Kind {
                 | Kind::Deployment
                 | Kind::ReplicaSet
                 | Kind::StatefulSet
+                | Kind::ResourceClaim
+                | Kind::ResourceClaimTemplate
         )
     }
 }
 
 impl Kind {
     /// Every kind, in order.
-    pub const ALL: [Kind; 16] = [
+    pub const ALL: [Kind; 20] = [
         Kind::CsiDriver,
         Kind::CsiNode,
         Kind::CsiStorageCapacity,
         Kind::Deployment,
+        Kind::DeviceClass,
         Kind::Namespace,
         Kind::Node,
         Kind::NodeResourceTopology,
@@ -107,6 +123,9 @@ impl Kind {
         Kind::PriorityClass,
         Kind::ReplicaSet,
         Kind::Reservation,
+        Kind::ResourceClaim,
+        Kind::ResourceClaimTemplate,
+        Kind::ResourceSlice,
         Kind::StatefulSet,
         Kind::StorageClass,
     ];
@@ -195,6 +214,14 @@ pub enum Object {
     ReplicaSet(Arc<ReplicaSet>),
     /// A StatefulSet (only the simulator's controllers read it).
     StatefulSet(Arc<StatefulSet>),
+    /// Devices a driver publishes (DRA).
+    ResourceSlice(Arc<ResourceSlice>),
+    /// A class of devices (DRA).
+    DeviceClass(Arc<DeviceClass>),
+    /// A claim for devices (DRA).
+    ResourceClaim(Arc<ResourceClaim>),
+    /// What a pod's claims are made from (DRA; only the simulator's controller reads it).
+    ResourceClaimTemplate(Arc<ResourceClaimTemplate>),
 }
 
 impl Object {
@@ -217,6 +244,10 @@ impl Object {
             Object::Deployment(_) => Kind::Deployment,
             Object::ReplicaSet(_) => Kind::ReplicaSet,
             Object::StatefulSet(_) => Kind::StatefulSet,
+            Object::ResourceSlice(_) => Kind::ResourceSlice,
+            Object::DeviceClass(_) => Kind::DeviceClass,
+            Object::ResourceClaim(_) => Kind::ResourceClaim,
+            Object::ResourceClaimTemplate(_) => Kind::ResourceClaimTemplate,
         }
     }
 
@@ -239,6 +270,10 @@ impl Object {
             Object::Deployment(o) => &o.metadata,
             Object::ReplicaSet(o) => &o.metadata,
             Object::StatefulSet(o) => &o.metadata,
+            Object::ResourceSlice(o) => &o.metadata,
+            Object::DeviceClass(o) => &o.metadata,
+            Object::ResourceClaim(o) => &o.metadata,
+            Object::ResourceClaimTemplate(o) => &o.metadata,
         }
     }
 
@@ -264,6 +299,10 @@ impl Object {
             Object::Deployment(o) => &mut Arc::make_mut(o).metadata,
             Object::ReplicaSet(o) => &mut Arc::make_mut(o).metadata,
             Object::StatefulSet(o) => &mut Arc::make_mut(o).metadata,
+            Object::ResourceSlice(o) => &mut Arc::make_mut(o).metadata,
+            Object::DeviceClass(o) => &mut Arc::make_mut(o).metadata,
+            Object::ResourceClaim(o) => &mut Arc::make_mut(o).metadata,
+            Object::ResourceClaimTemplate(o) => &mut Arc::make_mut(o).metadata,
         }
     }
 

@@ -52,6 +52,7 @@ use berth_api::validate::Rule;
 mod drp;
 mod feedback;
 mod filter_nodes;
+mod dra;
 mod volumes;
 
 use feedback::{same_name, SeenPlugins};
@@ -424,6 +425,10 @@ impl Scheduler {
             | Object::CsiNode(_)
             | Object::CsiDriver(_)
             | Object::CsiStorageCapacity(_)) => self.apply_storage(now, obj),
+            obj @ (Object::ResourceSlice(_)
+            | Object::DeviceClass(_)
+            | Object::ResourceClaim(_)
+            | Object::ResourceClaimTemplate(_)) => self.apply_dra(now, obj),
             Object::PriorityClass(pc) => {
                 let name = pc.metadata.name.clone().unwrap_or_default();
                 self.cluster.priority_classes.insert(name, pc);
@@ -688,6 +693,10 @@ impl Scheduler {
             | Kind::CsiNode
             | Kind::CsiDriver
             | Kind::CsiStorageCapacity => self.delete_storage(now, &key),
+            Kind::ResourceSlice
+            | Kind::DeviceClass
+            | Kind::ResourceClaim
+            | Kind::ResourceClaimTemplate => self.delete_dra(now, &key),
             Kind::PriorityClass => {
                 self.cluster.priority_classes.remove(&*key.name);
             }
@@ -772,6 +781,10 @@ impl Scheduler {
             Kind::StorageClass => cx.storage_classes.keys().map(|n| cluster(n)).collect(),
             Kind::CsiDriver => cx.csi_drivers.keys().map(|n| cluster(n)).collect(),
             Kind::CsiStorageCapacity => cx.csi_capacities.keys().cloned().collect(),
+            Kind::ResourceSlice | Kind::DeviceClass | Kind::ResourceClaim => {
+                dra::keys(&cx.dra, kind)
+            }
+            Kind::ResourceClaimTemplate => Vec::new(),
             Kind::Deployment | Kind::ReplicaSet | Kind::StatefulSet => Vec::new(),
         };
         keys.sort();
@@ -1607,6 +1620,8 @@ impl Scheduler {
                 node_name: node_name.as_str().into(),
                 attempts,
             };
+            // DynamicResources' PreBind: the claims' allocations are written first.
+            self.dra_prebind(&bind);
             let Some((bind, annotations)) = self.volume_prebind(now, bind, annotations) else {
                 return Ok(());
             };
