@@ -23,7 +23,7 @@ pub const API_VERSION: &str = "resource.k8s.io/v1";
 macro_rules! top_level {
     ($(#[$doc:meta])* $name:ident, $kind:literal, $default:literal, $spec:ty $(, $status:ty)?) => {
         $(#[$doc])*
-        #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+        #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
         #[serde(rename_all = "camelCase", deny_unknown_fields)]
         pub struct $name {
             /// `resource.k8s.io/v1`.
@@ -47,6 +47,18 @@ macro_rules! top_level {
         impl $name {
             /// The `kind` field's value.
             pub const KIND: &'static str = $kind;
+        }
+
+        impl Default for $name {
+            fn default() -> Self {
+                Self {
+                    api_version: API_VERSION.into(),
+                    kind: $kind.into(),
+                    metadata: ObjectMeta::default(),
+                    spec: Default::default(),
+                    $(status: None::<$status>,)?
+                }
+            }
         }
 
     };

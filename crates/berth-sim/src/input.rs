@@ -38,6 +38,7 @@ use crate::error::{Error, FieldError, InputError};
 use crate::scenario::{self, DurationText, NodeAgentConfig, Scenario, ScenarioDoc, Step};
 use crate::strict::{self, Schema};
 
+mod dra;
 mod subset;
 mod workloads;
 
@@ -602,7 +603,7 @@ enum Decoded {
 }
 
 /// The kinds berth simulate reads, as `(apiVersion, kind)`.
-const KNOWN: [(&str, &str); 19] = [
+const KNOWN: [(&str, &str); 23] = [
     ("v1", "Node"),
     ("v1", "Pod"),
     ("scheduling.koordinator.sh/v1alpha1", "Reservation"),
@@ -620,6 +621,10 @@ const KNOWN: [(&str, &str); 19] = [
     ("apps/v1", "Deployment"),
     ("apps/v1", "ReplicaSet"),
     ("apps/v1", "StatefulSet"),
+    ("resource.k8s.io/v1", "ResourceSlice"),
+    ("resource.k8s.io/v1", "DeviceClass"),
+    ("resource.k8s.io/v1", "ResourceClaim"),
+    ("resource.k8s.io/v1", "ResourceClaimTemplate"),
     ("v1", "List"),
     (scenario::API_VERSION, scenario::KIND),
 ];
@@ -821,6 +826,10 @@ impl Decoder {
                     &value
                 )?)))
             }
+            ("resource.k8s.io/v1", kind @ ("ResourceSlice" | "DeviceClass" | "ResourceClaim" | "ResourceClaimTemplate")) => {
+                normalize_meta(&mut value, matches!(kind, "ResourceClaim" | "ResourceClaimTemplate"), &mut self.generated)?;
+                Item::Object(dra::decode(kind, &value)?)
+            }
             ("scheduling.k8s.io/v1", "PriorityClass") => {
                 normalize_meta(&mut value, false, &mut self.generated)?;
                 strict::check(Schema::PriorityClass, &value)?;
@@ -1011,6 +1020,10 @@ pub fn kind_from_name(kind: &str) -> Option<Kind> {
         "Deployment" => Kind::Deployment,
         "ReplicaSet" => Kind::ReplicaSet,
         "StatefulSet" => Kind::StatefulSet,
+        "ResourceSlice" => Kind::ResourceSlice,
+        "DeviceClass" => Kind::DeviceClass,
+        "ResourceClaim" => Kind::ResourceClaim,
+        "ResourceClaimTemplate" => Kind::ResourceClaimTemplate,
         _ => return None,
     })
 }

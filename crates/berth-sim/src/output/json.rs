@@ -162,6 +162,10 @@ fn object(obj: &Object, buf: &mut Vec<u8>) -> Result<(), OutputError> {
         Object::Deployment(o) => checked(&**o, buf, ITEM_DEPTH),
         Object::ReplicaSet(o) => checked(&**o, buf, ITEM_DEPTH),
         Object::StatefulSet(o) => checked(&**o, buf, ITEM_DEPTH),
+        Object::ResourceSlice(o) => checked(&**o, buf, ITEM_DEPTH),
+        Object::DeviceClass(o) => checked(&**o, buf, ITEM_DEPTH),
+        Object::ResourceClaim(o) => checked(&**o, buf, ITEM_DEPTH),
+        Object::ResourceClaimTemplate(o) => checked(&**o, buf, ITEM_DEPTH),
     }?;
     Ok(())
 }
