@@ -528,13 +528,17 @@ status:
         assert!(claim.reserved_for("u"));
         assert!(!claim.reserved_for("v"));
         let back = serde_json::to_value(&claim).unwrap();
-        assert_eq!(back["spec"]["devices"]["requests"][0]["exactly"]["count"], 2);
+        assert_eq!(
+            back["spec"]["devices"]["requests"][0]["exactly"]["count"],
+            2
+        );
         assert_eq!(back["kind"], "ResourceClaim");
     }
 
     #[test]
     fn unknown_field_is_rejected() {
-        let text = "spec: {driver: d, pool: {name: p, generation: 1, resourceSliceCount: 1}, nodeNmae: n}";
+        let text =
+            "spec: {driver: d, pool: {name: p, generation: 1, resourceSliceCount: 1}, nodeNmae: n}";
         assert!(serde_yaml_ng::from_str::<ResourceSlice>(text).is_err());
     }
 }

@@ -3,6 +3,7 @@
 use std::fmt;
 use std::sync::Arc;
 
+use berth_api::dra::{DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice};
 use berth_api::k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
 use berth_api::k8s_openapi::api::core::v1::{
     Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod,
@@ -12,7 +13,6 @@ use berth_api::k8s_openapi::api::scheduling::v1::PriorityClass;
 use berth_api::k8s_openapi::api::storage::v1::{
     CSIDriver, CSINode, CSIStorageCapacity, StorageClass,
 };
-use berth_api::dra::{DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice};
 use berth_api::nrt::NodeResourceTopology;
 use berth_api::reservation::Reservation;
 

@@ -49,10 +49,10 @@ use crate::rng::SplitMix64;
 use crate::time::Time;
 use berth_api::validate::Rule;
 
+mod dra;
 mod drp;
 mod feedback;
 mod filter_nodes;
-mod dra;
 mod volumes;
 
 use feedback::{same_name, SeenPlugins};

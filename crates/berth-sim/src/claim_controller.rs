@@ -92,7 +92,11 @@ fn next_generated(store: &Store) -> Option<Write> {
         if done(pod) {
             continue;
         }
-        for pc in pod.spec.iter().flat_map(|s| s.resource_claims.iter().flatten()) {
+        for pc in pod
+            .spec
+            .iter()
+            .flat_map(|s| s.resource_claims.iter().flatten())
+        {
             let Some(template) = &pc.resource_claim_template_name else {
                 continue;
             };
@@ -168,12 +172,11 @@ fn next_cleanup(store: &Store) -> Option<Write> {
             .flatten()
             .find(|o| o.kind == "Pod" && o.controller == Some(true));
         if let Some(o) = owner {
-            if store.pod(&ObjectKey::pod(ns, &o.name)).is_none_or(|p| {
-                p.metadata.uid.as_deref() != Some(o.uid.as_str())
-            }) {
-                return Some(Write::Delete(
-                    Object::ResourceClaim(claim.clone()).key(),
-                ));
+            if store
+                .pod(&ObjectKey::pod(ns, &o.name))
+                .is_none_or(|p| p.metadata.uid.as_deref() != Some(o.uid.as_str()))
+            {
+                return Some(Write::Delete(Object::ResourceClaim(claim.clone()).key()));
             }
         }
         let Some(status) = &claim.status else {

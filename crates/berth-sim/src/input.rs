@@ -826,8 +826,16 @@ impl Decoder {
                     &value
                 )?)))
             }
-            ("resource.k8s.io/v1", kind @ ("ResourceSlice" | "DeviceClass" | "ResourceClaim" | "ResourceClaimTemplate")) => {
-                normalize_meta(&mut value, matches!(kind, "ResourceClaim" | "ResourceClaimTemplate"), &mut self.generated)?;
+            (
+                "resource.k8s.io/v1",
+                kind
+                @ ("ResourceSlice" | "DeviceClass" | "ResourceClaim" | "ResourceClaimTemplate"),
+            ) => {
+                normalize_meta(
+                    &mut value,
+                    matches!(kind, "ResourceClaim" | "ResourceClaimTemplate"),
+                    &mut self.generated,
+                )?;
                 Item::Object(dra::decode(kind, &value)?)
             }
             ("scheduling.k8s.io/v1", "PriorityClass") => {

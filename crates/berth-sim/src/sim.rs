@@ -530,7 +530,12 @@ impl Simulation {
 
     /// DynamicResources' PreBind write of a claim's status, as the API server answers a
     /// status update: not found when the claim is gone.
-    fn write_claim_status(&mut self, pod: ObjectKey, uid: String, claim: Arc<berth_api::dra::ResourceClaim>) {
+    fn write_claim_status(
+        &mut self,
+        pod: ObjectKey,
+        uid: String,
+        claim: Arc<berth_api::dra::ResourceClaim>,
+    ) {
         let key = Object::ResourceClaim(claim.clone()).key();
         let Some(Object::ResourceClaim(old)) = self.store.get(&key) else {
             let message = format!("resourceclaims.resource.k8s.io \"{}\" not found", key.name);

@@ -15,8 +15,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use berth_api::dra::{
-    AllocationResult, Device, DeviceAllocationResult, DeviceRequestAllocationResult,
-    ResourceClaim, ResourceSlice,
+    AllocationResult, Device, DeviceAllocationResult, DeviceRequestAllocationResult, ResourceClaim,
+    ResourceSlice,
 };
 use berth_api::k8s_openapi::api::core::v1::{
     NodeSelector, NodeSelectorRequirement, NodeSelectorTerm,
@@ -150,7 +150,9 @@ pub fn candidates(state: &DraState, node: &str, labels: &Labels) -> Vec<Candidat
     let mut slices: Vec<&Arc<ResourceSlice>> = state
         .slices
         .values()
-        .filter(|s| newest.get(&(&*s.spec.driver, &*s.spec.pool.name)) == Some(&s.spec.pool.generation))
+        .filter(|s| {
+            newest.get(&(&*s.spec.driver, &*s.spec.pool.name)) == Some(&s.spec.pool.generation)
+        })
         .collect();
     slices.sort_by(|a, b| {
         (&a.spec.driver, &a.spec.pool.name, &a.metadata.name).cmp(&(
@@ -217,7 +219,8 @@ fn matching(
         let mut ok = true;
         for (sel, label) in &alt.selectors {
             let sel = sel.as_ref().map_err(|e| Failure::Error(e.clone()))?;
-            let value = values[i].get_or_insert_with(|| cel::device_value(&c.id.driver, c.device()));
+            let value =
+                values[i].get_or_insert_with(|| cel::device_value(&c.id.driver, c.device()));
             match sel.matches(value) {
                 Ok(true) => {}
                 Ok(false) => {
@@ -407,7 +410,9 @@ fn node_selector(node: &str, devices: &[&Candidate]) -> Option<NodeSelector> {
             }],
         });
     }
-    devices.iter().find_map(|c| c.slice.spec.node_selector.clone())
+    devices
+        .iter()
+        .find_map(|c| c.slice.spec.node_selector.clone())
 }
 
 /// Allocates every claim of `plans` on `node` from `cands`, avoiding `taken`.
@@ -491,19 +496,23 @@ pub fn plan(key: &ObjectKey, claim: &ResourceClaim, state: &DraState) -> Result<
                        admin: bool|
          -> Result<(), String> {
             let Some(dc) = state.classes.get(class) else {
-                return Err(format!("request {name}: device class {class} does not exist"));
+                return Err(format!(
+                    "request {name}: device class {class} does not exist"
+                ));
             };
             let mut sels = Vec::new();
             for (i, s) in dc.spec.selectors.iter().enumerate() {
                 let expr = s.cel.as_ref().map_or("", |c| c.expression.as_str());
                 let label = format!("class {class}: selector #{i}");
-                let compiled = cel::compile(expr).map_err(|e| format!("{label}: CEL compile error: {e}"));
+                let compiled =
+                    cel::compile(expr).map_err(|e| format!("{label}: CEL compile error: {e}"));
                 sels.push((compiled, label));
             }
             for (i, s) in selectors.iter().enumerate() {
                 let expr = s.cel.as_ref().map_or("", |c| c.expression.as_str());
                 let label = format!("claim {claim_name}: selector #{i}");
-                let compiled = cel::compile(expr).map_err(|e| format!("{label}: CEL compile error: {e}"));
+                let compiled =
+                    cel::compile(expr).map_err(|e| format!("{label}: CEL compile error: {e}"));
                 sels.push((compiled, label));
             }
             let mode = match mode.unwrap_or("ExactCount") {

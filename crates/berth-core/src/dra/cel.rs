@@ -157,23 +157,23 @@ fn add_functions(cx: &mut Context) -> Result<(), String> {
         .map_err(e)?;
     cx.add_function(
         "compareTo",
-        |ftx: &FunctionContext, cel::extractors::This(this): cel::extractors::This<Value>, other: Value| {
-            compare(ftx, &this, &other)
-        },
+        |ftx: &FunctionContext,
+         cel::extractors::This(this): cel::extractors::This<Value>,
+         other: Value| { compare(ftx, &this, &other) },
     )
     .map_err(e)?;
     cx.add_function(
         "isLessThan",
-        |ftx: &FunctionContext, cel::extractors::This(this): cel::extractors::This<Value>, other: Value| {
-            compare(ftx, &this, &other).map(|c| c < 0)
-        },
+        |ftx: &FunctionContext,
+         cel::extractors::This(this): cel::extractors::This<Value>,
+         other: Value| { compare(ftx, &this, &other).map(|c| c < 0) },
     )
     .map_err(e)?;
     cx.add_function(
         "isGreaterThan",
-        |ftx: &FunctionContext, cel::extractors::This(this): cel::extractors::This<Value>, other: Value| {
-            compare(ftx, &this, &other).map(|c| c > 0)
-        },
+        |ftx: &FunctionContext,
+         cel::extractors::This(this): cel::extractors::This<Value>,
+         other: Value| { compare(ftx, &this, &other).map(|c| c > 0) },
     )
     .map_err(e)?;
     cx.add_function(
@@ -251,13 +251,15 @@ pub fn device_value(driver: &str, device: &Device) -> Value {
     let capacity = grouped(
         driver,
         device.capacity.iter().map(|(name, c)| {
-            let v = parse_quantity(&c.value.0)
-                .map_or(Value::Null, |q| Value::Opaque(Arc::new(q)));
+            let v = parse_quantity(&c.value.0).map_or(Value::Null, |q| Value::Opaque(Arc::new(q)));
             (name.clone(), v)
         }),
     );
     let mut d: HashMap<Key, Value> = HashMap::new();
-    d.insert(Key::from("driver".to_string()), Value::String(Arc::new(driver.into())));
+    d.insert(
+        Key::from("driver".to_string()),
+        Value::String(Arc::new(driver.into())),
+    );
     d.insert(Key::from("attributes".to_string()), attributes);
     d.insert(Key::from("capacity".to_string()), capacity);
     d.insert(
@@ -350,7 +352,9 @@ mod tests {
             Ok(false)
         );
         assert_eq!(
-            eval(r#"device.attributes["gpu.example.com"].driverVersion.isLessThan(semver("1.10.0"))"#),
+            eval(
+                r#"device.attributes["gpu.example.com"].driverVersion.isLessThan(semver("1.10.0"))"#
+            ),
             Ok(true)
         );
         assert_eq!(eval(r#"device.driver == "other""#), Ok(false));

@@ -142,3 +142,6 @@ impl DraState {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

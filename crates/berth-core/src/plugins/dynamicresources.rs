@@ -77,7 +77,10 @@ pub fn pod_claims(pod: &Pod) -> Result<Vec<(String, ObjectKey)>, String> {
                 pc.name
             ));
         };
-        out.push((pc.name.clone(), ObjectKey::new(Kind::ResourceClaim, ns, &claim)));
+        out.push((
+            pc.name.clone(),
+            ObjectKey::new(Kind::ResourceClaim, ns, &claim),
+        ));
     }
     Ok(out)
 }
@@ -115,7 +118,8 @@ impl DynamicResources {
                     return Err(Status::unresolvable("resourceclaim in use"));
                 }
                 if let Some(sel) = &alloc.node_selector {
-                    let m = NodeSelectorMatcher::new(sel).map_err(|e| Status::error(e.to_string()))?;
+                    let m =
+                        NodeSelectorMatcher::new(sel).map_err(|e| Status::error(e.to_string()))?;
                     state.available_on.push(m);
                 }
             } else {
@@ -172,8 +176,7 @@ impl Plugin for DynamicResources {
         let Some(s) = state.dynamic_resources.as_deref() else {
             return Status::success();
         };
-        if s
-            .available_on
+        if s.available_on
             .iter()
             .any(|m| !m.matches(&node.name, &node.labels))
         {

@@ -92,7 +92,9 @@ impl Scheduler {
                 continue;
             }
             let mut updated = (**claim).clone();
-            let status = updated.status.get_or_insert_with(ResourceClaimStatus::default);
+            let status = updated
+                .status
+                .get_or_insert_with(ResourceClaimStatus::default);
             if let Some(a) = assumed {
                 status.allocation = Some(a);
             }

@@ -12,8 +12,7 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use berth_api::dra::{
-    DeviceClaim, DeviceClass, DeviceSelector, ResourceClaim, ResourceClaimTemplate,
-    ResourceSlice,
+    DeviceClaim, DeviceClass, DeviceSelector, ResourceClaim, ResourceClaimTemplate, ResourceSlice,
 };
 use berth_core::dra::allocator::MAX_RESULTS;
 use berth_core::Object;
@@ -106,10 +105,15 @@ fn check_slice(s: &ResourceSlice) -> Result<(), FieldError> {
             ));
         }
         for (name, a) in &d.attributes {
-            let n = [a.int.is_some(), a.bool.is_some(), a.string.is_some(), a.version.is_some()]
-                .iter()
-                .filter(|b| **b)
-                .count();
+            let n = [
+                a.int.is_some(),
+                a.bool.is_some(),
+                a.string.is_some(),
+                a.version.is_some(),
+            ]
+            .iter()
+            .filter(|b| **b)
+            .count();
             if n != 1 {
                 return Err(FieldError::new(
                     format!("{at}.attributes[{name}]"),
@@ -145,7 +149,10 @@ fn check_selectors(selectors: &[DeviceSelector], at: &str) -> Result<(), FieldEr
         if let Err(e) = berth_core::dra::cel::compile(&cel.expression) {
             return Err(FieldError::new(
                 format!("{at}[{i}].cel.expression"),
-                format!("Invalid value: {:?}: compilation failed: {e}", cel.expression),
+                format!(
+                    "Invalid value: {:?}: compilation failed: {e}",
+                    cel.expression
+                ),
             ));
         }
     }
@@ -159,7 +166,9 @@ fn check_mode(mode: Option<&str>, count: Option<i64>, at: &str) -> Result<(), Fi
             if !(1..=MAX_RESULTS).contains(&n) {
                 return Err(FieldError::new(
                     format!("{at}.count"),
-                    format!("Invalid value: {n}: must be greater than zero and at most {MAX_RESULTS}"),
+                    format!(
+                        "Invalid value: {n}: must be greater than zero and at most {MAX_RESULTS}"
+                    ),
                 ));
             }
         }
@@ -198,7 +207,10 @@ fn check_claim(devices: &DeviceClaim, at: &str) -> Result<(), FieldError> {
             (Some(e), true) => {
                 let eat = format!("{rat}.exactly");
                 if e.device_class_name.is_empty() {
-                    return Err(FieldError::new(format!("{eat}.deviceClassName"), "Required value"));
+                    return Err(FieldError::new(
+                        format!("{eat}.deviceClassName"),
+                        "Required value",
+                    ));
                 }
                 check_selectors(&e.selectors, &format!("{eat}.selectors"))?;
                 check_mode(e.allocation_mode.as_deref(), e.count, &eat)?;
@@ -213,7 +225,10 @@ fn check_claim(devices: &DeviceClaim, at: &str) -> Result<(), FieldError> {
                         ));
                     }
                     if s.device_class_name.is_empty() {
-                        return Err(FieldError::new(format!("{sat}.deviceClassName"), "Required value"));
+                        return Err(FieldError::new(
+                            format!("{sat}.deviceClassName"),
+                            "Required value",
+                        ));
                     }
                     check_selectors(&s.selectors, &format!("{sat}.selectors"))?;
                     check_mode(s.allocation_mode.as_deref(), s.count, &sat)?;
@@ -230,7 +245,12 @@ fn check_claim(devices: &DeviceClaim, at: &str) -> Result<(), FieldError> {
     for (i, c) in devices.constraints.iter().enumerate() {
         let cat = format!("{at}.constraints[{i}]");
         match &c.match_attribute {
-            None => return Err(FieldError::new(format!("{cat}.matchAttribute"), "Required value")),
+            None => {
+                return Err(FieldError::new(
+                    format!("{cat}.matchAttribute"),
+                    "Required value",
+                ))
+            }
             Some(a) if !a.contains('/') => {
                 return Err(FieldError::new(
                     format!("{cat}.matchAttribute"),
