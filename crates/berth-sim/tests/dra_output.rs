@@ -119,7 +119,10 @@ fn a_shared_claim_lists_both_consumers_and_is_given_back_when_they_are_gone() {
         .find(|c| c["metadata"]["name"] == "shared")
         .unwrap();
     assert!(shared["status"]["allocation"].is_null(), "{shared}");
-    assert_eq!(allocated(&items), [("own".into(), "n2".into(), "g0".into())]);
+    assert_eq!(
+        allocated(&items),
+        [("own".into(), "n2".into(), "g0".into())]
+    );
 }
 
 #[test]

@@ -212,7 +212,7 @@ fn applies(constraint: &Constraint, request: &str, alternative: &str) -> bool {
 fn matching(
     alt: &Alternative,
     cands: &[Candidate],
-    values: &mut Vec<Option<::cel::objects::Value>>,
+    values: &mut [Option<::cel::objects::Value>],
 ) -> Result<Vec<usize>, Failure> {
     let mut out = Vec::new();
     for (i, c) in cands.iter().enumerate() {
