@@ -7,6 +7,7 @@
 
 pub mod annotations;
 pub mod crd;
+pub mod dra;
 pub mod duration;
 pub mod json_keys;
 pub mod limits;

@@ -110,6 +110,17 @@ pub enum Effect {
         /// The volume to write.
         volume: Arc<PersistentVolume>,
     },
+    /// DynamicResources' PreBind: write a ResourceClaim's status, the allocation Reserve
+    /// made (if the claim had none) and the pod added to `reservedFor`, before the pod's
+    /// bind. A failure is reported as [`crate::Event::BindFailed`] for `pod`.
+    UpdateClaimStatus {
+        /// The pod the claim is for.
+        pod: ObjectKey,
+        /// Its UID.
+        uid: String,
+        /// The claim, with its new status.
+        claim: Arc<berth_api::dra::ResourceClaim>,
+    },
     /// VolumeBinding's PreBind: ask for a claim to be provisioned on the pod's node, an
     /// update of the whole PersistentVolumeClaim with `volume.kubernetes.io/selected-node`
     /// set. A failure is reported as [`crate::Event::BindFailed`] for `pod`.

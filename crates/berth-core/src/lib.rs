@@ -8,6 +8,7 @@
 pub mod cache;
 pub mod collections;
 pub mod cpuset;
+pub mod dra;
 pub mod drp;
 pub mod effect;
 pub mod event;

@@ -3,6 +3,7 @@
 use std::fmt;
 use std::sync::Arc;
 
+use berth_api::dra::{DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice};
 use berth_api::k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
 use berth_api::k8s_openapi::api::core::v1::{
     Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod,
@@ -27,6 +28,8 @@ pub enum Kind {
     CsiStorageCapacity,
     /// `apps/v1` `Deployment` (the scheduler ignores it; the simulator plays its controller).
     Deployment,
+    /// `resource.k8s.io/v1` `DeviceClass`.
+    DeviceClass,
     /// `v1` `Namespace` (its labels are what `namespaceSelector` selects on).
     Namespace,
     /// `v1` `Node`.
@@ -50,6 +53,12 @@ pub enum Kind {
     ReplicaSet,
     /// `scheduling.koordinator.sh/v1alpha1` `Reservation`.
     Reservation,
+    /// `resource.k8s.io/v1` `ResourceClaim` (namespaced).
+    ResourceClaim,
+    /// `resource.k8s.io/v1` `ResourceClaimTemplate` (namespaced).
+    ResourceClaimTemplate,
+    /// `resource.k8s.io/v1` `ResourceSlice`.
+    ResourceSlice,
     /// `apps/v1` `StatefulSet` (the scheduler ignores it; the simulator plays its controller).
     StatefulSet,
     /// `storage.k8s.io/v1` `StorageClass`.
@@ -64,6 +73,7 @@ impl Kind {
             Kind::CsiNode => "CSINode",
             Kind::CsiStorageCapacity => "CSIStorageCapacity",
             Kind::Deployment => "Deployment",
+            Kind::DeviceClass => "DeviceClass",
             Kind::Namespace => "Namespace",
             Kind::Node => "Node",
             Kind::NodeResourceTopology => "NodeResourceTopology",
@@ -75,6 +85,9 @@ impl Kind {
             Kind::PriorityClass => "PriorityClass",
             Kind::ReplicaSet => "ReplicaSet",
             Kind::Reservation => "Reservation",
+            Kind::ResourceClaim => "ResourceClaim",
+            Kind::ResourceClaimTemplate => "ResourceClaimTemplate",
+            Kind::ResourceSlice => "ResourceSlice",
             Kind::StatefulSet => "StatefulSet",
             Kind::StorageClass => "StorageClass",
         }
@@ -91,17 +104,20 @@ impl Kind {
                 | Kind::Deployment
                 | Kind::ReplicaSet
                 | Kind::StatefulSet
+                | Kind::ResourceClaim
+                | Kind::ResourceClaimTemplate
         )
     }
 }
 
 impl Kind {
     /// Every kind, in order.
-    pub const ALL: [Kind; 17] = [
+    pub const ALL: [Kind; 21] = [
         Kind::CsiDriver,
         Kind::CsiNode,
         Kind::CsiStorageCapacity,
         Kind::Deployment,
+        Kind::DeviceClass,
         Kind::Namespace,
         Kind::Node,
         Kind::NodeResourceTopology,
@@ -113,6 +129,9 @@ impl Kind {
         Kind::PriorityClass,
         Kind::ReplicaSet,
         Kind::Reservation,
+        Kind::ResourceClaim,
+        Kind::ResourceClaimTemplate,
+        Kind::ResourceSlice,
         Kind::StatefulSet,
         Kind::StorageClass,
     ];
@@ -203,6 +222,14 @@ pub enum Object {
     StatefulSet(Arc<StatefulSet>),
     /// A Koordinator PodMigrationJob (only the migration controller reads it).
     PodMigrationJob(Arc<PodMigrationJob>),
+    /// Devices a driver publishes (DRA).
+    ResourceSlice(Arc<ResourceSlice>),
+    /// A class of devices (DRA).
+    DeviceClass(Arc<DeviceClass>),
+    /// A claim for devices (DRA).
+    ResourceClaim(Arc<ResourceClaim>),
+    /// What a pod's claims are made from (DRA; only the simulator's controller reads it).
+    ResourceClaimTemplate(Arc<ResourceClaimTemplate>),
 }
 
 impl Object {
@@ -226,6 +253,10 @@ impl Object {
             Object::ReplicaSet(_) => Kind::ReplicaSet,
             Object::StatefulSet(_) => Kind::StatefulSet,
             Object::PodMigrationJob(_) => Kind::PodMigrationJob,
+            Object::ResourceSlice(_) => Kind::ResourceSlice,
+            Object::DeviceClass(_) => Kind::DeviceClass,
+            Object::ResourceClaim(_) => Kind::ResourceClaim,
+            Object::ResourceClaimTemplate(_) => Kind::ResourceClaimTemplate,
         }
     }
 
@@ -249,6 +280,10 @@ impl Object {
             Object::ReplicaSet(o) => &o.metadata,
             Object::StatefulSet(o) => &o.metadata,
             Object::PodMigrationJob(o) => &o.metadata,
+            Object::ResourceSlice(o) => &o.metadata,
+            Object::DeviceClass(o) => &o.metadata,
+            Object::ResourceClaim(o) => &o.metadata,
+            Object::ResourceClaimTemplate(o) => &o.metadata,
         }
     }
 
@@ -275,6 +310,10 @@ impl Object {
             Object::ReplicaSet(o) => &mut Arc::make_mut(o).metadata,
             Object::StatefulSet(o) => &mut Arc::make_mut(o).metadata,
             Object::PodMigrationJob(o) => &mut Arc::make_mut(o).metadata,
+            Object::ResourceSlice(o) => &mut Arc::make_mut(o).metadata,
+            Object::DeviceClass(o) => &mut Arc::make_mut(o).metadata,
+            Object::ResourceClaim(o) => &mut Arc::make_mut(o).metadata,
+            Object::ResourceClaimTemplate(o) => &mut Arc::make_mut(o).metadata,
         }
     }
 

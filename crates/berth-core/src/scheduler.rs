@@ -49,6 +49,7 @@ use crate::rng::SplitMix64;
 use crate::time::Time;
 use berth_api::validate::Rule;
 
+mod dra;
 mod drp;
 mod feedback;
 mod filter_nodes;
@@ -427,6 +428,10 @@ impl Scheduler {
             | Object::CsiNode(_)
             | Object::CsiDriver(_)
             | Object::CsiStorageCapacity(_)) => self.apply_storage(now, obj),
+            obj @ (Object::ResourceSlice(_)
+            | Object::DeviceClass(_)
+            | Object::ResourceClaim(_)
+            | Object::ResourceClaimTemplate(_)) => self.apply_dra(now, obj),
             Object::PriorityClass(pc) => {
                 let name = pc.metadata.name.clone().unwrap_or_default();
                 self.cluster.priority_classes.insert(name, pc);
@@ -694,6 +699,10 @@ impl Scheduler {
             | Kind::CsiNode
             | Kind::CsiDriver
             | Kind::CsiStorageCapacity => self.delete_storage(now, &key),
+            Kind::ResourceSlice
+            | Kind::DeviceClass
+            | Kind::ResourceClaim
+            | Kind::ResourceClaimTemplate => self.delete_dra(now, &key),
             Kind::PriorityClass => {
                 self.cluster.priority_classes.remove(&*key.name);
             }
@@ -778,6 +787,10 @@ impl Scheduler {
             Kind::StorageClass => cx.storage_classes.keys().map(|n| cluster(n)).collect(),
             Kind::CsiDriver => cx.csi_drivers.keys().map(|n| cluster(n)).collect(),
             Kind::CsiStorageCapacity => cx.csi_capacities.keys().cloned().collect(),
+            Kind::ResourceSlice | Kind::DeviceClass | Kind::ResourceClaim => {
+                dra::keys(&cx.dra, kind)
+            }
+            Kind::ResourceClaimTemplate => Vec::new(),
             Kind::Deployment | Kind::ReplicaSet | Kind::StatefulSet | Kind::PodMigrationJob => {
                 Vec::new()
             }
@@ -1620,6 +1633,8 @@ impl Scheduler {
                 node_name: node_name.as_str().into(),
                 attempts,
             };
+            // DynamicResources' PreBind: the claims' allocations are written first.
+            self.dra_prebind(&bind);
             let Some((bind, annotations)) = self.volume_prebind(now, bind, annotations) else {
                 return Ok(());
             };

@@ -38,6 +38,7 @@ use crate::error::{Error, FieldError, InputError};
 use crate::scenario::{self, DurationText, NodeAgentConfig, Scenario, ScenarioDoc, Step};
 use crate::strict::{self, Schema};
 
+mod dra;
 mod subset;
 mod workloads;
 
@@ -602,7 +603,7 @@ enum Decoded {
 }
 
 /// The kinds berth simulate reads, as `(apiVersion, kind)`.
-const KNOWN: [(&str, &str); 20] = [
+const KNOWN: [(&str, &str); 24] = [
     ("v1", "Node"),
     ("v1", "Pod"),
     ("scheduling.koordinator.sh/v1alpha1", "Reservation"),
@@ -621,6 +622,10 @@ const KNOWN: [(&str, &str); 20] = [
     ("apps/v1", "ReplicaSet"),
     ("apps/v1", "StatefulSet"),
     ("scheduling.koordinator.sh/v1alpha1", "PodMigrationJob"),
+    ("resource.k8s.io/v1", "ResourceSlice"),
+    ("resource.k8s.io/v1", "DeviceClass"),
+    ("resource.k8s.io/v1", "ResourceClaim"),
+    ("resource.k8s.io/v1", "ResourceClaimTemplate"),
     ("v1", "List"),
     (scenario::API_VERSION, scenario::KIND),
 ];
@@ -822,6 +827,18 @@ impl Decoder {
                     &value
                 )?)))
             }
+            (
+                "resource.k8s.io/v1",
+                kind
+                @ ("ResourceSlice" | "DeviceClass" | "ResourceClaim" | "ResourceClaimTemplate"),
+            ) => {
+                normalize_meta(
+                    &mut value,
+                    matches!(kind, "ResourceClaim" | "ResourceClaimTemplate"),
+                    &mut self.generated,
+                )?;
+                Item::Object(dra::decode(kind, &value)?)
+            }
             ("scheduling.k8s.io/v1", "PriorityClass") => {
                 normalize_meta(&mut value, false, &mut self.generated)?;
                 strict::check(Schema::PriorityClass, &value)?;
@@ -1020,6 +1037,10 @@ pub fn kind_from_name(kind: &str) -> Option<Kind> {
         "ReplicaSet" => Kind::ReplicaSet,
         "StatefulSet" => Kind::StatefulSet,
         "PodMigrationJob" => Kind::PodMigrationJob,
+        "ResourceSlice" => Kind::ResourceSlice,
+        "DeviceClass" => Kind::DeviceClass,
+        "ResourceClaim" => Kind::ResourceClaim,
+        "ResourceClaimTemplate" => Kind::ResourceClaimTemplate,
         _ => return None,
     })
 }

@@ -11,6 +11,7 @@ pub mod bench;
 pub mod bench_callgrind;
 pub mod bench_numa;
 pub mod bench_workloads;
+pub mod claim_controller;
 pub mod controllers;
 pub mod cpu_agent;
 pub mod cpu_budget;

@@ -103,6 +103,8 @@ pub struct Simulation {
     awaiting_volumes: BTreeSet<ObjectKey>,
     /// The PV controller is running (its own writes do not start it again).
     syncing_volumes: bool,
+    /// Set while the resource-claim controller runs (its writes re-enter `apply_object`).
+    syncing_claims: bool,
     /// kube-controller-manager's workload controllers.
     controllers: crate::controllers::Controllers,
     /// The PodMigrationJob controller's arguments (`spec.migration` of the Scenario).
@@ -144,6 +146,7 @@ impl Simulation {
             cpu_budget: crate::cpu_budget::CpuBudget::default(),
             awaiting_volumes: BTreeSet::new(),
             syncing_volumes: false,
+            syncing_claims: false,
             controllers: crate::controllers::Controllers::default(),
             migration: berth_core::migration::MigrationArgs::default(),
         }
@@ -472,6 +475,12 @@ impl Simulation {
         if admit {
             self.kubelet_admit(&key);
         }
+        if matches!(
+            key.kind,
+            Kind::Pod | Kind::ResourceClaim | Kind::ResourceClaimTemplate
+        ) {
+            self.sync_claims();
+        }
         if let Some((n, layout)) = declared {
             let nrt =
                 crate::cpu_agent::publish(&n, layout, self.store.nrt(&key.name).map(|t| &**t));
@@ -509,6 +518,61 @@ impl Simulation {
         for key in waiting {
             self.kubelet_admit(&key);
         }
+    }
+
+    /// Runs the resource-claim controller until it has nothing more to write (see
+    /// [`crate::claim_controller`]), then lets the kubelet start pods whose claims are
+    /// allocated now.
+    fn sync_claims(&mut self) {
+        if self.syncing_claims {
+            return;
+        }
+        self.syncing_claims = true;
+        for _ in 0..MAX_SETTLE_ROUNDS {
+            match crate::claim_controller::next_write(&self.store) {
+                Some(crate::claim_controller::Write::Apply(obj)) => self.apply_object(obj, false),
+                Some(crate::claim_controller::Write::Delete(key)) => self.delete(key),
+                None => break,
+            }
+        }
+        self.syncing_claims = false;
+        let waiting: Vec<ObjectKey> = self.awaiting_volumes.iter().cloned().collect();
+        for key in waiting {
+            self.kubelet_admit(&key);
+        }
+    }
+
+    /// DynamicResources' PreBind write of a claim's status, as the API server answers a
+    /// status update: not found when the claim is gone.
+    fn write_claim_status(
+        &mut self,
+        pod: ObjectKey,
+        uid: String,
+        claim: Arc<berth_api::dra::ResourceClaim>,
+    ) {
+        let key = Object::ResourceClaim(claim.clone()).key();
+        let Some(Object::ResourceClaim(old)) = self.store.get(&key) else {
+            let message = format!("resourceclaims.resource.k8s.io \"{}\" not found", key.name);
+            let node = self
+                .store
+                .pod(&pod)
+                .and_then(|p| p.spec.as_ref().and_then(|s| s.node_name.clone()))
+                .unwrap_or_default();
+            self.core.handle(
+                self.now,
+                Event::BindFailed {
+                    pod,
+                    uid,
+                    node,
+                    class: BindFailure::NotFound,
+                    message,
+                },
+            );
+            return;
+        };
+        let mut c = (**old).clone();
+        c.status = claim.status.clone();
+        self.apply_object(Object::ResourceClaim(Arc::new(c)), false);
     }
 
     /// VolumeBinding's PreBind write of a volume (`BindVolume`) or a claim
@@ -672,7 +736,11 @@ impl Simulation {
                 }
             }
         }
+        let claims = matches!(key.kind, Kind::Pod | Kind::ResourceClaim);
         self.core.handle(self.now, Event::Deleted(key));
+        if claims {
+            self.sync_claims();
+        }
     }
 
     /// The Eviction API (`pods/eviction`): deletes the pod unless a PodDisruptionBudget
@@ -1001,6 +1069,9 @@ impl Simulation {
                 node,
                 claim,
             } => self.write_volume(pod, uid, node, Object::PersistentVolumeClaim(claim)),
+            Effect::UpdateClaimStatus { pod, uid, claim } => {
+                self.write_claim_status(pod, uid, claim)
+            }
             other => self.warn(format!("effect not simulated: {other:?}")),
         }
     }
@@ -1190,7 +1261,9 @@ impl Simulation {
             return;
         }
         // The kubelet does not start a pod whose volumes cannot be mounted yet.
-        if !crate::volume_controllers::pod_claims_bound(&self.store, p) {
+        if !crate::volume_controllers::pod_claims_bound(&self.store, p)
+            || !crate::claim_controller::pod_claims_ready(&self.store, p)
+        {
             self.awaiting_volumes.insert(key.clone());
             return;
         }
@@ -1553,6 +1626,10 @@ fn meta_mut(obj: &mut Object) -> &mut ObjectMeta {
         Object::ReplicaSet(o) => &mut Arc::make_mut(o).metadata,
         Object::StatefulSet(o) => &mut Arc::make_mut(o).metadata,
         Object::PodMigrationJob(o) => &mut Arc::make_mut(o).metadata,
+        Object::ResourceSlice(o) => &mut Arc::make_mut(o).metadata,
+        Object::DeviceClass(o) => &mut Arc::make_mut(o).metadata,
+        Object::ResourceClaim(o) => &mut Arc::make_mut(o).metadata,
+        Object::ResourceClaimTemplate(o) => &mut Arc::make_mut(o).metadata,
     }
 }
 
@@ -1567,6 +1644,10 @@ pub fn api_version_of(kind: Kind) -> &'static str {
         Kind::PriorityClass => "scheduling.k8s.io/v1",
         Kind::PodDisruptionBudget => "policy/v1",
         Kind::Deployment | Kind::ReplicaSet | Kind::StatefulSet => "apps/v1",
+        Kind::ResourceSlice
+        | Kind::DeviceClass
+        | Kind::ResourceClaim
+        | Kind::ResourceClaimTemplate => berth_api::dra::API_VERSION,
         Kind::Node
         | Kind::Pod
         | Kind::PersistentVolumeClaim

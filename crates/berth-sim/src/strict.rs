@@ -52,6 +52,10 @@ pub(crate) enum Schema {
     PodMigrationJob,
     NrtV1alpha1,
     NrtV1alpha2,
+    ResourceSlice,
+    DeviceClass,
+    ResourceClaim,
+    ResourceClaimTemplate,
 }
 
 /// Every root schema, plus the definitions their `$ref`s point into.
@@ -90,6 +94,13 @@ fn build() -> Schemas {
     builtin!(Schema::Deployment, Deployment);
     builtin!(Schema::ReplicaSet, ReplicaSet);
     builtin!(Schema::StatefulSet, StatefulSet);
+    builtin!(Schema::ResourceSlice, berth_api::dra::ResourceSlice);
+    builtin!(Schema::DeviceClass, berth_api::dra::DeviceClass);
+    builtin!(Schema::ResourceClaim, berth_api::dra::ResourceClaim);
+    builtin!(
+        Schema::ResourceClaimTemplate,
+        berth_api::dra::ResourceClaimTemplate
+    );
     let meta = generator.subschema_for::<ObjectMeta>().to_value();
     let crd_root = |crd: &CustomResourceDefinition, version: &str| {
         let schema = crd

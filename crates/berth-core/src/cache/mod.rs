@@ -115,6 +115,8 @@ pub struct Cluster {
     pub csi_capacities: std::collections::BTreeMap<ObjectKey, Arc<CSIStorageCapacity>>,
     /// VolumeBinding's assumed volumes and claims.
     pub assumed_volumes: crate::plugins::volumebinding::assume::Assumed,
+    /// Dynamic Resource Allocation: slices, classes, claims, devices taken.
+    pub dra: crate::dra::DraState,
     /// Koordinator reservations, indexed by node and owner.
     pub reservations: crate::reservation::ReservationStore,
     /// NUMA topology per node through the reserve cache (NodeResourceTopologyMatch).

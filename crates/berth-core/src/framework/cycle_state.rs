@@ -54,6 +54,8 @@ pub struct CycleState {
     pub volume_binding: Option<Box<plugins::volumebinding::State>>,
     /// VolumeZone's PreFilter state.
     pub volume_zone: Option<Box<plugins::volumezone::State>>,
+    /// DynamicResources' PreFilter/Reserve state.
+    pub dynamic_resources: Option<Box<plugins::dynamicresources::State>>,
 }
 
 impl CycleState {

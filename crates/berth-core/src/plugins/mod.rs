@@ -7,6 +7,7 @@ use crate::framework::plugin::Plugin;
 
 pub mod args;
 pub mod defaultpreemption;
+pub mod dynamicresources;
 pub mod imagelocality;
 pub mod interpodaffinity;
 pub mod names;
@@ -44,6 +45,7 @@ pub const DEFAULT_MULTI_POINT: &[(&str, Option<i64>)] = &[
     (VOLUME_ZONE, None),
     (POD_TOPOLOGY_SPREAD, Some(2)),
     (INTER_POD_AFFINITY, Some(2)),
+    (DYNAMIC_RESOURCES, None),
     (DEFAULT_PREEMPTION, None),
     (NODE_RESOURCES_BALANCED_ALLOCATION, Some(1)),
     (IMAGE_LOCALITY, Some(1)),
@@ -85,6 +87,7 @@ pub fn build(name: &str, args: Option<&serde_json::Value>) -> Result<Box<dyn Plu
         }
         NODE_NUMA_RESOURCE => Box::new(nodenumaresource::NodeNumaResource::new(args)?),
         IMAGE_LOCALITY => Box::new(imagelocality::ImageLocality),
+        DYNAMIC_RESOURCES => Box::new(dynamicresources::DynamicResources),
         other if is_known(other) => Box::new(noop::NoOp::new(other)),
         other => return Err(ConfigError::new("", format!("unknown plugin {other:?}"))),
     })

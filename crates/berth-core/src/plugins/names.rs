@@ -22,6 +22,7 @@ pub const DEFAULT_BINDER: &str = "DefaultBinder";
 pub const RESERVATION: &str = "Reservation";
 pub const NODE_RESOURCE_TOPOLOGY_MATCH: &str = "NodeResourceTopologyMatch";
 pub const NODE_NUMA_RESOURCE: &str = "NodeNUMAResource";
+pub const DYNAMIC_RESOURCES: &str = "DynamicResources";
 
 /// Every name berth accepts in configuration.
 pub const ALL: &[&str] = &[
@@ -46,4 +47,5 @@ pub const ALL: &[&str] = &[
     RESERVATION,
     NODE_RESOURCE_TOPOLOGY_MATCH,
     NODE_NUMA_RESOURCE,
+    DYNAMIC_RESOURCES,
 ];

@@ -74,8 +74,11 @@ pub mod kind {
     pub const CSI_DRIVER: u32 = 1 << 16;
     /// A CSIStorageCapacity was created or its volume limit grew.
     pub const CSI_STORAGE_CAPACITY: u32 = 1 << 17;
+    /// A ResourceSlice, DeviceClass or ResourceClaim was created, changed or deleted
+    /// (DynamicResources' hint).
+    pub const DRA: u32 = 1 << 18;
     /// Every kind.
-    pub const ALL: u32 = (1 << 18) - 1;
+    pub const ALL: u32 = (1 << 19) - 1;
 }
 
 /// A change in the cluster that may make unschedulable pods fit.
@@ -137,6 +140,11 @@ impl ClusterEvent {
             object: Some(key),
             ..Self::on(kind::PVC, None)
         }
+    }
+
+    /// A DRA object changed.
+    pub fn dra() -> Self {
+        Self::on(kind::DRA, None)
     }
 
     /// A volume-related object changed: `kinds` say how.
@@ -284,6 +292,8 @@ pub fn registered(plugin: &str) -> (u32, bool) {
                 | NODE_TOPOLOGY,
             false,
         ),
+        // Devices come from slices and classes and go back when claims are deallocated.
+        names::DYNAMIC_RESOURCES => (NODE_ADD | NODE_LABEL | DRA, false),
         _ => (ALL & !NODE_TOPOLOGY, false),
     }
 }

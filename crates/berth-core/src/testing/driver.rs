@@ -579,6 +579,7 @@ impl FakeDriver {
             Effect::ProvisionClaim { claim, .. } => {
                 self.apply(Object::PersistentVolumeClaim(claim))
             }
+            Effect::UpdateClaimStatus { claim, .. } => self.apply(Object::ResourceClaim(claim)),
             Effect::NominatePod { pod, node } => {
                 self.modify(&pod, |o| {
                     if let Object::Pod(p) = o {
@@ -927,6 +928,10 @@ fn object_json(o: &Object) -> serde_json::Value {
         Object::ReplicaSet(x) => serde_json::to_value(&**x),
         Object::StatefulSet(x) => serde_json::to_value(&**x),
         Object::PodMigrationJob(x) => serde_json::to_value(&**x),
+        Object::ResourceSlice(x) => serde_json::to_value(&**x),
+        Object::DeviceClass(x) => serde_json::to_value(&**x),
+        Object::ResourceClaim(x) => serde_json::to_value(&**x),
+        Object::ResourceClaimTemplate(x) => serde_json::to_value(&**x),
     };
     v.unwrap_or(serde_json::Value::Null)
 }

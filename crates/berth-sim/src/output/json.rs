@@ -163,6 +163,10 @@ fn object(obj: &Object, buf: &mut Vec<u8>) -> Result<(), OutputError> {
         Object::ReplicaSet(o) => checked(&**o, buf, ITEM_DEPTH),
         Object::StatefulSet(o) => checked(&**o, buf, ITEM_DEPTH),
         Object::PodMigrationJob(o) => checked(&**o, buf, ITEM_DEPTH),
+        Object::ResourceSlice(o) => checked(&**o, buf, ITEM_DEPTH),
+        Object::DeviceClass(o) => checked(&**o, buf, ITEM_DEPTH),
+        Object::ResourceClaim(o) => checked(&**o, buf, ITEM_DEPTH),
+        Object::ResourceClaimTemplate(o) => checked(&**o, buf, ITEM_DEPTH),
     }?;
     Ok(())
 }

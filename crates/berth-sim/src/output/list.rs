@@ -204,6 +204,10 @@ fn object_element<Q: SerializeSeq>(seq: &mut Q, obj: &Object) -> Result<(), Q::E
         Object::ReplicaSet(o) => element(seq, &**o),
         Object::StatefulSet(o) => element(seq, &**o),
         Object::PodMigrationJob(o) => element(seq, &**o),
+        Object::ResourceSlice(o) => element(seq, &**o),
+        Object::DeviceClass(o) => element(seq, &**o),
+        Object::ResourceClaim(o) => element(seq, &**o),
+        Object::ResourceClaimTemplate(o) => element(seq, &**o),
     }
 }
 

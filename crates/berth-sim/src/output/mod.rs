@@ -158,6 +158,10 @@ pub fn list(sim: &Simulation) -> Result<Value, serde_json::Error> {
             Object::ReplicaSet(o) => serde_json::to_value(&**o)?,
             Object::StatefulSet(o) => serde_json::to_value(&**o)?,
             Object::PodMigrationJob(o) => serde_json::to_value(&**o)?,
+            Object::ResourceSlice(o) => serde_json::to_value(&**o)?,
+            Object::DeviceClass(o) => serde_json::to_value(&**o)?,
+            Object::ResourceClaim(o) => serde_json::to_value(&**o)?,
+            Object::ResourceClaimTemplate(o) => serde_json::to_value(&**o)?,
         };
         items.push((
             key.kind.as_str(),
