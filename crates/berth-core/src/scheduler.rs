@@ -52,6 +52,8 @@ use berth_api::validate::Rule;
 mod drp;
 mod feedback;
 mod filter_nodes;
+#[cfg(test)]
+mod unreserve_tests;
 mod volumes;
 
 use feedback::{same_name, SeenPlugins};
@@ -881,10 +883,7 @@ impl Scheduler {
         // name has a new slot, and the old slot may hold another node by now.
         let node = self.cluster.node_idx(&b.node_name).unwrap_or(b.node);
         b.state.now = now;
-        let prof = &self.profiles[b.profile];
-        for &j in prof.reserve.iter().rev() {
-            prof.plugins[j].unreserve(&mut self.cluster, &mut b.state, &b.pod, node);
-        }
+        self.run_unreserve(b.profile, &mut b.state, &b.pod, node);
         let assumed = self
             .cluster
             .pod(&b.pod.key)
@@ -1527,46 +1526,34 @@ impl Scheduler {
             return Err(Status::error("pod or node vanished before assume"));
         }
         let prof = &self.profiles[profile];
-        for (n, &i) in prof.reserve.iter().enumerate() {
+        let failed = prof.reserve.iter().find_map(|&i| {
             let st = prof.plugins[i].reserve(&mut self.cluster, state, pod, node);
-            if !st.is_success() {
-                for &j in prof.reserve[..=n].iter().rev() {
-                    prof.plugins[j].unreserve(&mut self.cluster, state, pod, node);
-                }
-                if is_pod {
-                    self.cluster.forget(&pod.key);
-                }
-                return Err(st);
-            }
+            (!st.is_success()).then_some(st)
+        });
+        if let Some(st) = failed {
+            self.unreserve_and_forget(profile, state, pod, node);
+            return Err(st);
         }
         if let Some(plan) = &plan {
             // Dynamic Reservation Provisioning: the virtual reservation, after every
             // Reserve plugin (the pod is allocated from it as from a real one).
             if let Err(e) = self.drp_reserve(state, pod, node, plan, now) {
-                let prof = &self.profiles[profile];
-                for &j in prof.reserve.iter().rev() {
-                    prof.plugins[j].unreserve(&mut self.cluster, state, pod, node);
-                }
-                self.cluster.forget(&pod.key);
+                self.unreserve_and_forget(profile, state, pod, node);
                 return Err(Status::error(e));
             }
         }
         let prof = &self.profiles[profile];
         let mut annotations = BTreeMap::new();
-        if let Some(info) = self.cluster.node(node) {
-            for &i in &prof.pre_bind {
+        let failed = self.cluster.node(node).and_then(|info| {
+            prof.pre_bind.iter().find_map(|&i| {
                 let st =
                     prof.plugins[i].pre_bind(&self.cluster, state, pod, info, &mut annotations);
-                if !st.is_success() {
-                    for &j in prof.reserve.iter().rev() {
-                        prof.plugins[j].unreserve(&mut self.cluster, state, pod, node);
-                    }
-                    if is_pod {
-                        self.cluster.forget(&pod.key);
-                    }
-                    return Err(st);
-                }
-            }
+                (!st.is_success()).then_some(st)
+            })
+        });
+        if let Some(st) = failed {
+            self.unreserve_and_forget(profile, state, pod, node);
+            return Err(st);
         }
         let node_name = self
             .cluster
@@ -1657,6 +1644,39 @@ impl Scheduler {
             );
         }
         Ok(())
+    }
+
+    /// The unwind of a scheduling cycle that failed after Reserve began (kube-scheduler's
+    /// `RunReservePluginsUnreserve` then `ForgetPod`): every Reserve plugin's Unreserve, in
+    /// reverse order, whichever plugin failed (Unreserve is idempotent, so one whose
+    /// Reserve never ran gives back nothing), then the assumed pod leaves its node. Every
+    /// failure path of [`Scheduler::reserve_and_bind`] goes through here.
+    fn unreserve_and_forget(
+        &mut self,
+        profile: usize,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        node: NodeIdx,
+    ) {
+        self.run_unreserve(profile, state, pod, node);
+        if !pod.is_reserve_pod() {
+            self.cluster.forget(&pod.key);
+        }
+    }
+
+    /// kube-scheduler's `RunReservePluginsUnreserve`: every Reserve plugin's Unreserve, in
+    /// reverse order.
+    fn run_unreserve(
+        &mut self,
+        profile: usize,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        node: NodeIdx,
+    ) {
+        let prof = &self.profiles[profile];
+        for &j in prof.reserve.iter().rev() {
+            prof.plugins[j].unreserve(&mut self.cluster, state, pod, node);
+        }
     }
 
     fn fail(&mut self, now: Time, pod: &PodInfo, diag: Diagnosis) {
