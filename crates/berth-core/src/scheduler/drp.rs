@@ -135,7 +135,7 @@ impl Scheduler {
             .drp_template(profile, pod)
             .filter(|_| !self.has_owner_reservation(pod))
         else {
-            return (self.find_node(profile, pod, now), None);
+            return (self.schedule_pod(profile, pod, now), None);
         };
         let size = template
             .size(&pod.requests, &mut self.cluster.names)
@@ -144,11 +144,11 @@ impl Scheduler {
             let mut sized = (**pod).clone();
             sized.requests = size;
             sized.non_zero = sized.non_zero.max(&size);
-            if let Outcome::Placed(node, state) = self.find_node(profile, &sized, now) {
+            if let Outcome::Placed(node, state) = self.schedule_pod(profile, &sized, now) {
                 return (Outcome::Placed(node, state), Some(Plan { size, template }));
             }
         }
-        match self.find_node(profile, pod, now) {
+        match self.schedule_pod(profile, pod, now) {
             Outcome::Placed(node, state) => (
                 Outcome::Placed(node, state),
                 Some(Plan {
