@@ -24,30 +24,7 @@ pub struct CrdError(#[from] serde_yaml_ng::Error);
 /// `config/crd/bases/scheduling.koordinator.sh_reservations.yaml`.
 pub fn reservation_crd() -> CustomResourceDefinition {
     let mut crd = Reservation::crd();
-    // The derive leaves this to the API server's defaulting; upstream spells it out, and a
-    // CRD read back from a cluster compares equal only if ours does too.
-    crd.spec.names.list_kind = Some("ReservationList".to_string());
-    for version in &mut crd.spec.versions {
-        let Some(root) = version
-            .schema
-            .as_mut()
-            .and_then(|s| s.open_api_v3_schema.as_mut())
-        else {
-            continue;
-        };
-        // Upstream does not require `spec` (only its fields, once it is present); requiring it
-        // would reject objects a Koordinator cluster stores.
-        root.required = None;
-        let properties = root.properties.get_or_insert_with(Default::default);
-        let typed = |ty: &str| JSONSchemaProps {
-            type_: Some(ty.to_string()),
-            ..Default::default()
-        };
-        properties.insert("apiVersion".to_string(), typed("string"));
-        properties.insert("kind".to_string(), typed("string"));
-        properties.insert("metadata".to_string(), typed("object"));
-        strip_nullable(root);
-    }
+    koordinator_shape(&mut crd, "ReservationList", |_| {});
     crd
 }
 
@@ -55,25 +32,7 @@ pub fn reservation_crd() -> CustomResourceDefinition {
 /// `config/crd/bases/scheduling.koordinator.sh_podmigrationjobs.yaml` (v1.8).
 pub fn pod_migration_job_crd() -> CustomResourceDefinition {
     let mut crd = PodMigrationJob::crd();
-    crd.spec.names.list_kind = Some("PodMigrationJobList".to_string());
-    for version in &mut crd.spec.versions {
-        let Some(root) = version
-            .schema
-            .as_mut()
-            .and_then(|s| s.open_api_v3_schema.as_mut())
-        else {
-            continue;
-        };
-        root.required = None;
-        let properties = root.properties.get_or_insert_with(Default::default);
-        let typed = |ty: &str| JSONSchemaProps {
-            type_: Some(ty.to_string()),
-            ..Default::default()
-        };
-        properties.insert("apiVersion".to_string(), typed("string"));
-        properties.insert("kind".to_string(), typed("string"));
-        properties.insert("metadata".to_string(), typed("object"));
-        strip_nullable(root);
+    koordinator_shape(&mut crd, "PodMigrationJobList", |root| {
         // Upstream's conditions carry `+nullable` times (a Go `metav1.Time`, not a pointer).
         let times = root
             .properties
@@ -90,8 +49,41 @@ pub fn pod_migration_job_crd() -> CustomResourceDefinition {
                 time.nullable = Some(true);
             }
         }
-    }
+    });
     crd
+}
+
+/// Brings a derived CRD to the shape Koordinator's controller-gen CRDs have, so that one
+/// read back from a cluster compares equal: the list kind spelled out (the derive leaves it to
+/// the API server's defaulting), `spec` not required (upstream requires only its fields, once
+/// present; requiring it would reject objects a Koordinator cluster stores), the three
+/// top-level fields typed, no `nullable`; then `extra` for what one kind adds.
+fn koordinator_shape(
+    crd: &mut CustomResourceDefinition,
+    list_kind: &str,
+    extra: impl Fn(&mut JSONSchemaProps),
+) {
+    crd.spec.names.list_kind = Some(list_kind.to_string());
+    for version in &mut crd.spec.versions {
+        let Some(root) = version
+            .schema
+            .as_mut()
+            .and_then(|s| s.open_api_v3_schema.as_mut())
+        else {
+            continue;
+        };
+        root.required = None;
+        let properties = root.properties.get_or_insert_with(Default::default);
+        let typed = |ty: &str| JSONSchemaProps {
+            type_: Some(ty.to_string()),
+            ..Default::default()
+        };
+        properties.insert("apiVersion".to_string(), typed("string"));
+        properties.insert("kind".to_string(), typed("string"));
+        properties.insert("metadata".to_string(), typed("object"));
+        strip_nullable(root);
+        extra(root);
+    }
 }
 
 /// Removes the `nullable: true` the derive puts on every `Option` field. Upstream has none:
