@@ -58,6 +58,45 @@ pub(crate) fn reconcile(store: &Store, now: Time, args: &MigrationArgs) -> Vec<A
     migration::reconcile(&jobs, &View(store), now, args)
 }
 
+/// One pass of seed 004's reserved-CPU descheduler (see
+/// [`berth_core::migration::reserved_cpus`]) over the store: the jobs to create, and the
+/// nodes whose opt-in it cannot read.
+pub(crate) fn reserved_cpu_jobs(store: &Store) -> migration::reserved_cpus::Planned {
+    use berth_core::migration::reserved_cpus::{plan, ANNOTATION_RESERVED_CPUS_MIGRATION};
+    let opted_in = store.of_kind(Kind::Node).filter_map(|o| match o {
+        Object::Node(n)
+            if n.metadata
+                .annotations
+                .as_ref()
+                .is_some_and(|a| a.contains_key(ANNOTATION_RESERVED_CPUS_MIGRATION)) =>
+        {
+            Some(&**n)
+        }
+        _ => None,
+    });
+    let with_nrt: Vec<_> = opted_in
+        .map(|n| {
+            let name = n.metadata.name.as_deref().unwrap_or_default();
+            let nrt = match store.get(&ObjectKey::cluster(Kind::NodeResourceTopology, name)) {
+                Some(Object::NodeResourceTopology(t)) => Some(&**t),
+                _ => None,
+            };
+            (n, nrt)
+        })
+        .collect();
+    if with_nrt.is_empty() {
+        return migration::reserved_cpus::Planned::default();
+    }
+    let pods: Vec<&Pod> = store
+        .of_kind(Kind::Pod)
+        .filter_map(|o| match o {
+            Object::Pod(p) => Some(&**p),
+            _ => None,
+        })
+        .collect();
+    plan(with_nrt, &pods, &jobs(store))
+}
+
 /// The job named `name`.
 pub(crate) fn job(store: &Store, name: &str) -> Option<Arc<PodMigrationJob>> {
     match store.get(&ObjectKey::cluster(Kind::PodMigrationJob, name)) {

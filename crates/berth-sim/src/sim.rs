@@ -803,8 +803,8 @@ impl Simulation {
     /// it asks for. Returns whether anything changed.
     fn run_migrations(&mut self) -> bool {
         use berth_core::migration::{after_eviction, Action};
+        let mut changed = self.plan_reserved_cpu_moves();
         let actions = crate::migration::reconcile(&self.store, self.now, &self.migration);
-        let mut changed = false;
         for action in actions {
             match action {
                 Action::CreateReservation(r) => {
@@ -852,6 +852,23 @@ impl Simulation {
             }
         }
         changed
+    }
+
+    /// Creates the PodMigrationJobs that move pods off CPUs their (opted-in) node now
+    /// reserves, as seed 004's descheduler would. Returns whether it created any.
+    fn plan_reserved_cpu_moves(&mut self) -> bool {
+        let planned = crate::migration::reserved_cpu_jobs(&self.store);
+        for (node, message) in planned.refused {
+            let line = format!("warning: node {node}: {message}");
+            if !self.log.contains(&line) {
+                self.log.push(line);
+            }
+        }
+        let created = !planned.jobs.is_empty();
+        for job in planned.jobs {
+            self.apply_object(Object::PodMigrationJob(Arc::new(job)), false);
+        }
+        created
     }
 
     /// Schedules, performs effects and fires timers due now until nothing more happens.

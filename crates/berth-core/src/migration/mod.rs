@@ -29,6 +29,7 @@
 
 pub mod arbitration;
 mod job;
+pub mod reserved_cpus;
 pub mod template;
 #[cfg(test)]
 mod tests;
