@@ -20,6 +20,7 @@ pub mod kinds;
 pub mod leader;
 pub mod metrics;
 pub mod mirror;
+pub mod reserve;
 pub mod retry;
 pub mod settings;
 pub mod transport;

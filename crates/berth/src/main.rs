@@ -10,6 +10,7 @@ use clap::{Args, Parser, Subcommand};
 use berth_sim::{Format, Options};
 
 mod live;
+mod reserve;
 
 /// A Kubernetes scheduler with Koordinator reservations and NUMA-aware placement.
 #[derive(Debug, Parser)]
@@ -43,6 +44,10 @@ enum Command {
     /// that would let it fit. On the cluster FILE... simulate to (or, with --kubeconfig, on a
     /// live cluster, read-only).
     Explain(ExplainArgs),
+    /// Reserve room for a workload's replicas before its pods exist: one Reservation per
+    /// replica from its pod template, owned by its pods, placed all together or not at all
+    /// (one gang); waits until all are Available or says why not.
+    Reserve(reserve::ReserveArgs),
 }
 
 /// Where `simulate --help` sends readers for the format.
@@ -173,6 +178,7 @@ fn main() -> ExitCode {
         Command::Simulate(args) => simulate(args),
         Command::Run(args) => run(args),
         Command::Provisioner(args) => provisioner(args),
+        Command::Reserve(args) => reserve::reserve(args),
         Command::Crd => crd().map(|()| 0),
         Command::Bench(args) => bench(&args),
         Command::Explain(args) => explain(args),
