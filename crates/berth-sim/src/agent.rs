@@ -3,7 +3,7 @@
 //! The kubelet admits every pod bound to its node: admitted pods become `Running`; a pod its
 //! Topology Manager cannot align is rejected (`Failed`, `TopologyAffinityError`). The
 //! topology updater republishes each node's NodeResourceTopology every `nrtUpdatePeriod`.
-//! The driver ([`crate::sim::Simulation`]) asks [`NodeAgent::admit`] after each bind and
+//! The driver (the simulation) asks [`NodeAgent::admit`] after each bind and
 //! fires [`NodeAgent::handle_timeout`] at [`NodeAgent::next_timeout`], in virtual time.
 
 use std::collections::BTreeMap;

@@ -409,7 +409,7 @@ pub fn run_part(part: &Part, instructions: bool) -> Vec<String> {
         Part::Case(case) => {
             let report = run_case(case);
             let ir = if instructions {
-                crate::bench_callgrind::count(case)
+                crate::bench_callgrind::count(&case.name, case.nodes, case.pods)
             } else {
                 None
             };

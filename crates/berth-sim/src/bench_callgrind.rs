@@ -5,20 +5,19 @@
 //! not, so they are what a regression is judged by (see the method in
 //! `reference/perf-profile.md`). The case runs again in a child process, the same binary
 //! under `valgrind --tool=callgrind`, collecting only inside
-//! [`crate::bench::measured_cycle`] (set-up and bind confirmation are left out). Without
+//! `bench::measured_cycle` ([`TOGGLE`]; set-up and bind confirmation are left out). Without
 //! valgrind on `PATH` the figure is simply absent.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-use crate::bench::Case;
-
 /// The function callgrind collects in (its demangled path).
 pub const TOGGLE: &str = "berth_sim::bench::measured_cycle";
 
-/// Instructions executed in `case`'s measured cycles, or `None` when valgrind is missing
-/// or the child failed (the report then leaves the figure out rather than guess).
-pub fn count(case: &Case) -> Option<u64> {
+/// Instructions executed in the measured cycles of the case named `case` at `nodes` and
+/// `pods`, or `None` when valgrind is missing or the child failed (the report then leaves
+/// the figure out rather than guess).
+pub fn count(case: &str, nodes: usize, pods: usize) -> Option<u64> {
     let exe = std::env::current_exe().ok()?;
     let dir = std::env::temp_dir();
     let out = dir.join(format!("berth-bench-callgrind-{}.out", std::process::id()));
@@ -28,7 +27,7 @@ pub fn count(case: &Case) -> Option<u64> {
         .arg(format!("--toggle-collect={TOGGLE}"))
         .arg(format!("--callgrind-out-file={}", out.display()))
         .arg(&exe)
-        .args(child_args(case))
+        .args(child_args(case, nodes, pods))
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .status()
@@ -42,19 +41,19 @@ pub fn count(case: &Case) -> Option<u64> {
     total
 }
 
-/// The `berth bench` arguments that run exactly `case` (`--only-case` picks it out of
-/// `--suite all` by name).
-pub fn child_args(case: &Case) -> Vec<String> {
+/// The `berth bench` arguments that run exactly the case named `case` (`--only-case` picks
+/// it out of `--suite all` by name) at the same size.
+pub fn child_args(case: &str, nodes: usize, pods: usize) -> Vec<String> {
     vec![
         "bench".into(),
         "--suite".into(),
         "all".into(),
         "--nodes".into(),
-        case.nodes.to_string(),
+        nodes.to_string(),
         "--pods".into(),
-        case.pods.to_string(),
+        pods.to_string(),
         "--only-case".into(),
-        case.name.clone(),
+        case.to_string(),
     ]
 }
 
@@ -87,12 +86,13 @@ mod tests {
 
     #[test]
     fn the_child_runs_the_named_case_at_the_same_size() {
-        let case =
-            crate::bench::workload_case(crate::bench_workloads::Workload::PodAffinity, 50, 7);
-        let args = child_args(&case);
+        let args = child_args("PodAffinity/50Nodes", 50, 7);
         let pos = |flag: &str| args.iter().position(|a| a == flag).map(|i| &args[i + 1]);
         assert_eq!(pos("--nodes").map(String::as_str), Some("50"));
         assert_eq!(pos("--pods").map(String::as_str), Some("7"));
-        assert_eq!(pos("--only-case"), Some(&case.name));
+        assert_eq!(
+            pos("--only-case").map(String::as_str),
+            Some("PodAffinity/50Nodes")
+        );
     }
 }

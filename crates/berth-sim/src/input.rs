@@ -39,6 +39,7 @@ use crate::scenario::{self, DurationText, NodeAgentConfig, Scenario, ScenarioDoc
 use crate::strict::{self, Schema};
 
 mod dra;
+mod migration;
 mod subset;
 mod workloads;
 
@@ -48,24 +49,8 @@ pub const SYSTEM_PRIORITY_CLASSES: [(&str, i32); 2] = [
     ("system-cluster-critical", 2_000_000_000),
 ];
 
-/// One object read from the input.
-#[derive(Debug, Clone)]
-pub enum Item {
-    /// An object the scheduler watches.
-    Object(Object),
-    /// A `v1` Event (accepted so that a run's `-o yaml` output can be read back in).
-    Event(Box<CoreEvent>),
-}
-
-impl Item {
-    /// The object's kind as written in `kind`.
-    pub fn kind_name(&self) -> &'static str {
-        match self {
-            Item::Object(o) => o.kind().as_str(),
-            Item::Event(_) => "Event",
-        }
-    }
-}
+pub(crate) use crate::objects::type_name;
+pub use crate::objects::Item;
 
 /// Where a document came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -869,7 +854,7 @@ impl Decoder {
             }
             ("scheduling.koordinator.sh/v1alpha1", "PodMigrationJob") => {
                 normalize_meta(&mut value, false, &mut self.generated)?;
-                Item::Object(crate::migration::decode(&value)?)
+                Item::Object(migration::decode(&value)?)
             }
             (scenario::API_VERSION, scenario::KIND) => {
                 return Err(FieldError::new(
@@ -1099,18 +1084,6 @@ fn type_meta(value: &Value) -> Result<(String, String), FieldError> {
     let kind = field("kind")?;
     let api_version = field("apiVersion")?;
     Ok((api_version, kind))
-}
-
-/// The JSON type of `v`, for messages (`invalid type: boolean, expected ...`).
-pub(crate) fn type_name(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "boolean",
-        Value::Number(_) => "number",
-        Value::String(_) => "string",
-        Value::Array(_) => "sequence",
-        Value::Object(_) => "map",
-    }
 }
 
 /// Reads a typed object, reporting the path of a wrong type or missing field.

@@ -20,6 +20,7 @@ pub mod explain;
 pub mod input;
 pub mod migration;
 pub mod numa_agent;
+pub mod objects;
 pub mod observe;
 pub mod output;
 pub mod progress;

@@ -105,27 +105,6 @@ pub(crate) fn job(store: &Store, name: &str) -> Option<Arc<PodMigrationJob>> {
     }
 }
 
-/// Reads a `PodMigrationJob` document (`metadata` already normalized) as the API server
-/// checks it: the CRD's schema, `spec.podRef` required, and a `spec.ttl` the controller can
-/// read.
-pub(crate) fn decode(value: &serde_json::Value) -> Result<Object, crate::error::FieldError> {
-    use crate::error::FieldError;
-    crate::strict::check(crate::strict::Schema::PodMigrationJob, value)?;
-    let job: PodMigrationJob = crate::input::typed(value)?;
-    if job.spec.pod_ref.is_none() {
-        return Err(FieldError::new("spec.podRef", "Required value"));
-    }
-    if let Some(ttl) = &job.spec.ttl {
-        ttl.millis().map_err(|e| {
-            FieldError::new(
-                "spec.ttl",
-                format!("Invalid value: {:?}: {e}", ttl.as_str()),
-            )
-        })?;
-    }
-    Ok(Object::PodMigrationJob(Arc::new(job)))
-}
-
 /// One PodMigrationJob check of a Scenario's `expect` (an extension of the contract). A
 /// field left out is not checked.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize)]
@@ -228,73 +207,4 @@ pub fn explain(store: &Store, target: &str) -> Option<Result<String, String>> {
 }
 
 #[cfg(test)]
-mod tests {
-    use crate::explain::{run, ExplainFormat};
-    use crate::{Format, Options};
-
-    fn scenario(name: &str) -> String {
-        let path = format!(
-            "{}/../../tests/scenarios/migration/{name}",
-            env!("CARGO_MANIFEST_DIR")
-        );
-        std::fs::read_to_string(path).expect("the scenario file")
-    }
-
-    fn explain(target: &str, text: &str) -> crate::RunOutput {
-        let options = Options {
-            files: vec!["-".into()],
-            config: None,
-            output: Format::Table,
-            seed: 0,
-        };
-        run(target, &options, ExplainFormat::Text, &mut text.as_bytes())
-    }
-
-    #[test]
-    fn explain_says_what_a_job_waits_for() {
-        let full = scenario("pdb-waits.yaml");
-        let waiting = full
-            .split("    - advance: 30s")
-            .next()
-            .expect("the first step");
-        let out = explain("pmj/move-web", waiting);
-        assert_eq!(out.code, 0, "{}", out.stderr);
-        assert!(
-            out.stdout
-                .starts_with("PodMigrationJob move-web: Running (FailedEvict)"),
-            "{}",
-            out.stdout
-        );
-        assert!(
-            out.stdout
-                .contains("Waiting for: the eviction to be allowed"),
-            "{}",
-            out.stdout
-        );
-        assert!(
-            out.stdout.contains("disruption budget web"),
-            "{}",
-            out.stdout
-        );
-
-        let out = explain(
-            "podmigrationjob/move-web",
-            &scenario("unplaceable-fails.yaml"),
-        );
-        assert_eq!(out.code, 0, "{}", out.stderr);
-        assert!(
-            out.stdout.contains("Failed (Unschedulable)"),
-            "{}",
-            out.stdout
-        );
-        assert!(out.stdout.contains("Ended"), "{}", out.stdout);
-
-        let out = explain("pmj/nope", waiting);
-        assert_eq!(out.code, 2);
-        assert!(
-            out.stderr.contains("podmigrationjob \"nope\" not found"),
-            "{}",
-            out.stderr
-        );
-    }
-}
+mod tests;

@@ -10,7 +10,7 @@ use berth_api::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use berth_core::time::Time;
 use berth_core::ObjectKey;
 
-use crate::sim::{api_version_of, derive_uid, meta_time, EVENT_COMPONENT};
+use crate::objects::{api_version_of, derive_uid, meta_time, EVENT_COMPONENT};
 
 /// What distinguishes one recorded event from another; its namespace and name are the
 /// store's key for it.

@@ -16,7 +16,8 @@ use serde_json::{json, Value};
 use berth_core::time::rfc3339;
 use berth_core::{Kind, Object};
 
-use crate::sim::{pod_scheduled_message, Simulation};
+use crate::objects::pod_scheduled_message;
+use crate::sim::Simulation;
 
 /// Why the report could not be written.
 #[derive(Debug, thiserror::Error)]

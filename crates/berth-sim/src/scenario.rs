@@ -9,7 +9,7 @@ use serde::{Deserialize, Deserializer};
 use berth_core::time::Time;
 use berth_core::ObjectKey;
 
-use crate::input::Item;
+use crate::objects::Item;
 
 /// The API version of [`Scenario`] documents.
 pub const API_VERSION: &str = "sim.berth.dev/v1alpha1";
@@ -252,7 +252,7 @@ impl<'de> Deserialize<'de> for DurationText {
             serde_json::Value::Number(n) => Ok(Self(n.to_string())),
             other => Err(serde::de::Error::custom(format!(
                 "invalid type: {}, expected a duration such as \"30s\"",
-                crate::input::type_name(&other)
+                crate::objects::type_name(&other)
             ))),
         }
     }

@@ -14,15 +14,19 @@ use berth_core::collections::HashMap;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use berth_api::annotations::keys::ANNOTATION_RESERVATION_ALLOCATED;
 use berth_api::k8s_openapi::api::core::v1::{Pod, PodCondition, PodStatus};
 use berth_api::k8s_openapi::api::scheduling::v1::PriorityClass;
-use berth_api::k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time as MetaTime};
-use berth_api::k8s_openapi::jiff::Timestamp;
+use berth_api::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use berth_api::reservation::ReservationPhase;
 use berth_core::time::{rfc3339, Time};
 use berth_core::{
     BindFailure, Config, Effect, Event, Kind, Object, ObjectKey, Profile, Record, Scheduler,
+};
+
+use crate::objects::meta_mut;
+pub use crate::objects::{
+    allocated_reservation, api_version_of, derive_uid, meta_time, pod_scheduled_message,
+    EVENT_COMPONENT,
 };
 
 use crate::agent::{Admission, NodeAgent};
@@ -32,8 +36,6 @@ use crate::recorded::RecordedEvent;
 use crate::scenario::{Expect, NodeAgentConfig, Step, DEFAULT_START_TIME};
 use crate::store::Store;
 
-/// `source.component` of the events the simulator records for the scheduler.
-pub const EVENT_COMPONENT: &str = "berth-scheduler";
 /// `PreemptLowerPriority`, the preemption policy when neither pod nor class sets one.
 pub const DEFAULT_PREEMPTION_POLICY: &str = "PreemptLowerPriority";
 
@@ -44,31 +46,6 @@ const MAX_SETTLE_ROUNDS: usize = 100_000;
 /// The start of virtual time when the Scenario gives none (`2024-01-01T00:00:00Z`).
 pub fn default_start() -> Time {
     berth_core::time::parse_rfc3339(DEFAULT_START_TIME).unwrap_or(1_704_067_200_000)
-}
-
-/// A deterministic UID for an object without one: a UUID-shaped (version 8) hash of kind,
-/// namespace and name.
-pub fn derive_uid(kind: &str, namespace: &str, name: &str) -> String {
-    let key = format!("{kind}/{namespace}/{name}");
-    let a = xxhash_rust::xxh64::xxh64(key.as_bytes(), 0);
-    let b = xxhash_rust::xxh64::xxh64(key.as_bytes(), 0x9e37_79b9_7f4a_7c15);
-    // Version 8 (custom) and the RFC 9562 variant, so tools that parse UUIDs accept it.
-    let a = (a & !0xf000) | 0x8000;
-    let b = (b & !(0xc000_u64 << 48)) | (0x8000_u64 << 48);
-    let hex = format!("{a:016x}{b:016x}");
-    format!(
-        "{}-{}-{}-{}-{}",
-        &hex[0..8],
-        &hex[8..12],
-        &hex[12..16],
-        &hex[16..20],
-        &hex[20..32]
-    )
-}
-
-/// `metav1.Time` for a virtual instant.
-pub fn meta_time(t: Time) -> MetaTime {
-    MetaTime(Timestamp::from_millisecond(t).unwrap_or(Timestamp::UNIX_EPOCH))
 }
 
 /// The simulated cluster.
@@ -218,7 +195,7 @@ impl Simulation {
     /// Records the cluster now into the timeline, if one is kept.
     fn observe(&mut self) {
         if let Some(mut tl) = self.timeline.take() {
-            tl.observe(self);
+            tl.observe(self.now, &self.store, &self.core);
             self.timeline = Some(tl);
         }
     }
@@ -1507,29 +1484,6 @@ impl Simulation {
     }
 }
 
-/// The name in a pod's `reservation-allocated` annotation, if it has a readable one.
-pub fn allocated_reservation(p: &Pod) -> Option<String> {
-    let text = p
-        .metadata
-        .annotations
-        .as_ref()?
-        .get(ANNOTATION_RESERVATION_ALLOCATED)?;
-    let v: serde_json::Value = serde_json::from_str(text).ok()?;
-    v.get("name")?.as_str().map(str::to_string)
-}
-
-/// The message of a pod's `PodScheduled` condition.
-pub fn pod_scheduled_message(p: &Pod) -> Option<String> {
-    p.status
-        .as_ref()?
-        .conditions
-        .as_ref()?
-        .iter()
-        .find(|c| c.type_ == "PodScheduled")?
-        .message
-        .clone()
-}
-
 /// The phase of a reservation, `Pending` when it has none.
 pub fn reservation_phase(r: &berth_api::reservation::Reservation) -> ReservationPhase {
     r.phase()
@@ -1621,55 +1575,6 @@ fn carry_over_pod(pod: &mut Pod, old: &Pod) {
                 }
             }
         }
-    }
-}
-
-fn meta_mut(obj: &mut Object) -> &mut ObjectMeta {
-    match obj {
-        Object::Pod(o) => &mut Arc::make_mut(o).metadata,
-        Object::Node(o) => &mut Arc::make_mut(o).metadata,
-        Object::Reservation(o) => &mut Arc::make_mut(o).metadata,
-        Object::NodeResourceTopology(o) => &mut Arc::make_mut(o).metadata,
-        Object::PersistentVolumeClaim(o) => &mut Arc::make_mut(o).metadata,
-        Object::CsiNode(o) => &mut Arc::make_mut(o).metadata,
-        Object::PriorityClass(o) => &mut Arc::make_mut(o).metadata,
-        Object::PodDisruptionBudget(o) => &mut Arc::make_mut(o).metadata,
-        Object::Namespace(o) => &mut Arc::make_mut(o).metadata,
-        Object::PersistentVolume(o) => &mut Arc::make_mut(o).metadata,
-        Object::StorageClass(o) => &mut Arc::make_mut(o).metadata,
-        Object::CsiDriver(o) => &mut Arc::make_mut(o).metadata,
-        Object::CsiStorageCapacity(o) => &mut Arc::make_mut(o).metadata,
-        Object::Deployment(o) => &mut Arc::make_mut(o).metadata,
-        Object::ReplicaSet(o) => &mut Arc::make_mut(o).metadata,
-        Object::StatefulSet(o) => &mut Arc::make_mut(o).metadata,
-        Object::PodMigrationJob(o) => &mut Arc::make_mut(o).metadata,
-        Object::ResourceSlice(o) => &mut Arc::make_mut(o).metadata,
-        Object::DeviceClass(o) => &mut Arc::make_mut(o).metadata,
-        Object::ResourceClaim(o) => &mut Arc::make_mut(o).metadata,
-        Object::ResourceClaimTemplate(o) => &mut Arc::make_mut(o).metadata,
-    }
-}
-
-/// The `apiVersion` of a kind, for `involvedObject`.
-pub fn api_version_of(kind: Kind) -> &'static str {
-    match kind {
-        Kind::Reservation | Kind::PodMigrationJob => "scheduling.koordinator.sh/v1alpha1",
-        Kind::NodeResourceTopology => "topology.node.k8s.io/v1alpha2",
-        Kind::CsiNode | Kind::StorageClass | Kind::CsiDriver | Kind::CsiStorageCapacity => {
-            "storage.k8s.io/v1"
-        }
-        Kind::PriorityClass => "scheduling.k8s.io/v1",
-        Kind::PodDisruptionBudget => "policy/v1",
-        Kind::Deployment | Kind::ReplicaSet | Kind::StatefulSet => "apps/v1",
-        Kind::ResourceSlice
-        | Kind::DeviceClass
-        | Kind::ResourceClaim
-        | Kind::ResourceClaimTemplate => berth_api::dra::API_VERSION,
-        Kind::Node
-        | Kind::Pod
-        | Kind::PersistentVolumeClaim
-        | Kind::Namespace
-        | Kind::PersistentVolume => "v1",
     }
 }
 
@@ -1985,7 +1890,9 @@ mod tests {
         let summary: Vec<(&str, &str, Option<i32>, String, String)> = events
             .iter()
             .map(|e| {
-                let t = |t: &Option<MetaTime>| {
+                let t = |t: &Option<
+                    berth_api::k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
+                >| {
                     t.as_ref()
                         .map(|t| rfc3339(t.0.as_millisecond()))
                         .unwrap_or_default()

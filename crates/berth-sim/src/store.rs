@@ -187,7 +187,7 @@ impl Store {
             }
             StoredEvent::Given(e) => {
                 e.count = Some(e.count.unwrap_or(1).saturating_add(1));
-                e.last_timestamp = Some(crate::sim::meta_time(now));
+                e.last_timestamp = Some(crate::objects::meta_time(now));
             }
         }
         true

@@ -15,10 +15,11 @@ use berth_api::reservation::ReservationPhase;
 use berth_core::numa::NodeNumaView;
 use berth_core::resources::ResourceId;
 use berth_core::time::{rfc3339, Time};
-use berth_core::{Kind, Object};
+use berth_core::{Kind, Object, Scheduler};
 
+use crate::objects::{allocated_reservation, pod_scheduled_message};
 use crate::scenario::Step;
-use crate::sim::{allocated_reservation, pod_scheduled_message, Simulation};
+use crate::store::Store;
 
 /// Pods by phase at one instant (`unschedulable`: pending with a failed attempt).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
@@ -209,10 +210,8 @@ impl Timeline {
     }
 
     /// Records the cluster now and logs what changed since the last observation.
-    pub fn observe(&mut self, sim: &Simulation) {
-        let now = sim.now();
-        let store = sim.store();
-        let cx = &sim.core().cluster;
+    pub fn observe(&mut self, now: Time, store: &Store, core: &Scheduler) {
+        let cx = &core.cluster;
         let mut sample = Sample {
             t: now,
             ..Sample::default()

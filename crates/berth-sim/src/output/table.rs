@@ -16,7 +16,8 @@ use berth_core::resources::ResourceId;
 use berth_core::time::rfc3339;
 use berth_core::{Kind, Object};
 
-use crate::sim::{allocated_reservation, pod_scheduled_message, Simulation};
+use crate::objects::{allocated_reservation, pod_scheduled_message};
+use crate::sim::Simulation;
 
 /// Column widths of one section, from its header and every row.
 struct Columns {
