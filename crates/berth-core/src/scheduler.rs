@@ -299,7 +299,7 @@ impl Scheduler {
 
     /// NUMA figures: the reserve cache's counters (dirty nodes by reason, resync attempts,
     /// matches, mismatches, flushes, generation) and NRT lookups.
-    pub fn numa_metrics(&self) -> crate::plugins::numatopology::NumaMetrics {
+    pub fn numa_metrics(&self) -> crate::numa::NumaMetrics {
         self.cluster.numa.metrics()
     }
 

@@ -1,5 +1,5 @@
 //! [`CpusetCluster`]: what the scheduler knows across cycles about exclusive CPUs, held in
-//! [`Cluster::cpusets`]: each node's CPU layout (from its NodeResourceTopology's koordlet
+//! the scheduler state's `cpusets`: each node's CPU layout (from its NodeResourceTopology's koordlet
 //! annotations), the cores the node keeps for itself, and the cores every pod and
 //! reservation holds.
 //!
@@ -25,9 +25,9 @@ use berth_api::validate::{Refusal, Rule};
 
 use super::accumulator::take_cpus;
 use super::topology::{CpuLayout, CpuSet};
-use crate::cache::Cluster;
+use crate::cache::NodeCache;
 use crate::collections::HashMap;
-use crate::model::node::NodeInfo;
+use crate::model::node::{NodeIdx, NodeInfo};
 use crate::model::pod::PodInfo;
 use crate::numa::{TmPolicy, TopologyManagerConfig};
 use crate::object::ObjectKey;
@@ -184,6 +184,30 @@ impl CpusetCluster {
         self.published.get(node).map(|p| &p.layout)
     }
 
+    /// Refuses node `idx`'s `node.koordinator.sh/reservation` when its `reservedCPUs` name
+    /// CPUs the node's published CPU topology lacks (an annotation ignored whole, as if absent).
+    pub fn check_reserved_cpus(&self, nodes: &mut NodeCache, idx: NodeIdx) {
+        let Some(info) = nodes.node(idx) else {
+            return;
+        };
+        if info.annotation_error.is_some() {
+            return;
+        }
+        let Some(layout) = self.layout(&info.name) else {
+            return;
+        };
+        let Ok(Some(r)) =
+            NodeReservation::from_annotations(info.node.metadata.annotations.as_ref())
+        else {
+            return;
+        };
+        if let Err((rule, message)) = absent_reserved_cpus(layout, &r) {
+            if let Some(info) = nodes.node_mut(idx) {
+                info.refuse_reservation(rule, message);
+            }
+        }
+    }
+
     /// The NRT of `node` was deleted: no CPU topology any more.
     pub fn delete_nrt(&mut self, node: &str) {
         self.published.remove(node);
@@ -223,114 +247,6 @@ fn status_cpus(text: Option<&str>) -> Result<Option<CpuSet>, String> {
         .cpu_ids()
         .map_err(|e| format!("cpuset {:?}: {e}", status.cpuset))?;
     Ok((!cpus.is_empty()).then_some(cpus))
-}
-
-/// The CPUs taken on `node`: by every pod on it, reservation stand-ins included.
-pub fn taken(cx: &Cluster, node: &NodeInfo) -> CpuSet {
-    let mut out = CpuSet::new();
-    for p in &node.pods {
-        if let Some(c) = cx.cpusets.held(&p.uid) {
-            out.extend(c.iter().copied());
-        }
-    }
-    out
-}
-
-/// The CPUs of reservation `uid` on `node` that none of the node's real pods hold: what
-/// its owners may still take.
-pub fn reservation_remaining(cx: &Cluster, node: &NodeInfo, uid: &str) -> CpuSet {
-    let Some(reserved) = cx.cpusets.held(uid) else {
-        return CpuSet::new();
-    };
-    let mut left = reserved.clone();
-    for p in node.pods.iter().filter(|p| !p.is_reserve_pod()) {
-        if let Some(c) = cx.cpusets.held(&p.uid) {
-            for cpu in c {
-                left.remove(cpu);
-            }
-        }
-    }
-    left
-}
-
-/// Recomputes what `node` excludes from its NRT and its Node object (call after either
-/// changed). Returns the pods now holding CPUs the node reserves, not reported before.
-pub fn refresh(cx: &mut Cluster, node: &str) -> Vec<Eviction> {
-    let Some(p) = cx.cpusets.published.get(node).cloned() else {
-        cx.cpusets.nodes.remove(node);
-        return Vec::new();
-    };
-    // The Node's own annotation wins (koordlet copies it onto the NRT, possibly later); a
-    // refused one is ignored whole, the copy included.
-    let info = cx.node_by_name(node);
-    let reservation = match info {
-        Some(n) if n.annotation_error.is_some() => None,
-        _ => info
-            .and_then(|n| {
-                NodeReservation::from_annotations(n.node.metadata.annotations.as_ref())
-                    .ok()
-                    .flatten()
-            })
-            .or(p.reservation.clone()),
-    };
-    let node_reserved = reservation
-        .map(|r| concrete_reserved(&p.layout, &p.kubelet_reserved, &r))
-        .unwrap_or_default();
-    // The node's `node.koordinator.sh/numa-topology-policy` label wins over the NRT's
-    // Topology Manager policy, as in Koordinator.
-    let label = cx.node_by_name(node).and_then(|n| {
-        n.labels
-            .get(berth_api::annotations::LABEL_NODE_NUMA_TOPOLOGY_POLICY)
-            .cloned()
-    });
-    let aligned = match label.as_deref() {
-        Some("SingleNUMANode" | "Restricted") => true,
-        Some("BestEffort" | "None") => false,
-        _ => p.aligned,
-    };
-    let mut excluded = p.kubelet_reserved.clone();
-    excluded.extend(node_reserved.iter().copied());
-    let name: Arc<str> = node.into();
-    let usable = p.layout.all().difference(&excluded).copied().collect();
-    cx.cpusets.nodes.insert(
-        name.clone(),
-        NodeCpus {
-            layout: p.layout.clone(),
-            usable,
-            excluded,
-            node_reserved: node_reserved.clone(),
-            aligned,
-        },
-    );
-    let Some(info) = cx.node_by_name(node) else {
-        return Vec::new();
-    };
-    let mut out = Vec::new();
-    for pod in info
-        .pods
-        .iter()
-        .filter(|p| !p.is_reserve_pod() && !p.terminal)
-    {
-        let Some(held) = cx.cpusets.held(&pod.uid) else {
-            continue;
-        };
-        let clash: CpuSet = held.intersection(&node_reserved).copied().collect();
-        if clash.is_empty() || cx.cpusets.reported.get(&pod.uid) == Some(&clash) {
-            continue;
-        }
-        out.push(Eviction {
-            pod: pod.key.clone(),
-            uid: pod.uid.to_string(),
-            node: node.to_string(),
-            cpus: clash,
-        });
-    }
-    for e in &out {
-        cx.cpusets
-            .reported
-            .insert(e.uid.as_str().into(), e.cpus.clone());
-    }
-    out
 }
 
 /// Refuses a node reservation whose `reservedCPUs` name a CPU `layout` lacks (the rule:
@@ -380,4 +296,112 @@ pub fn concrete_reserved(
 /// Per-NUMA-node CPU counts of `cpus`, for `resource-status`.
 pub fn numa_split(layout: &CpuLayout, cpus: &CpuSet) -> BTreeMap<u32, usize> {
     layout.per_numa_node(cpus)
+}
+
+impl CpusetCluster {
+    /// The CPUs taken on `node`: by every pod on it, reservation stand-ins included.
+    pub fn taken(&self, node: &NodeInfo) -> CpuSet {
+        let mut out = CpuSet::new();
+        for p in &node.pods {
+            if let Some(c) = self.held(&p.uid) {
+                out.extend(c.iter().copied());
+            }
+        }
+        out
+    }
+
+    /// The CPUs of reservation `uid` on `node` that none of the node's real pods hold: what
+    /// its owners may still take.
+    pub fn reservation_remaining(&self, node: &NodeInfo, uid: &str) -> CpuSet {
+        let Some(reserved) = self.held(uid) else {
+            return CpuSet::new();
+        };
+        let mut left = reserved.clone();
+        for p in node.pods.iter().filter(|p| !p.is_reserve_pod()) {
+            if let Some(c) = self.held(&p.uid) {
+                for cpu in c {
+                    left.remove(cpu);
+                }
+            }
+        }
+        left
+    }
+
+    /// Recomputes what `node` excludes from its NRT and its Node object (call after either
+    /// changed). Returns the pods now holding CPUs the node reserves, not reported before.
+    pub fn refresh(&mut self, nodes: &NodeCache, node: &str) -> Vec<Eviction> {
+        let Some(p) = self.published.get(node).cloned() else {
+            self.nodes.remove(node);
+            return Vec::new();
+        };
+        // The Node's own annotation wins (koordlet copies it onto the NRT, possibly later); a
+        // refused one is ignored whole, the copy included.
+        let info = nodes.node_by_name(node);
+        let reservation = match info {
+            Some(n) if n.annotation_error.is_some() => None,
+            _ => info
+                .and_then(|n| {
+                    NodeReservation::from_annotations(n.node.metadata.annotations.as_ref())
+                        .ok()
+                        .flatten()
+                })
+                .or(p.reservation.clone()),
+        };
+        let node_reserved = reservation
+            .map(|r| concrete_reserved(&p.layout, &p.kubelet_reserved, &r))
+            .unwrap_or_default();
+        // The node's `node.koordinator.sh/numa-topology-policy` label wins over the NRT's
+        // Topology Manager policy, as in Koordinator.
+        let label = nodes.node_by_name(node).and_then(|n| {
+            n.labels
+                .get(berth_api::annotations::LABEL_NODE_NUMA_TOPOLOGY_POLICY)
+                .cloned()
+        });
+        let aligned = match label.as_deref() {
+            Some("SingleNUMANode" | "Restricted") => true,
+            Some("BestEffort" | "None") => false,
+            _ => p.aligned,
+        };
+        let mut excluded = p.kubelet_reserved.clone();
+        excluded.extend(node_reserved.iter().copied());
+        let name: Arc<str> = node.into();
+        let usable = p.layout.all().difference(&excluded).copied().collect();
+        self.nodes.insert(
+            name.clone(),
+            NodeCpus {
+                layout: p.layout.clone(),
+                usable,
+                excluded,
+                node_reserved: node_reserved.clone(),
+                aligned,
+            },
+        );
+        let Some(info) = nodes.node_by_name(node) else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for pod in info
+            .pods
+            .iter()
+            .filter(|p| !p.is_reserve_pod() && !p.terminal)
+        {
+            let Some(held) = self.held(&pod.uid) else {
+                continue;
+            };
+            let clash: CpuSet = held.intersection(&node_reserved).copied().collect();
+            if clash.is_empty() || self.reported.get(&pod.uid) == Some(&clash) {
+                continue;
+            }
+            out.push(Eviction {
+                pod: pod.key.clone(),
+                uid: pod.uid.to_string(),
+                node: node.to_string(),
+                cpus: clash,
+            });
+        }
+        for e in &out {
+            self.reported.insert(e.uid.as_str().into(), e.cpus.clone());
+        }
+        out
+    }
 }

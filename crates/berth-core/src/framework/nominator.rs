@@ -142,7 +142,7 @@ impl Nominator {
         // nothing, so the room each victim frees as it leaves would be anyone's).
         let hold_pending = |p: &PodInfo| {
             self.awaiting_hold.contains(&p.key)
-                && crate::plugins::defaultpreemption::hold::of(cx, &p.key, &p.uid)
+                && crate::reservation::hold::of(&cx.reservations, &p.key, &p.uid)
                     .and_then(|i| cx.reservations.get(i))
                     .is_none_or(|r| {
                         matches!(

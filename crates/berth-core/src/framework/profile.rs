@@ -6,8 +6,7 @@ use crate::framework::config::{ConfigError, KubeSchedulerConfiguration, PluginSe
 use crate::framework::plugin::{Plugin, Points};
 use crate::plugins;
 
-/// Pods without `spec.schedulerName` use this profile.
-pub const DEFAULT_SCHEDULER_NAME: &str = "default-scheduler";
+pub use crate::model::DEFAULT_SCHEDULER_NAME;
 
 /// The plugins of one scheduler profile, by extension point.
 #[derive(Debug)]

@@ -380,7 +380,7 @@ impl NodeInfo {
     pub fn has_prefer_no_schedule_taint(&self) -> bool {
         self.taints
             .iter()
-            .any(|t| t.effect == crate::plugins::tainttoleration::PREFER_NO_SCHEDULE)
+            .any(|t| t.effect == super::PREFER_NO_SCHEDULE)
     }
 }
 

@@ -196,7 +196,7 @@ impl PodInfo {
             scheduler_name: spec
                 .and_then(|s| s.scheduler_name.as_deref())
                 .filter(|n| !n.is_empty())
-                .unwrap_or(crate::framework::profile::DEFAULT_SCHEDULER_NAME)
+                .unwrap_or(super::DEFAULT_SCHEDULER_NAME)
                 .into(),
             kind: PodKind::Pod,
             key,

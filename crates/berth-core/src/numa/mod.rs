@@ -24,9 +24,11 @@
 //! [`ReserveCache::foreign_pod`]; call [`ReserveCache::resync`] on a timer.
 
 pub mod args;
+mod cluster_state;
 pub mod fingerprint;
 pub mod policy;
 pub mod reject_kind;
+mod request;
 pub mod reserve_cache;
 pub mod score;
 pub mod types;
@@ -37,9 +39,11 @@ pub mod verdict_memo;
 mod memo_tests;
 
 pub use args::{ArgsError, FieldError, NodeResourceTopologyMatchArgs, NumaPluginConfig};
+pub use cluster_state::{NumaCluster, NumaMetrics};
 pub use fingerprint::{Fingerprint, FingerprintError, FingerprintMethod};
 pub use policy::{filter, filter_kind, AnyResource, NodeAllocatable, NumaReject};
 pub use reject_kind::RejectKind;
+pub use request::{pod_numa_request, pod_numa_request_kept};
 pub use reserve_cache::{
     filter_node, filter_node_kind, score_node, CacheConfig, CacheMode, ForeignPodsDetect,
     NodeNumaView, NodeSlot, NumaCacheMetrics, PodIdent, PodKey, ReserveCache, ResyncCheck,

@@ -31,7 +31,6 @@ use berth_api::reservation::ReservationAllocatePolicy;
 use serde::Deserialize;
 
 use crate::cache::Cluster;
-use crate::cpuset::state::{reservation_remaining, taken};
 use crate::cpuset::{take_cpus, CpuSet, NodeCpus, ERR_NOT_ENOUGH_CPUS};
 use crate::framework::config::ConfigError;
 use crate::framework::{CycleState, Plugin, Points, Status};
@@ -267,7 +266,7 @@ impl NodeNumaResource {
             return Err(Status::unresolvable(ERR_SMT_ALIGNMENT));
         }
         let usable = nc.usable();
-        let taken = taken(cx, node);
+        let taken = cx.cpusets.taken(node);
         let free: CpuSet = usable.difference(&taken).copied().collect();
         let sources = sources(cx, state, pod, node, reserving);
         if sources.is_empty() {
@@ -276,7 +275,9 @@ impl NodeNumaResource {
         }
         let mut last = ERR_NOT_ENOUGH;
         for s in &sources {
-            let remaining: CpuSet = reservation_remaining(cx, node, &s.uid)
+            let remaining: CpuSet = cx
+                .cpusets
+                .reservation_remaining(node, &s.uid)
                 .intersection(usable)
                 .copied()
                 .collect();
@@ -365,7 +366,7 @@ impl Plugin for NodeNumaResource {
         if usable.is_empty() {
             return 0;
         }
-        let taken = taken(cx, node);
+        let taken = cx.cpusets.taken(node);
         let free = usable.difference(&taken).count();
         let left = free.saturating_sub(st.cpus);
         (crate::framework::plugin::MAX_NODE_SCORE as usize * left / usable.len()) as i64

@@ -17,8 +17,7 @@ use crate::model::pod::PodInfo;
 pub const NO_SCHEDULE: &str = "NoSchedule";
 /// `NoExecute`.
 pub const NO_EXECUTE: &str = "NoExecute";
-/// `PreferNoSchedule`.
-pub const PREFER_NO_SCHEDULE: &str = "PreferNoSchedule";
+pub use crate::model::PREFER_NO_SCHEDULE;
 
 /// Per-cycle state. Empty: the pod's tolerations are read in place, so the slot exists only
 /// for symmetry with the other plugins.

@@ -15,6 +15,7 @@
 
 pub mod affinity;
 pub mod allocate;
+pub mod hold;
 pub mod lifecycle;
 pub mod owner;
 pub mod provisioned;

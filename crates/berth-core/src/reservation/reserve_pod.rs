@@ -127,7 +127,7 @@ pub fn build(
     // the highest priority a reserve pod would otherwise evict anything.
     spec.preemption_policy = Some("Never".into());
     if spec.scheduler_name.as_deref().is_none_or(str::is_empty) {
-        spec.scheduler_name = Some(crate::framework::profile::DEFAULT_SCHEDULER_NAME.into());
+        spec.scheduler_name = Some(crate::model::DEFAULT_SCHEDULER_NAME.into());
     }
     let pod = Pod {
         metadata: meta,

@@ -22,7 +22,9 @@ impl Scheduler {
             return 0;
         }
         let mut cycles = 0;
-        crate::reservation::lifecycle::expire_on_missing_nodes(&mut self.cluster, now);
+        self.cluster
+            .reservations
+            .expire_on_missing_nodes(&mut self.cluster.cache, now);
         self.sync_reservations(now);
         self.queue.flush(now);
         while cycles < max_cycles {
@@ -649,8 +651,7 @@ impl Scheduler {
                     annotations,
                 });
             }
-            crate::reservation::lifecycle::record(
-                &self.cluster,
+            self.cluster.reservations.record(
                 reservation,
                 "Normal",
                 "Scheduled",
@@ -708,7 +709,7 @@ impl Scheduler {
         }
         let nominate = self.nominate(now, pod, post_filter.as_ref().map(|r| r.nomination));
         // Its hold asked for: until it holds (Available), the nomination guards the room.
-        let hold = crate::plugins::defaultpreemption::hold::name_for(&pod.key);
+        let hold = crate::reservation::hold::name_for(&pod.key);
         if self
             .holds
             .get(&hold)
@@ -754,14 +755,10 @@ impl Scheduler {
             );
         } else if let PodKind::ReservePod { reservation } = &pod.kind {
             // A reservation that cannot be placed stays Pending with Scheduled=False.
-            crate::reservation::lifecycle::unschedulable(
-                &mut self.cluster,
-                reservation,
-                &message,
-                now,
-            );
-            crate::reservation::lifecycle::record(
-                &self.cluster,
+            self.cluster
+                .reservations
+                .unschedulable(reservation, &message, now);
+            self.cluster.reservations.record(
                 reservation,
                 "Warning",
                 "FailedScheduling",

@@ -24,7 +24,6 @@ use crate::framework::CycleState;
 use crate::model::node::NodeIdx;
 use crate::model::pod::{PodInfo, PodKind};
 use crate::object::ObjectKey;
-use crate::reservation::{lifecycle, provisioned};
 use crate::resources::Resources;
 use crate::time::Time;
 
@@ -205,7 +204,14 @@ impl Scheduler {
         );
         obj.metadata.uid = Some(name.clone());
         obj.metadata.creation_timestamp = crate::reservation::status::meta_time(now);
-        provisioned::place_virtual(&mut self.cluster, Arc::new(obj), &id, node, pod, now)?;
+        self.cluster.reservations.place_virtual(
+            &mut self.cluster.cache,
+            Arc::new(obj),
+            &id,
+            node,
+            pod,
+            now,
+        )?;
         let name: Arc<str> = name.into();
         if let Some(st) = state.reservation.as_deref_mut() {
             st.set_assumed(Some((name.clone(), name.clone())));
@@ -364,7 +370,12 @@ impl Scheduler {
             .get(&creator)
             .map(|w| w.bind.pod.uid.to_string())
             .unwrap_or_default();
-        let idx = match provisioned::adopt(&mut self.cluster, &virtual_name, obj.clone(), now) {
+        let idx = match self.cluster.reservations.adopt(
+            &mut self.cluster.cache,
+            &virtual_name,
+            obj.clone(),
+            now,
+        ) {
             Ok(idx) => idx,
             Err(e) => {
                 self.drp.metrics.failures += 1;
@@ -498,7 +509,9 @@ impl Scheduler {
             self.queue
                 .add(pod.key.clone(), pod.priority, pod.created, now);
         }
-        provisioned::drop_virtual(&mut self.cluster, &hs.virtual_name);
+        self.cluster
+            .reservations
+            .drop_virtual(&mut self.cluster.cache, &hs.virtual_name);
     }
 
     /// Handshakes whose time is up: rolled back, or their pods bound without a reservation,
@@ -534,10 +547,14 @@ impl Scheduler {
                         .map(|w| (w.bind.pod.key.clone(), w.bind.pod.uid.clone()))
                         .collect();
                     for (key, uid) in keys {
-                        lifecycle::forget_owner(&mut self.cluster, &key);
+                        self.cluster
+                            .reservations
+                            .forget_owner(&mut self.cluster.cache, &key);
                         self.record(key, &uid, "Warning", drp::REASON_TIMEOUT, message.clone());
                     }
-                    provisioned::drop_virtual(&mut self.cluster, &hs.virtual_name);
+                    self.cluster
+                        .reservations
+                        .drop_virtual(&mut self.cluster.cache, &hs.virtual_name);
                     self.drp_release_waits(now, &id, None);
                 }
             }
@@ -631,7 +648,7 @@ impl Scheduler {
         if let Some(obj) = self.drp_pending_reservation(&id) {
             let name = obj.metadata.name.as_deref().unwrap_or("");
             if let Some(idx) = self.cluster.reservations.idx(name) {
-                lifecycle::enqueue(&mut self.cluster, idx);
+                self.cluster.reservations.enqueue(idx);
             }
         }
     }

@@ -22,11 +22,14 @@ impl Scheduler {
         self.queue.flush(now);
         self.drp_timeouts(now);
         self.volume_timeouts(now);
-        crate::reservation::lifecycle::on_timeout(&mut self.cluster, now, &mut self.effects);
+        self.cluster
+            .reservations
+            .on_timeout(&mut self.cluster.cache, now, &mut self.effects);
         self.count_expired_holds();
         self.sync_reservations(now);
         // NUMA reserve cache resync: flushed nodes may fit pods now.
-        for node in crate::plugins::numatopology::resync(&mut self.cluster, now) {
+        let cx = &mut self.cluster;
+        for node in cx.numa.resync(&cx.cache, now) {
             if let Some(idx) = self.cluster.node_idx(&node) {
                 self.requeue(now, ClusterEvent::topology(idx));
             }
@@ -76,7 +79,9 @@ impl Scheduler {
                     meta.name.as_deref().unwrap_or(""),
                 );
                 self.apply_pod(now, pod);
-                crate::reservation::lifecycle::pod_changed(&mut self.cluster, &key, now);
+                self.cluster
+                    .reservations
+                    .pod_changed(&mut self.cluster.cache, &key, now);
                 self.settle_hold(now, &key);
             }
             obj @ (Object::PersistentVolumeClaim(_)
@@ -132,7 +137,9 @@ impl Scheduler {
                     self.invalid_resource_status(key, &uid, &why);
                 }
                 if !self.drp_on_reservation(now, &r) {
-                    crate::reservation::lifecycle::apply(&mut self.cluster, r, now);
+                    self.cluster
+                        .reservations
+                        .apply(&mut self.cluster.cache, r, now);
                 }
                 self.check_hold_owner(now, &name);
             }
@@ -253,7 +260,8 @@ impl Scheduler {
     /// Recomputes what `node` keeps from exclusive-CPU pods and reports each pod that holds
     /// CPUs the node now reserves (seed 004's eviction list: a Warning on the pod).
     pub(super) fn refresh_cpus(&mut self, node: &str) {
-        for e in crate::cpuset::state::refresh(&mut self.cluster, node) {
+        let cx = &mut self.cluster;
+        for e in cx.cpusets.refresh(&cx.cache, node) {
             let message = e.message();
             self.record(e.pod, &e.uid, "Warning", EVICT_RESERVED_CPUS, message);
         }
@@ -289,7 +297,9 @@ impl Scheduler {
                         .refusals
                         .accept(&key, REASON_INVALID_NODE_RESERVATION),
                 }
-                crate::reservation::lifecycle::node_applied(&mut self.cluster, idx);
+                self.cluster
+                    .reservations
+                    .node_applied(&mut self.cluster.cache, idx);
                 let cpus_before = self.cluster.cpusets.node(&name).map(|c| c.excluded.clone());
                 self.refresh_cpus(&name);
                 let cpus_after = self.cluster.cpusets.node(&name).map(|c| c.excluded.clone());
@@ -327,7 +337,12 @@ impl Scheduler {
                 let idx = self.cluster.node_idx(&key.name);
                 self.cluster.delete_node(&key.name);
                 self.cluster.numa.delete_node(&key.name);
-                crate::reservation::lifecycle::node_deleted(&mut self.cluster, idx, &key.name, now);
+                self.cluster.reservations.node_deleted(
+                    &mut self.cluster.cache,
+                    idx,
+                    &key.name,
+                    now,
+                );
                 self.requeue(now, ClusterEvent::node_deleted());
             }
             Kind::Pod => {
@@ -347,12 +362,15 @@ impl Scheduler {
                 if let Some(e) = self.cluster.remove_pod(&key) {
                     self.cluster.cpusets.release(&e.info.uid);
                     let foreign = self.is_foreign(&e.info);
-                    crate::plugins::numatopology::pod_deleted(&mut self.cluster, &e, foreign, now);
+                    let cx = &mut self.cluster;
+                    cx.numa.pod_deleted(&cx.cache, &e, foreign, now);
                     if e.state != PodState::Pending && !e.info.terminal {
                         self.requeue(now, ClusterEvent::assigned_pod_deleted(e.node));
                     }
                 }
-                crate::reservation::lifecycle::pod_removed(&mut self.cluster, &key);
+                self.cluster
+                    .reservations
+                    .pod_removed(&mut self.cluster.cache, &key);
             }
             Kind::PersistentVolumeClaim
             | Kind::PersistentVolume
@@ -383,7 +401,9 @@ impl Scheduler {
                 {
                     self.cluster.cpusets.release(&uid);
                 }
-                crate::reservation::lifecycle::delete(&mut self.cluster, &key.name);
+                self.cluster
+                    .reservations
+                    .delete(&mut self.cluster.cache, &key.name);
             }
             Kind::NodeResourceTopology => {
                 self.cluster.numa.delete_nrt(&key.name);
@@ -416,7 +436,7 @@ impl Scheduler {
                 .cluster
                 .reservations
                 .iter()
-                .filter(|r| crate::plugins::defaultpreemption::hold::preemptor_of(r).is_some())
+                .filter(|r| crate::reservation::hold::preemptor_of(r).is_some())
                 .map(|r| r.name.to_string())
                 .collect();
             for name in holds {
@@ -573,7 +593,9 @@ impl Scheduler {
             self.cluster.forget(&b.pod.key);
             self.requeue(now, ClusterEvent::assigned_pod_deleted(on));
         }
-        crate::reservation::lifecycle::forget_owner(&mut self.cluster, &b.pod.key);
+        self.cluster
+            .reservations
+            .forget_owner(&mut self.cluster.cache, &b.pod.key);
     }
 
     /// Settles the bind in flight for the pod `info` is a new version of, if there is one:
@@ -642,13 +664,9 @@ impl Scheduler {
             }
         }
         let foreign = self.is_foreign(&info);
-        crate::plugins::numatopology::pod_applied(
-            &mut self.cluster,
-            prev.as_ref(),
-            &info,
-            foreign,
-            now,
-        );
+        let cx = &mut self.cluster;
+        cx.numa
+            .pod_applied(&cx.cache, prev.as_ref(), &info, foreign, now);
         if assigned || info.terminal {
             return self.assigned_pod_changed(now, &key, &info, prev.as_ref());
         }
@@ -804,7 +822,10 @@ impl Scheduler {
             return;
         }
         let before = self.effects.len();
-        let ops = crate::reservation::lifecycle::drain(&mut self.cluster, now, &mut self.effects);
+        let ops = self
+            .cluster
+            .reservations
+            .drain(&mut self.cluster.cache, now, &mut self.effects);
         if !ops.is_empty() || self.effects.len() != before {
             self.epoch += 1;
         }

@@ -129,7 +129,7 @@ impl Scheduler {
         for p in lower {
             // Its hold there, if any, gives way too (one still on its way to the API server
             // is deleted after it, in the same order).
-            let name = crate::plugins::defaultpreemption::hold::name_for(&p.key);
+            let name = crate::reservation::hold::name_for(&p.key);
             if self.pending_hold(&name) {
                 self.holds.remove(&name);
                 self.counters.preemption_holds_expired += 1;
@@ -206,7 +206,7 @@ impl Scheduler {
     }
 
     /// Reservation-backed preemption: asks for the reservation that holds `node` for
-    /// `preemptor` ([`crate::plugins::defaultpreemption::hold`]), replacing an earlier one
+    /// `preemptor` ([`crate::reservation::hold`]), replacing an earlier one
     /// of the same name. Returns its name.
     pub(super) fn hold(
         &mut self,
@@ -215,7 +215,7 @@ impl Scheduler {
         ttl: Time,
         victims: &[ObjectKey],
     ) -> Option<String> {
-        use crate::plugins::defaultpreemption::hold;
+        use crate::reservation::hold;
         let name = hold::name_for(&preemptor.key);
         let existing = self.cluster.reservations.by_name(&name);
         // Preempting again for the same node (the victims' deletion is not visible yet, or
@@ -228,7 +228,7 @@ impl Scheduler {
         if same && live {
             return Some(name);
         }
-        let r = hold::reservation(&self.cluster, preemptor, node, ttl, victims)?;
+        let r = hold::reservation(&self.cluster.names, preemptor, node, ttl, victims)?;
         if let Some(old) = existing {
             if !old.gc_requested {
                 self.effects.push_back(Effect::Delete {
@@ -251,7 +251,7 @@ impl Scheduler {
     /// A hold that comes back (or is found after a restart) when its preemptor is gone or
     /// already placed has nothing left to hold.
     pub(super) fn check_hold_owner(&mut self, now: Time, name: &str) {
-        use crate::plugins::defaultpreemption::hold;
+        use crate::reservation::hold;
         if !self.synced() || self.relisting.contains_key(&Kind::Pod) {
             return;
         }
@@ -290,9 +290,10 @@ impl Scheduler {
         let Some((_, uid, _)) = self.holds.get(name) else {
             return false;
         };
-        self.cluster.reservations.by_name(name).is_none_or(|r| {
-            !crate::plugins::defaultpreemption::hold::is_hold_for(r, uid) || r.phase.is_terminal()
-        })
+        self.cluster
+            .reservations
+            .by_name(name)
+            .is_none_or(|r| !crate::reservation::hold::is_hold_for(r, uid) || r.phase.is_terminal())
     }
 
     /// After a pod changed: if it is a preemptor that was placed, its hold is done with.
@@ -310,8 +311,7 @@ impl Scheduler {
         if !bound {
             return;
         }
-        let Some(idx) = crate::plugins::defaultpreemption::hold::of(&self.cluster, key, &uid)
-        else {
+        let Some(idx) = crate::reservation::hold::of(&self.cluster.reservations, key, &uid) else {
             return;
         };
         let Some(r) = self.cluster.reservations.get(idx) else {
@@ -337,8 +337,8 @@ impl Scheduler {
         why: &str,
         delete: bool,
     ) {
-        use crate::plugins::defaultpreemption::hold;
-        let Some(idx) = hold::of(&self.cluster, key, uid) else {
+        use crate::reservation::hold;
+        let Some(idx) = hold::of(&self.cluster.reservations, key, uid) else {
             return;
         };
         let Some(r) = self.cluster.reservations.get(idx) else {
@@ -356,7 +356,9 @@ impl Scheduler {
         if delete {
             // Gone with its pod: forgotten now (its hold released, no status to write), and
             // deleted in the API server; the watch's deletion then finds nothing to do.
-            crate::reservation::lifecycle::delete(&mut self.cluster, &name);
+            self.cluster
+                .reservations
+                .delete(&mut self.cluster.cache, &name);
             self.effects.push_back(Effect::Delete {
                 key: object,
                 uid: ruid.to_string(),
@@ -364,7 +366,9 @@ impl Scheduler {
                 preemption: None,
             });
         } else if !terminal {
-            crate::reservation::lifecycle::fail(&mut self.cluster, idx, why, now);
+            self.cluster
+                .reservations
+                .fail(&mut self.cluster.cache, idx, why, now);
         }
     }
 

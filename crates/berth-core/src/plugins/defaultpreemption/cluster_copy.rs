@@ -15,7 +15,7 @@ use crate::framework::nominator::run_filter_plugins_with_nominated_pods;
 use crate::framework::{Code, FilterPlan, Status};
 use crate::model::node::NodeIdx;
 use crate::model::pod::PodInfo;
-use crate::reservation::{lifecycle, Owner, RIdx};
+use crate::reservation::{Owner, RIdx};
 
 use super::pdb;
 use super::select::more_important_first;
@@ -66,7 +66,7 @@ impl Removed {
         let assumed = sim
             .pod(&p.key)
             .is_some_and(|e| e.state == PodState::Assumed);
-        let share = lifecycle::take_owner(sim, &p.key);
+        let share = sim.reservations.take_owner(&mut sim.cache, &p.key);
         sim.remove_pod(&p.key);
         Self {
             pod: p,
@@ -82,7 +82,8 @@ impl Removed {
             sim.assume(&self.pod.key, idx);
         }
         if let Some(share) = self.share {
-            lifecycle::restore_owner(sim, &self.pod.key, share);
+            sim.reservations
+                .restore_owner(&mut sim.cache, &self.pod.key, share);
         }
     }
 }

@@ -29,7 +29,6 @@
 
 mod args;
 mod cluster_copy;
-pub mod hold;
 mod overlay;
 mod pdb;
 mod select;
@@ -44,7 +43,7 @@ use crate::framework::{Code, CycleState, Diagnosis, Plugin, Points, Profile, Sta
 use crate::model::node::NodeIdx;
 use crate::model::pod::PodInfo;
 use crate::plugins::args::decode;
-use crate::reservation::lifecycle;
+pub use crate::reservation::hold;
 
 pub use args::DefaultPreemptionArgs;
 use select::Candidate;
@@ -249,7 +248,7 @@ fn eligible(cx: &PostFilterContext<'_>, pod: &PodInfo) -> Result<(), &'static st
     }
     // Its hold there is placed and waiting for the victims (their deletion is under way,
     // perhaps not yet visible): preempting again would only evict them again.
-    let held = hold::of(cx.cluster, &pod.key, &pod.uid)
+    let held = hold::of(&cx.cluster.reservations, &pod.key, &pod.uid)
         .and_then(|i| cx.cluster.reservations.get(i))
         .is_some_and(|r| {
             r.phase == berth_api::reservation::ReservationPhase::Waiting
@@ -376,7 +375,7 @@ impl DryRun<'_> {
         let overlay = self.how == Simulation::Overlay
             && !potential
                 .iter()
-                .any(|p| lifecycle::holds_share(cluster, &p.key));
+                .any(|p| cluster.reservations.holds_share(&p.key));
         let base = match overlay {
             true => self
                 .base

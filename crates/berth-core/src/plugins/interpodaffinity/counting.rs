@@ -22,7 +22,7 @@ use std::sync::Arc;
 use berth_api::k8s_openapi::api::core::v1::PodAffinityTerm;
 
 use crate::cache::affinity_counts::{CountCache, Tally};
-use crate::cache::{Cluster, Namespaces};
+use crate::cache::node_cache::{Namespaces, NodeCache};
 use crate::framework::CycleState;
 use crate::model::node::NodeInfo;
 use crate::model::pod::PodInfo;
@@ -260,25 +260,27 @@ impl Tally for PairTally {
 
 /// Asks `question` (recognised by `is`, made by `make`), reading changed nodes with `part`.
 fn ask(
-    cx: &Cluster,
+    memo: &AffinityCounts,
+    nodes: &NodeCache,
     is: impl Fn(&Question) -> bool,
     make: impl FnOnce() -> Question,
     part: impl FnMut(&NodeInfo) -> NodePart,
 ) -> Arc<TopologyCounts> {
-    cx.affinity_counts()
-        .with_answer(is, make, cx.node_table(), part, |t| t.counts.clone())
+    memo.with_answer(is, make, nodes.node_table(), part, |t| t.counts.clone())
 }
 
 /// Counts of the incoming pod's own `terms` (weights as given), as `kind` says.
 fn own(
-    cx: &Cluster,
+    memo: &AffinityCounts,
+    nodes: &NodeCache,
     pod: &PodInfo,
     kind: OwnKind,
     terms: &[(&PodAffinityTerm, i64)],
 ) -> Arc<TopologyCounts> {
-    let ns = &cx.namespaces;
+    let ns = &nodes.namespaces;
     ask(
-        cx,
+        memo,
+        nodes,
         |q| matches!(q, Question::Own(o) if o.answers(kind, pod, terms, ns)),
         || Question::Own(OwnTerms::new(kind, pod, terms, ns)),
         |node| own_part(ns, pod, kind, terms, node),
@@ -321,19 +323,31 @@ fn own_part(
 }
 
 /// PreFilter (2): pods matching all of the pod's required affinity terms.
-pub(super) fn affinity(cx: &Cluster, pod: &PodInfo) -> Arc<TopologyCounts> {
+pub(super) fn affinity(
+    memo: &AffinityCounts,
+    nodes: &NodeCache,
+    pod: &PodInfo,
+) -> Arc<TopologyCounts> {
     let terms: Vec<_> = required_affinity(pod).iter().map(|t| (t, 1)).collect();
-    own(cx, pod, OwnKind::AllAffinity, &terms)
+    own(memo, nodes, pod, OwnKind::AllAffinity, &terms)
 }
 
 /// PreFilter (3): pods matching each of the pod's required anti-affinity terms.
-pub(super) fn anti_affinity(cx: &Cluster, pod: &PodInfo) -> Arc<TopologyCounts> {
+pub(super) fn anti_affinity(
+    memo: &AffinityCounts,
+    nodes: &NodeCache,
+    pod: &PodInfo,
+) -> Arc<TopologyCounts> {
     let terms: Vec<_> = required_anti_affinity(pod).iter().map(|t| (t, 1)).collect();
-    own(cx, pod, OwnKind::EachAnti, &terms)
+    own(memo, nodes, pod, OwnKind::EachAnti, &terms)
 }
 
 /// PreScore: pods matching the pod's preferred terms, weighted (anti-affinity negative).
-pub(super) fn preferred(cx: &Cluster, pod: &PodInfo) -> Arc<TopologyCounts> {
+pub(super) fn preferred(
+    memo: &AffinityCounts,
+    nodes: &NodeCache,
+    pod: &PodInfo,
+) -> Arc<TopologyCounts> {
     let terms: Vec<_> = preferred_affinity(pod)
         .iter()
         .map(|w| (&w.pod_affinity_term, i64::from(w.weight)))
@@ -343,14 +357,19 @@ pub(super) fn preferred(cx: &Cluster, pod: &PodInfo) -> Arc<TopologyCounts> {
                 .map(|w| (&w.pod_affinity_term, -i64::from(w.weight))),
         )
         .collect();
-    own(cx, pod, OwnKind::Preferred, &terms)
+    own(memo, nodes, pod, OwnKind::Preferred, &terms)
 }
 
 /// PreFilter (1): existing pods whose required anti-affinity terms the pod matches.
-pub(super) fn existing_anti_affinity(cx: &Cluster, pod: &PodInfo) -> Arc<TopologyCounts> {
-    let ns = &cx.namespaces;
+pub(super) fn existing_anti_affinity(
+    memo: &AffinityCounts,
+    nodes: &NodeCache,
+    pod: &PodInfo,
+) -> Arc<TopologyCounts> {
+    let ns = &nodes.namespaces;
     ask(
-        cx,
+        memo,
+        nodes,
         |q| matches!(q, Question::ExistingAnti(t) if t.answers(pod, ns)),
         || Question::ExistingAnti(Target::new(pod, ns)),
         |node| {
@@ -371,10 +390,16 @@ pub(super) fn existing_anti_affinity(cx: &Cluster, pod: &PodInfo) -> Arc<Topolog
 
 /// PreScore: existing pods' required affinity (`hard_weight`), preferred affinity and
 /// preferred anti-affinity (negative) terms the pod matches.
-pub(super) fn existing_score(cx: &Cluster, pod: &PodInfo, hard_weight: i64) -> Arc<TopologyCounts> {
-    let ns = &cx.namespaces;
+pub(super) fn existing_score(
+    memo: &AffinityCounts,
+    nodes: &NodeCache,
+    pod: &PodInfo,
+    hard_weight: i64,
+) -> Arc<TopologyCounts> {
+    let ns = &nodes.namespaces;
     ask(
-        cx,
+        memo,
+        nodes,
         |q| matches!(q, Question::ExistingScore(t, w) if *w == hard_weight && t.answers(pod, ns)),
         || Question::ExistingScore(Target::new(pod, ns), hard_weight),
         |node| {

@@ -87,19 +87,19 @@ pub(super) fn pre_filter(
 /// pod's own) is not asked.
 pub(super) fn remembered(cx: &Cluster, pod: &PodInfo) -> State {
     let existing_anti = if cx.affinity_totals.with_required_anti_affinity > 0 {
-        counting::existing_anti_affinity(cx, pod)
+        counting::existing_anti_affinity(cx.affinity_counts(), cx, pod)
     } else {
         Arc::default()
     };
     let affinity = if required_affinity(pod).is_empty() {
         Arc::default()
     } else {
-        counting::affinity(cx, pod)
+        counting::affinity(cx.affinity_counts(), cx, pod)
     };
     let anti = if required_anti_affinity(pod).is_empty() {
         Arc::default()
     } else {
-        counting::anti_affinity(cx, pod)
+        counting::anti_affinity(cx.affinity_counts(), cx, pod)
     };
     State {
         existing_anti,

@@ -122,10 +122,15 @@ pub(super) fn pre_score(
 pub(super) fn remembered(cx: &Cluster, pod: &PodInfo, hard_weight: i64) -> ScoreState {
     let mut parts = Vec::with_capacity(2);
     if !preferred_affinity(pod).is_empty() || !preferred_anti_affinity(pod).is_empty() {
-        parts.push(counting::preferred(cx, pod));
+        parts.push(counting::preferred(cx.affinity_counts(), cx, pod));
     }
     if cx.affinity_totals.with_affinity > 0 {
-        parts.push(counting::existing_score(cx, pod, hard_weight));
+        parts.push(counting::existing_score(
+            cx.affinity_counts(),
+            cx,
+            pod,
+            hard_weight,
+        ));
     }
     ScoreState { parts }
 }

@@ -18,9 +18,6 @@
 //!   to [`Plugin::filter_feedback`].
 //! - Score uses the configured strategy; Reserve/Unreserve account the pod in the cache.
 
-mod cluster_state;
-mod request;
-
 use berth_api::k8s_openapi::api::core::v1::Container;
 
 use crate::cache::Cluster;
@@ -36,8 +33,7 @@ use crate::numa::{
 use crate::resources::ResourceNames;
 use crate::time::Time;
 
-pub use cluster_state::{pod_applied, pod_deleted, resync, NumaCluster, NumaMetrics};
-pub use request::pod_numa_request;
+pub use crate::numa::{pod_numa_request, NumaCluster, NumaMetrics};
 
 /// Second reason on a rejected node whose data may be stale (pods reserved since its NRT,
 /// or a newer NRT held back until it resyncs): the rejection may go away at a resync.
@@ -116,7 +112,7 @@ pub fn may_fit(cx: &Cluster, pod: &PodInfo, node: &NodeInfo) -> bool {
     if !cx.numa.has_topology() {
         return true;
     }
-    let Ok(request) = request::pod_numa_request_kept(pod) else {
+    let Ok(request) = crate::numa::pod_numa_request_kept(pod) else {
         return true;
     };
     let alloc = Allocatable {
@@ -277,7 +273,7 @@ impl Plugin for NodeResourceTopologyMatch {
         now: Time,
     ) {
         for &(idx, passed) in verdicts {
-            NumaCluster::record_filter_node(cx, idx, passed, now);
+            cx.numa.record_filter_node(&cx.cache, idx, passed, now);
         }
     }
 

@@ -85,7 +85,7 @@ fn apply(cx: &mut Cluster, op: &Op, by_slot: bool, now: Time) {
                 return;
             };
             if by_slot {
-                NumaCluster::record_filter_node(cx, idx, passed, now);
+                cx.numa.record_filter_node(&cx.cache, idx, passed, now);
             } else {
                 cx.numa.record_filter(&name(i), passed, now);
             }

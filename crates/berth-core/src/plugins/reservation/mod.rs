@@ -39,7 +39,7 @@ use crate::model::node::{NodeIdx, NodeInfo};
 use crate::model::pod::{HostPort, PodInfo, PodKind};
 use crate::object::ObjectKey;
 use crate::reservation::affinity::{self, Mismatch, PodReservationPrefs};
-use crate::reservation::{allocate, lifecycle, RIdx, ReservationInfo, Settings};
+use crate::reservation::{allocate, RIdx, ReservationInfo, Settings};
 use crate::resources::Resources;
 
 /// Default score weight. A node holding a reservation the pod can use scores at least 50
@@ -374,7 +374,7 @@ impl Reservation {
         // The pod's own preemption hold, still waiting for its victims: its stand-in keeps
         // the pod slot the pod is to take, so it does not count against the pod there (the
         // hold gives back nothing else until it is Available and matched above).
-        if let Some(r) = crate::plugins::defaultpreemption::hold::of(cx, &pod.key, &pod.uid)
+        if let Some(r) = crate::reservation::hold::of(&cx.reservations, &pod.key, &pod.uid)
             .and_then(|i| store.get(i))
             .filter(|r| r.phase == ReservationPhase::Waiting)
         {
@@ -409,8 +409,8 @@ impl Reservation {
         // A preemption hold takes the pod slot of a victim: it is placed only where one is
         // free once its victims still on the node are gone (never on top of a pod that came
         // meanwhile; the preemptor then preempts again or lands elsewhere).
-        if crate::plugins::defaultpreemption::hold::preemptor_of(r).is_some() {
-            let leaving = crate::plugins::defaultpreemption::hold::victims_on(cx, r, node.idx);
+        if crate::reservation::hold::preemptor_of(r).is_some() {
+            let leaving = crate::reservation::hold::victims_on(cx, r, node.idx);
             if node.pods.len() as i64 - leaving as i64 + 1 > node.allowed_pods {
                 return Status::unschedulable("Too many pods");
             }
@@ -436,7 +436,10 @@ impl Reservation {
                 return Status::unresolvable(crate::reservation::ERR_REASON_CLUSTER_MODE_DISABLED);
             }
             if r.pre_allocation_required
-                && lifecycle::pre_allocation_candidates(cx, r, node.idx).is_empty()
+                && cx
+                    .reservations
+                    .pre_allocation_candidates(&cx.cache, r, node.idx)
+                    .is_empty()
             {
                 return Status::unresolvable(
                     crate::reservation::ERR_REASON_PRE_ALLOCATION_REQUIRED,
@@ -842,7 +845,7 @@ impl Plugin for Reservation {
         node: NodeIdx,
     ) -> Status {
         if let Some(name) = reservation_name(pod) {
-            return match lifecycle::place(cx, name, node, state.now) {
+            return match cx.reservations.place(&mut cx.cache, name, node, state.now) {
                 Ok(()) => Status::success(),
                 Err(e) => Status::error(e),
             };
@@ -871,7 +874,7 @@ impl Plugin for Reservation {
             }
             return Status::success();
         };
-        lifecycle::assume_owner(cx, idx, pod);
+        cx.reservations.assume_owner(&mut cx.cache, idx, pod);
         st.assumed = cx
             .reservations
             .get(idx)
@@ -881,12 +884,12 @@ impl Plugin for Reservation {
 
     fn unreserve(&self, cx: &mut Cluster, state: &mut CycleState, pod: &PodInfo, _node: NodeIdx) {
         if let Some(name) = reservation_name(pod) {
-            lifecycle::unplace(cx, name);
+            cx.reservations.unplace(&mut cx.cache, name);
             return;
         }
         if let Some(st) = state.reservation.as_deref_mut() {
             if st.assumed.take().is_some() {
-                lifecycle::forget_owner(cx, &pod.key);
+                cx.reservations.forget_owner(&mut cx.cache, &pod.key);
             }
         }
     }

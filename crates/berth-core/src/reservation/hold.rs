@@ -23,11 +23,13 @@ use berth_api::k8s_openapi::api::core::v1::ContainerPort;
 use berth_api::reservation::Reservation;
 use serde_json::json;
 
-use crate::cache::Cluster;
+use crate::cache::node_cache::NodeCache;
 use crate::model::node::NodeIdx;
 use crate::model::pod::PodInfo;
 use crate::object::ObjectKey;
-use crate::reservation::{RIdx, ReservationInfo, HOLD_NAME_PREFIX};
+use crate::resources::ResourceNames;
+
+use super::{RIdx, ReservationInfo, ReservationStore, HOLD_NAME_PREFIX};
 use crate::time::Time;
 
 /// Annotation naming the preemptor (`namespace/name`) on a reservation preemption made.
@@ -67,12 +69,12 @@ fn fnv1a(bytes: &[u8]) -> u32 {
 
 /// The reservation of `pod`'s preemption in the store, when there is one for this
 /// incarnation of the pod (same name, owned by its UID).
-pub fn of(cx: &Cluster, pod: &ObjectKey, uid: &str) -> Option<RIdx> {
-    if !cx.reservations.may_hold() {
+pub fn of(store: &ReservationStore, pod: &ObjectKey, uid: &str) -> Option<RIdx> {
+    if !store.may_hold() {
         return None;
     }
-    let idx = cx.reservations.idx(&name_for(pod))?;
-    let r = cx.reservations.get(idx)?;
+    let idx = store.idx(&name_for(pod))?;
+    let r = store.get(idx)?;
     is_hold_for(r, uid).then_some(idx)
 }
 
@@ -111,12 +113,12 @@ pub fn preemptor_of(r: &ReservationInfo) -> Option<(ObjectKey, String)> {
 /// Whether a victim `r` (a hold) waits for is still on node `idx`: while one is, the
 /// preemptor waits too; once none is and the hold still waits, something else took the
 /// room and the preemptor may preempt again.
-pub fn victims_present(cx: &Cluster, r: &ReservationInfo, idx: NodeIdx) -> bool {
-    victims_on(cx, r, idx) > 0
+pub fn victims_present(nodes: &NodeCache, r: &ReservationInfo, idx: NodeIdx) -> bool {
+    victims_on(nodes, r, idx) > 0
 }
 
 /// How many of the victims `r` (a hold) waits for are still on node `idx`.
-pub fn victims_on(cx: &Cluster, r: &ReservationInfo, idx: NodeIdx) -> usize {
+pub fn victims_on(nodes: &NodeCache, r: &ReservationInfo, idx: NodeIdx) -> usize {
     let Some(list) = r
         .obj
         .metadata
@@ -129,7 +131,8 @@ pub fn victims_on(cx: &Cluster, r: &ReservationInfo, idx: NodeIdx) -> usize {
     list.split(',')
         .filter_map(|v| v.split_once('/'))
         .filter(|(ns, name)| {
-            cx.pod(&ObjectKey::pod(ns, name))
+            nodes
+                .pod(&ObjectKey::pod(ns, name))
                 .is_some_and(|e| e.node == Some(idx))
         })
         .count()
@@ -139,7 +142,7 @@ pub fn victims_on(cx: &Cluster, r: &ReservationInfo, idx: NodeIdx) -> usize {
 /// `victims` to leave. `None` when the pod cannot be described as one (it never is for a
 /// pod the core could read).
 pub fn reservation(
-    cx: &Cluster,
+    names: &ResourceNames,
     pod: &PodInfo,
     node: &str,
     ttl: Time,
@@ -151,7 +154,7 @@ pub fn reservation(
         .collect();
     let mut requests = serde_json::Map::new();
     for (id, v) in pod.requests.non_zero() {
-        let n = cx.names.name(id);
+        let n = names.name(id);
         requests.insert(n.to_string(), json!(berth_api::format_resource(n, v)));
     }
     let ports: Vec<ContainerPort> = pod
@@ -225,14 +228,14 @@ mod tests {
 
     #[test]
     fn the_reservation_carries_the_preemptors_requests_ports_and_owner() {
-        let mut cx = Cluster::default();
+        let mut cx = NodeCache::default();
         let p = pod("web")
             .req("cpu", "1500m")
             .req("memory", "1Gi")
             .host_port(8080, "TCP", "")
             .build_info_with(&mut cx.names);
         let victims = [ObjectKey::pod("default", "a"), ObjectKey::pod("b", "c")];
-        let r = reservation(&cx, &p, "n1", 5 * 60 * 1000, &victims).expect("a reservation");
+        let r = reservation(&cx.names, &p, "n1", 5 * 60 * 1000, &victims).expect("a reservation");
         let a = r.metadata.annotations.clone().unwrap_or_default();
         assert_eq!(
             a.get(ANNOTATION_VICTIMS).map(String::as_str),

@@ -1,10 +1,11 @@
 //! [`NumaCluster`]: the NUMA state the scheduler keeps across cycles (the reserve cache and
-//! its resync timer), held in [`Cluster::numa`], and the hooks the scheduler calls when
+//! its resync timer), held beside the node cache in the scheduler's state, and the hooks the scheduler calls when
 //! NRT objects and pods change.
 //!
-//! The cache lives in the cluster rather than in the plugin because Reserve/Unreserve are
-//! the plugin's only mutable access and they get `&mut Cluster`; keeping it beside the pods
-//! also lets the resync read the pods the scheduler believes run on a node. One cache
+//! The cache lives in the scheduler's state rather than in the plugin because
+//! Reserve/Unreserve are the plugin's only mutable access and they get the whole state;
+//! the hooks borrow the [`NodeCache`] read-only, so the resync reads the pods the scheduler
+//! believes run on a node and touches nothing else. One cache
 //! serves every profile: the first profile that enables the plugin configures it (upstream
 //! builds one per profile; berth profiles share one view of the cluster).
 
@@ -12,7 +13,7 @@ use std::sync::Arc;
 
 use berth_api::nrt::NodeResourceTopology;
 
-use crate::cache::{Cluster, PodEntry, PodState};
+use crate::cache::node_cache::{NodeCache, PodEntry, PodState};
 use crate::model::node::{NodeIdx, NodeInfo};
 use crate::model::pod::PodInfo;
 use crate::numa::args::InformerMode;
@@ -340,20 +341,20 @@ impl NumaCluster {
         self.arm_if_dirty(node, now);
     }
 
-    /// [`NumaCluster::record_filter`] for the node at `idx` of `cx`, through its remembered
-    /// slot (remembering it if it was not).
-    pub fn record_filter_node(cx: &mut Cluster, idx: NodeIdx, passed: bool, now: Time) {
-        let Some(node) = cx.node(idx) else {
+    /// [`NumaCluster::record_filter`] for the node at `idx` of `nodes`, through its
+    /// remembered slot (remembering it if it was not).
+    pub fn record_filter_node(&mut self, nodes: &NodeCache, idx: NodeIdx, passed: bool, now: Time) {
+        let Some(node) = nodes.node(idx) else {
             return;
         };
-        let slot = match cx.numa.remembered(node) {
+        let slot = match self.remembered(node) {
             Some(s) => s,
             None => {
                 let name = node.name.clone();
-                cx.numa.remember(idx, &name)
+                self.remember(idx, &name)
             }
         };
-        cx.numa.record_filter_at(slot, passed, now);
+        self.record_filter_at(slot, passed, now);
     }
 
     fn record_filter_at(&mut self, slot: NodeSlot, passed: bool, now: Time) {
@@ -387,108 +388,113 @@ impl NumaCluster {
 }
 
 /// The node a cache entry holds the pod on, if it holds it anywhere.
-fn placed_on(cx: &Cluster, entry: &PodEntry) -> Option<std::sync::Arc<str>> {
+fn placed_on(nodes: &NodeCache, entry: &PodEntry) -> Option<std::sync::Arc<str>> {
     if entry.state == PodState::Pending || entry.info.terminal {
         return None;
     }
-    match entry.node.and_then(|i| cx.node(i)) {
+    match entry.node.and_then(|i| nodes.node(i)) {
         Some(n) => Some(n.name.clone()),
         None => entry.info.node_name.clone(),
     }
 }
 
-/// A pod was recorded (after [`Cluster::apply_pod`]); `prev` is the entry it replaced and
-/// `foreign` says the pod names a scheduler that is none of ours.
-///
-/// - A bind the scheduler asked for came back: the cache learns it (DiscardReserved ends
-///   the in-flight reservation; OverReserve keeps the pod assumed until a resync).
-/// - The pod left its node or finished (Failed with TopologyAffinityError, Succeeded): its
-///   assumed resources go, or a later matching fingerprint, which no longer lists it, would
-///   keep it assumed forever.
-/// - A foreign pod landed on, or left, a node: that node is dirty and unusable until it
-///   resyncs. A pod this scheduler assumed is never foreign on the node it chose.
-pub fn pod_applied(
-    cx: &mut Cluster,
-    prev: Option<&PodEntry>,
-    info: &PodInfo,
-    foreign: bool,
-    now: Time,
-) {
-    if !cx.numa.active {
-        return;
-    }
-    let before = prev.and_then(|p| placed_on(cx, p));
-    let now_entry = cx.pod(&info.key);
-    let after = now_entry.and_then(|e| placed_on(cx, e));
-    if before.is_some() && before == after {
-        let confirmed = prev.is_some_and(|p| p.state == PodState::Assumed)
-            && now_entry.is_some_and(|e| e.state == PodState::Bound);
-        if let (true, Some(node)) = (confirmed, after) {
-            cx.numa.cache.pod_bound(&node, &info.uid);
+impl NumaCluster {
+    /// A pod was recorded (after [`NodeCache::apply_pod`]); `prev` is the entry it replaced and
+    /// `foreign` says the pod names a scheduler that is none of ours.
+    ///
+    /// - A bind the scheduler asked for came back: the cache learns it (DiscardReserved ends
+    ///   the in-flight reservation; OverReserve keeps the pod assumed until a resync).
+    /// - The pod left its node or finished (Failed with TopologyAffinityError, Succeeded): its
+    ///   assumed resources go, or a later matching fingerprint, which no longer lists it, would
+    ///   keep it assumed forever.
+    /// - A foreign pod landed on, or left, a node: that node is dirty and unusable until it
+    ///   resyncs. A pod this scheduler assumed is never foreign on the node it chose.
+    pub fn pod_applied(
+        &mut self,
+        nodes: &NodeCache,
+        prev: Option<&PodEntry>,
+        info: &PodInfo,
+        foreign: bool,
+        now: Time,
+    ) {
+        if !self.active {
+            return;
         }
-        return;
-    }
-    if let Some(node) = before {
-        cx.numa.unreserve(&node, &info.uid);
-        if foreign {
-            cx.numa.foreign_pod(&node, info, now);
+        let before = prev.and_then(|p| placed_on(nodes, p));
+        let now_entry = nodes.pod(&info.key);
+        let after = now_entry.and_then(|e| placed_on(nodes, e));
+        if before.is_some() && before == after {
+            let confirmed = prev.is_some_and(|p| p.state == PodState::Assumed)
+                && now_entry.is_some_and(|e| e.state == PodState::Bound);
+            if let (true, Some(node)) = (confirmed, after) {
+                self.cache.pod_bound(&node, &info.uid);
+            }
+            return;
+        }
+        if let Some(node) = before {
+            self.unreserve(&node, &info.uid);
+            if foreign {
+                self.foreign_pod(&node, info, now);
+            }
+        }
+        if let (Some(node), true) = (after, foreign) {
+            self.foreign_pod(&node, info, now);
         }
     }
-    if let (Some(node), true) = (after, foreign) {
-        cx.numa.foreign_pod(&node, info, now);
-    }
-}
 
-/// A pod was deleted (after [`Cluster::remove_pod`] returned `entry`).
-pub fn pod_deleted(cx: &mut Cluster, entry: &PodEntry, foreign: bool, now: Time) {
-    if !cx.numa.active {
-        return;
-    }
-    if let Some(node) = placed_on(cx, entry) {
-        cx.numa.unreserve(&node, &entry.info.uid);
-        if foreign {
-            cx.numa.foreign_pod(&node, &entry.info, now);
+    /// A pod was deleted (after [`NodeCache::remove_pod`] returned `entry`).
+    pub fn pod_deleted(&mut self, nodes: &NodeCache, entry: &PodEntry, foreign: bool, now: Time) {
+        if !self.active {
+            return;
+        }
+        if let Some(node) = placed_on(nodes, entry) {
+            self.unreserve(&node, &entry.info.uid);
+            if foreign {
+                self.foreign_pod(&node, &entry.info, now);
+            }
         }
     }
-}
 
-/// Runs the resync if it is due. Returns the nodes whose data Filter sees changed (the
-/// flushed ones), sorted. A node whose check merely failed changes nothing: pods rejected
-/// there are not retried for it (their message catches up at their next retry).
-pub fn resync(cx: &mut Cluster, now: Time) -> Vec<String> {
-    match cx.numa.next_resync {
-        Some(due) if due <= now => {}
-        _ => return Vec::new(),
+    /// Runs the resync if it is due. Returns the nodes whose data Filter sees changed (the
+    /// flushed ones), sorted. A node whose check merely failed changes nothing: pods rejected
+    /// there are not retried for it (their message catches up at their next retry).
+    pub fn resync(&mut self, nodes: &NodeCache, now: Time) -> Vec<String> {
+        match self.next_resync {
+            Some(due) if due <= now => {}
+            _ => return Vec::new(),
+        }
+        let mode = self.informer_mode;
+        let out: ResyncOutcome = self.cache.resync(now, |node, topology| {
+            pods_on_node(nodes, node, topology, mode)
+        });
+        self.next_resync = None;
+        if !self.cache.dirty_nodes().is_empty() {
+            self.arm(now);
+        }
+        out.flushed
     }
-    let mut numa = std::mem::take(&mut cx.numa);
-    let mode = numa.informer_mode;
-    let out: ResyncOutcome = numa
-        .cache
-        .resync(now, |node, topology| pods_on_node(cx, node, topology, mode));
-    numa.next_resync = None;
-    if !numa.cache.dirty_nodes().is_empty() {
-        numa.arm(now);
-    }
-    cx.numa = numa;
-    out.flushed
 }
 
 /// The pods the scheduler believes the node agent sees on `node`: bound (a bind not yet
 /// confirmed is unknown to the kubelet), not terminal (the agents drop them), not a
 /// reservation's stand-in; with the `Shared` informer only Running ones, as upstream.
 fn pods_on_node(
-    cx: &Cluster,
+    nodes: &NodeCache,
     node: &str,
     topology: &NodeTopology,
     mode: InformerMode,
 ) -> Vec<PodIdent> {
-    let Some(info) = cx.node_by_name(node) else {
+    let Some(info) = nodes.node_by_name(node) else {
         return Vec::new();
     };
     info.pods
         .iter()
         .filter(|p| !p.is_reserve_pod() && !p.terminal)
-        .filter(|p| cx.pod(&p.key).is_some_and(|e| e.state == PodState::Bound))
+        .filter(|p| {
+            nodes
+                .pod(&p.key)
+                .is_some_and(|e| e.state == PodState::Bound)
+        })
         .filter(|p| {
             mode == InformerMode::Dedicated
                 || p.pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
