@@ -24,87 +24,13 @@ use smallvec::SmallVec;
 use super::reject_kind::{RejectKind, Rejected};
 use super::types::{
     is_always_allocatable, is_host_level, is_numa_affine, NumaZones, PodNumaRequest, QosClass,
-    ResourceName, Resources, TmPolicy, TmScope, TopologyManagerConfig,
+    Resources, TmPolicy, TmScope, TopologyManagerConfig,
 };
 
-/// Why the filter rejected a node. `Display` is the detailed explanation (which container,
-/// which resource) for a person looking at one pod on one node; [`NumaReject::reason`] is
-/// the fixed string the plugin returns as its Filter reason.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum NumaReject {
-    /// Init container `index` fits no single NUMA zone; `resource` is the first that failed.
-    #[error("cannot align init container (index {index}, resource {resource})")]
-    InitContainer {
-        /// Position in `spec.initContainers`.
-        index: usize,
-        /// The resource that could not be aligned.
-        resource: ResourceName,
-    },
-    /// App container `index` fits no single NUMA zone.
-    #[error("cannot align container (index {index}, resource {resource})")]
-    Container {
-        /// Position in `spec.containers`.
-        index: usize,
-        /// The resource that could not be aligned.
-        resource: ResourceName,
-    },
-    /// The pod (pod scope) fits no single NUMA zone.
-    #[error("cannot align pod (resource {resource})")]
-    Pod {
-        /// The resource that could not be aligned.
-        resource: ResourceName,
-    },
-    /// The node's topology data cannot be trusted right now (foreign pods, in-flight
-    /// reservations with discardReservedNodes).
-    #[error("invalid node topology data")]
-    InvalidTopologyData,
-    /// Internal: subtracting a container from the zone it was aligned to went negative.
-    #[error("inconsistent resource accounting (resource {resource}, NUMA {numa_id})")]
-    InconsistentAccounting {
-        /// The resource.
-        resource: ResourceName,
-        /// The NUMA zone.
-        numa_id: u8,
-    },
-}
-
-/// scheduler-plugins' Filter reason when an init container fits no single NUMA zone.
-pub const REASON_CANNOT_ALIGN_INIT_CONTAINER: &str = "cannot align init container";
-/// scheduler-plugins' Filter reason when an app container fits no single NUMA zone.
-pub const REASON_CANNOT_ALIGN_CONTAINER: &str = "cannot align container";
-/// scheduler-plugins' Filter reason when the pod (pod scope) fits no single NUMA zone.
-pub const REASON_CANNOT_ALIGN_POD: &str = "cannot align pod";
-/// scheduler-plugins' Filter reason when the node's topology data cannot be trusted.
-pub const REASON_INVALID_TOPOLOGY_DATA: &str = "invalid node topology data";
-/// scheduler-plugins' Filter error when the container-scope accounting goes negative.
-pub const REASON_INCONSISTENT_ACCOUNTING: &str = "inconsistent resource accounting";
-
-impl NumaReject {
-    /// The Filter reason, a fixed string exactly as scheduler-plugins returns it. It names
-    /// neither the container nor the resource: kube-scheduler counts nodes per distinct
-    /// reason (`0/2 nodes are available: 2 cannot align container.`), so a per-node detail
-    /// in the reason would split one cause into many entries, and formatting it on every
-    /// node is what kube-scheduler's fixed reasons avoid. The detail is the `Display` text.
-    pub fn reason(&self) -> &'static str {
-        RejectKind::from(self).reason()
-    }
-
-    /// The resource that made the node unfit, when there is one.
-    pub fn resource(&self) -> Option<&ResourceName> {
-        match self {
-            Self::InitContainer { resource, .. }
-            | Self::Container { resource, .. }
-            | Self::Pod { resource }
-            | Self::InconsistentAccounting { resource, .. } => Some(resource),
-            Self::InvalidTopologyData => None,
-        }
-    }
-
-    /// `Error` rather than `Unschedulable` in framework terms.
-    pub fn is_internal_error(&self) -> bool {
-        RejectKind::from(self).is_internal_error()
-    }
-}
+pub use super::reject_kind::{
+    NumaReject, REASON_CANNOT_ALIGN_CONTAINER, REASON_CANNOT_ALIGN_INIT_CONTAINER,
+    REASON_CANNOT_ALIGN_POD, REASON_INCONSISTENT_ACCOUNTING, REASON_INVALID_TOPOLOGY_DATA,
+};
 
 /// Node allocatable lookup: does the node report `resource` at all? `cpu`, `memory`, `pods`
 /// and `ephemeral-storage` are always considered present (kube-scheduler's node info always

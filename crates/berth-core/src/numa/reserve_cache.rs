@@ -140,25 +140,7 @@ pub struct PodIdent {
     pub exclusive: bool,
 }
 
-/// Why a node's data cannot be used now.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum UnusableReason {
-    /// Foreign pods landed on it since the last matching resync.
-    ForeignPods,
-    /// DiscardReserved mode: a reservation is in flight.
-    ReservationInFlight,
-}
-
-/// The result of the last resync check of a dirty node that did not flush it (cleared when
-/// the node is flushed), so rejections can say why the node's data is still stale.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ResyncCheck {
-    /// The NRT's pod fingerprint does not match the pods the scheduler believes run there
-    /// (or is malformed, or of an incompatible version).
-    Mismatch,
-    /// The NRT carries no pod fingerprint, so the node can never be resynced.
-    NoFingerprint,
-}
+pub use super::verdict::{ResyncCheck, UnusableReason};
 
 /// What the filter and score plugins see for a node.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

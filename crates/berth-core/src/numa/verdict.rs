@@ -7,7 +7,26 @@
 //! that memo; [`FilterVerdict::from_code`] unpacks it.
 
 use super::reject_kind::RejectKind;
-use super::reserve_cache::{ResyncCheck, UnusableReason};
+
+/// Why a node's data cannot be used now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum UnusableReason {
+    /// Foreign pods landed on it since the last matching resync.
+    ForeignPods,
+    /// DiscardReserved mode: a reservation is in flight.
+    ReservationInFlight,
+}
+
+/// The result of the last resync check of a dirty node that did not flush it (cleared when
+/// the node is flushed), so rejections can say why the node's data is still stale.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ResyncCheck {
+    /// The NRT's pod fingerprint does not match the pods the scheduler believes run there
+    /// (or is malformed, or of an incompatible version).
+    Mismatch,
+    /// The NRT carries no pod fingerprint, so the node can never be resynced.
+    NoFingerprint,
+}
 
 /// Why a rejecting node's data may be stale: the rejection may go away at a resync.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
