@@ -42,15 +42,21 @@ const SETS: &[&str] = &[
     "node-reservation",
     "cpuset",
     "volumes",
+    "dra",
 ];
 
 /// The controllers the cluster runs: the PersistentVolume controller (binding, and handing
-/// claims to their provisioners) and the protection controllers that lift the finalizers the
-/// API server's StorageObjectInUseProtection admission puts on every claim and volume.
+/// claims to their provisioners), the protection controllers that lift the finalizers the
+/// API server's StorageObjectInUseProtection admission puts on every claim and volume, and
+/// the ResourceClaim controller.
 const CONTROLLERS: &[&str] = &[
     "persistentvolume-binder-controller",
     "persistentvolumeclaim-protection-controller",
     "persistentvolume-protection-controller",
+    // Dynamic Resource Allocation: claims from pods' templates, `reservedFor` entries of
+    // pods that are gone removed, claims no one uses deallocated (simulate's claim
+    // controller plays it).
+    "resourceclaim-controller",
 ];
 
 /// The marker of a file whose `advance` steps only wait (see the module documentation).
@@ -68,7 +74,8 @@ struct Case {
     initial: Vec<Value>,
     /// Steps: objects to apply, then keys to delete.
     steps: Vec<(Vec<Value>, Vec<Value>)>,
-    /// It has volumes: steps also wait for the PersistentVolume controller.
+    /// It has volumes or resource claims: steps also wait for the PersistentVolume and
+    /// ResourceClaim controllers.
     volumes: bool,
 }
 
@@ -130,6 +137,13 @@ fn read_case(path: &Path) -> Result<Case, String> {
         if obj["kind"] == "Event" {
             return Err("carries events".into());
         }
+        // A claim's status naming its consumer by UID: the API server assigns the pod
+        // another, and kube-controller-manager's claim controller removes a consumer that
+        // does not exist (and deallocates the claim), where simulate keeps it.
+        let reserved_for = obj["status"]["reservedFor"].as_array();
+        if reserved_for.is_some_and(|r| r.iter().any(|c| c.get("uid").is_some())) {
+            return Err("a claim's reservedFor names a pod by UID".into());
+        }
     }
     // The simulator resolves priorityClassName against every PriorityClass of the input, as
     // admission resolves it against those already created: create them first.
@@ -137,7 +151,15 @@ fn read_case(path: &Path) -> Result<Case, String> {
     let volumes = initial
         .iter()
         .chain(steps.iter().flat_map(|(a, _)| a))
-        .any(|o| o["kind"] == "PersistentVolumeClaim" || o["kind"] == "PersistentVolume");
+        .any(|o| {
+            matches!(
+                o["kind"].as_str(),
+                Some("PersistentVolumeClaim" | "PersistentVolume" | "ResourceClaim" | "Pod")
+            ) && (o["kind"] != "Pod"
+                || o["spec"]["resourceClaims"]
+                    .as_array()
+                    .is_some_and(|c| !c.is_empty()))
+        });
     Ok(Case {
         path: path.to_path_buf(),
         config,
@@ -156,7 +178,13 @@ fn resource(obj: &Value) -> (ApiResource, bool) {
     };
     let namespaced = matches!(
         kind,
-        "Pod" | "PersistentVolumeClaim" | "PodDisruptionBudget" | "Event" | "CSIStorageCapacity"
+        "Pod"
+            | "PersistentVolumeClaim"
+            | "PodDisruptionBudget"
+            | "Event"
+            | "CSIStorageCapacity"
+            | "ResourceClaim"
+            | "ResourceClaimTemplate"
     );
     (
         ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, kind)),
@@ -320,6 +348,9 @@ fn api_version_of(kind: &str) -> &'static str {
         "PriorityClass" => "scheduling.k8s.io/v1",
         "PodDisruptionBudget" => "policy/v1",
         "Event" => "events.k8s.io/v1",
+        "ResourceSlice" | "DeviceClass" | "ResourceClaim" | "ResourceClaimTemplate" => {
+            "resource.k8s.io/v1"
+        }
         _ => "v1",
     }
 }
@@ -369,6 +400,10 @@ async fn clean(client: &Client) {
         "CSIStorageCapacity",
         "PersistentVolumeClaim",
         "PersistentVolume",
+        "ResourceClaim",
+        "ResourceClaimTemplate",
+        "ResourceSlice",
+        "DeviceClass",
     ] {
         for o in list_all(client, kind).await {
             let name = o.metadata.name.clone().unwrap_or_default();
@@ -389,7 +424,13 @@ async fn clean(client: &Client) {
     // (a volume the PV controller keeps `Released`).
     for round in 0..200 {
         let mut left = 0;
-        for kind in ["Pod", "Node", "PersistentVolumeClaim", "PersistentVolume"] {
+        for kind in [
+            "Pod",
+            "Node",
+            "PersistentVolumeClaim",
+            "PersistentVolume",
+            "ResourceClaim",
+        ] {
             let items: Vec<DynamicObject> = list_all(client, kind)
                 .await
                 .into_iter()
@@ -518,6 +559,47 @@ fn summary(items: &[Value]) -> BTreeMap<String, Value> {
                     json!({"phase": o["status"]["phase"], "claim": claim, "nodeAffinity": hosts}),
                 );
             }
+            // What DynamicResources' PreBind and the claim controller leave behind. A claim
+            // made from a pod's template is named at random in the cluster (for the pod's
+            // UID in simulate): named for its pod and the pod's claim here.
+            "ResourceClaim" => {
+                let ns = meta["namespace"].as_str().unwrap_or("default");
+                let owner = meta["ownerReferences"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .find(|o| o["kind"] == "Pod" && o["controller"] == true)
+                    .and_then(|o| o["name"].as_str());
+                let for_pod = meta["annotations"]["resource.kubernetes.io/pod-claim-name"].as_str();
+                let key = match (owner, for_pod) {
+                    (Some(pod), Some(claim)) => {
+                        format!("ResourceClaim {ns}/{pod}'s {claim}")
+                    }
+                    _ => format!("ResourceClaim {ns}/{name}"),
+                };
+                let devices: Vec<Value> = o["status"]["allocation"]["devices"]["results"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|r| json!([r["request"], r["driver"], r["pool"], r["device"]]))
+                    .collect();
+                let mut consumers: Vec<String> = o["status"]["reservedFor"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|c| format!("{}/{}", c["resource"].as_str().unwrap_or(""), c["name"].as_str().unwrap_or("")))
+                    .collect();
+                consumers.sort();
+                out.insert(
+                    key,
+                    json!({
+                        "allocated": o["status"]["allocation"].is_object(),
+                        "devices": devices,
+                        "nodeSelector": o["status"]["allocation"]["nodeSelector"],
+                        "reservedFor": consumers,
+                    }),
+                );
+            }
             // `v1` Events from simulate, `events.k8s.io/v1` from the cluster.
             "Event" => {
                 let reason = o["reason"].as_str().unwrap_or("");
@@ -559,6 +641,7 @@ async fn cluster_items(client: &Client) -> Vec<Value> {
         "Event",
         "PersistentVolumeClaim",
         "PersistentVolume",
+        "ResourceClaim",
     ] {
         let (ar, _) = resource(&json!({"apiVersion": api_version_of(kind), "kind": kind}));
         let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
@@ -619,11 +702,11 @@ async fn settle(handle: &mut berth_kube::Handle) {
     }
 }
 
-/// The resource versions of every claim and volume: what the PersistentVolume controller,
-/// the provisioner and berth's PreBind change.
+/// The resource versions of every claim, volume and resource claim: what the
+/// PersistentVolume and ResourceClaim controllers, the provisioner and berth's PreBind change.
 async fn volume_versions(client: &Client) -> Vec<(String, String)> {
     let mut out = Vec::new();
-    for kind in ["PersistentVolumeClaim", "PersistentVolume"] {
+    for kind in ["PersistentVolumeClaim", "PersistentVolume", "ResourceClaim"] {
         for o in list_all(client, kind).await {
             out.push((
                 format!(

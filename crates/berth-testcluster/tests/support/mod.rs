@@ -96,6 +96,27 @@ pub const EXPECTED: Grants = &[
         &["update"],
     ),
     (
+        ("resource.k8s.io", "resourceslices", "", "", ""),
+        &["list", "watch"],
+    ),
+    (
+        ("resource.k8s.io", "deviceclasses", "", "", ""),
+        &["list", "watch"],
+    ),
+    (
+        ("resource.k8s.io", "resourceclaims", "", "", ""),
+        &["get", "list", "watch", "update"],
+    ),
+    (
+        ("resource.k8s.io", "resourceclaims", "status", "", ""),
+        &["update"],
+    ),
+    // Templates are kube-controller-manager's to read.
+    (
+        ("resource.k8s.io", "resourceclaimtemplates", "", "", ""),
+        &[],
+    ),
+    (
         ("topology.node.k8s.io", "noderesourcetopologies", "", "", ""),
         &["list", "watch"],
     ),
