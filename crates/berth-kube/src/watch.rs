@@ -174,10 +174,8 @@ pub fn spawn_all(
             ),
         ];
         for (kind, name, plural, convert) in dra {
-            let api = Api::<DynamicObject>::all_with(
-                client.clone(),
-                &Served::dra_resource(name, plural),
-            );
+            let api =
+                Api::<DynamicObject>::all_with(client.clone(), &Served::dra_resource(name, plural));
             spawn(tasks, api, all(), typed(kind), convert);
         }
     }

@@ -587,7 +587,13 @@ fn summary(items: &[Value]) -> BTreeMap<String, Value> {
                     .as_array()
                     .into_iter()
                     .flatten()
-                    .map(|c| format!("{}/{}", c["resource"].as_str().unwrap_or(""), c["name"].as_str().unwrap_or("")))
+                    .map(|c| {
+                        format!(
+                            "{}/{}",
+                            c["resource"].as_str().unwrap_or(""),
+                            c["name"].as_str().unwrap_or("")
+                        )
+                    })
                     .collect();
                 consumers.sort();
                 out.insert(
@@ -675,6 +681,11 @@ fn simulate(case: &Case) -> Vec<Value> {
 }
 
 async fn wait_seen(handle: &berth_kube::Handle, key: &ObjectKey, want: Option<&str>) {
+    // Like kube-scheduler, berth does not watch claim templates: only the claim controller
+    // reads them.
+    if key.kind == Kind::ResourceClaimTemplate {
+        return;
+    }
     for _ in 0..2000 {
         match (handle.seen(key), want) {
             (Some(Some(uid)), Some(w)) if uid == w => return,
@@ -684,6 +695,74 @@ async fn wait_seen(handle: &berth_kube::Handle, key: &ObjectKey, want: Option<&s
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
     panic!("berth never saw {key} ({want:?})");
+}
+
+/// While scheduling is held: waits until kube-controller-manager has made the claim of every
+/// pod's claim template among `objects` and berth has it, as simulate's claim controller has
+/// made them all before the scheduler's first cycle. Released earlier, pods would be
+/// scheduled in the order their claims happen to appear, and which pods of a burst get the
+/// scarce devices would depend on the controller's pace.
+async fn wait_generated_claims(client: &Client, handle: &berth_kube::Handle, objects: &[Value]) {
+    let wanted: Vec<(String, String, String)> = objects
+        .iter()
+        .filter(|o| o["kind"] == "Pod")
+        .flat_map(|p| {
+            let ns = p["metadata"]["namespace"]
+                .as_str()
+                .unwrap_or("default")
+                .to_string();
+            let name = p["metadata"]["name"].as_str().unwrap_or("").to_string();
+            p["spec"]["resourceClaims"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|c| c.get("resourceClaimTemplateName").is_some())
+                .map(move |c| {
+                    (
+                        ns.clone(),
+                        name.clone(),
+                        c["name"].as_str().unwrap_or("").to_string(),
+                    )
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    if wanted.is_empty() {
+        return;
+    }
+    for _ in 0..600 {
+        let claims = list_all(client, "ResourceClaim").await;
+        let found: Vec<&DynamicObject> = wanted
+            .iter()
+            .filter_map(|(ns, pod, claim)| {
+                claims.iter().find(|c| {
+                    let m = &c.metadata;
+                    m.namespace.as_deref() == Some(ns.as_str())
+                        && m.owner_references
+                            .iter()
+                            .flatten()
+                            .any(|o| o.kind == "Pod" && o.name == *pod)
+                        && m.annotations
+                            .as_ref()
+                            .and_then(|a| a.get("resource.kubernetes.io/pod-claim-name"))
+                            == Some(claim)
+                })
+            })
+            .collect();
+        if found.len() == wanted.len() {
+            for c in found {
+                let key = ObjectKey::new(
+                    Kind::ResourceClaim,
+                    c.metadata.namespace.as_deref().unwrap_or("default"),
+                    c.metadata.name.as_deref().unwrap_or(""),
+                );
+                wait_seen(handle, &key, c.metadata.uid.as_deref()).await;
+            }
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("kube-controller-manager never made the claims of {wanted:?}");
 }
 
 /// Waits until berth has been idle for a while (watch echoes of its own writes included).
@@ -791,6 +870,7 @@ async fn run_in_cluster(cluster: &TestCluster, case: &Case) -> Vec<Value> {
             let uid = apply(&client, obj).await;
             wait_seen(&handle, &core_key(obj), Some(&uid)).await;
         }
+        wait_generated_claims(&client, &handle, &case.initial).await;
     }
     handle.hold(false);
     settle_step(&client, &mut handle, case.volumes).await;
@@ -812,6 +892,7 @@ async fn run_in_cluster(cluster: &TestCluster, case: &Case) -> Vec<Value> {
             };
             wait_seen(&handle, &key, None).await;
         }
+        wait_generated_claims(&client, &handle, objects).await;
         handle.hold(false);
         settle_step(&client, &mut handle, case.volumes).await;
     }
@@ -915,6 +996,3 @@ fn scenarios_give_the_same_outcome_through_both_drivers() {
         mismatches.join("\n")
     );
 }
-
-#[allow(dead_code)]
-fn unused(_: Kind) {}

@@ -182,10 +182,8 @@ async fn attempt(
     }
     current.data["status"] = status;
     let r = api.replace_status(&key.name, &pp, &current).await;
-    ctx.metrics.request(
-        "claim_status",
-        r.as_ref().map_or_else(retry::code, |_| 200),
-    );
+    ctx.metrics
+        .request("claim_status", r.as_ref().map_or_else(retry::code, |_| 200));
     match r {
         Ok(_) => Ok(true),
         Err(e) if classify(&e) == Class::Conflict => Ok(false),
