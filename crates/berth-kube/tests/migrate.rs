@@ -5,6 +5,9 @@
 //! test plays the kubelet: a bound pod is marked Running and Ready, a pod being deleted is
 //! removed.
 //!
+//! The controller runs with the ServiceAccount deploy/migrate/ makes, so its rights are
+//! proven enough.
+//!
 //! The cases of tests/scenarios/migration/ that matter most, in one cluster (a namespace
 //! each): a Deployment's pod migrated ReservationFirst, its replacement in the Reservation and
 //! the job Succeeded; a budget allowing no disruption makes the job wait (the Eviction API's
@@ -427,10 +430,30 @@ fn pod_migration_jobs_in_a_cluster() {
             .await
             .expect("synced");
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        // berth's own client, as `berth migrate` connects: no retry layer, so the Eviction
-        // API's 429 comes back at once (kube's default client retries 429s for minutes).
+        // The controller runs with exactly the rights deploy/migrate/ grants it, through
+        // berth's own client as `berth migrate` connects (no retry layer, so the Eviction
+        // API's 429 comes back at once; kube's default client retries 429s for minutes).
+        let deploy = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy");
+        for file in ["00-namespace.yaml", "migrate"] {
+            let out = cluster
+                .kubectl_command()
+                .args(["apply", "-f"])
+                .arg(deploy.join(file))
+                .output()
+                .expect("kubectl");
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        let token = cluster
+            .service_account_token("berth-system", "berth-migrate")
+            .await
+            .expect("token");
+        let kubeconfig = cluster.kubeconfig_for_token(&token).expect("kubeconfig");
         let migrate_client = berth_kube::client::connect(
-            Some(&cluster.kubeconfig_path().display().to_string()),
+            Some(&kubeconfig.display().to_string()),
             &berth_kube::settings::ClientConnection::default(),
         )
         .await

@@ -197,6 +197,46 @@ pub const PROVISIONER_EXPECTED: Grants = &[
     (("", "secrets", "", "", ""), &[]),
 ];
 
+/// `berth migrate`'s rights: read and evict pods, make and remove Reservations, write jobs.
+/// Keep in step with deploy/migrate/60-migrate.yaml and the chart's rbac-migrate.yaml.
+pub const MIGRATE_EXPECTED: Grants = &[
+    (("", "pods", "", "", ""), &["list", "watch"]),
+    (("", "pods", "eviction", "", ""), &["create"]),
+    (
+        ("scheduling.koordinator.sh", "reservations", "", "", ""),
+        &["list", "watch", "create", "delete"],
+    ),
+    (
+        ("scheduling.koordinator.sh", "podmigrationjobs", "", "", ""),
+        &["list", "watch", "update"],
+    ),
+    (
+        (
+            "scheduling.koordinator.sh",
+            "podmigrationjobs",
+            "status",
+            "",
+            "",
+        ),
+        &["update"],
+    ),
+    (("", "pods", "binding", "", ""), &[]),
+    (("", "pods", "status", "", ""), &[]),
+    (
+        (
+            "scheduling.koordinator.sh",
+            "reservations",
+            "status",
+            "",
+            "",
+        ),
+        &[],
+    ),
+    (("", "nodes", "", "", ""), &[]),
+    (("apps", "deployments", "", "", ""), &[]),
+    (("", "secrets", "", "", ""), &[]),
+];
+
 /// `namespace/name`'s ServiceAccount may do exactly what `table` lists.
 pub async fn assert_grants(cluster: &TestCluster, namespace: &str, name: &str, table: Grants) {
     let user = format!("system:serviceaccount:{namespace}:{name}");
