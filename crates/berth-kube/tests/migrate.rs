@@ -12,7 +12,8 @@
 //! each): a Deployment's pod migrated ReservationFirst, its replacement in the Reservation and
 //! the job Succeeded; a budget allowing no disruption makes the job wait (the Eviction API's
 //! 429), until a replica more lets it go on; a Reservation that cannot be placed fails the
-//! job with the scheduler's reason and evicts nothing.
+//! job with the scheduler's reason and evicts nothing; two jobs of one workload under
+//! `maxUnavailablePerWorkload: 1` run one after the other.
 
 use std::time::Duration;
 
@@ -388,6 +389,58 @@ async fn unplaceable_fails(client: &Client) {
     }
 }
 
+/// Two jobs for the two pods of one workload, with `maxUnavailablePerWorkload: 1`: the second
+/// waits, `Pending` with the limit in its message, until the first has ended; both succeed.
+async fn one_at_a_time(client: &Client) {
+    let ns = "pair";
+    create(client, deployment(ns, "web", 2, json!({}))).await;
+    let sel = "app=web";
+    eventually(60, || async {
+        let pods = pods_of(client, ns, sel).await;
+        let ok = pods.len() == 2 && pods.iter().all(ready);
+        ok.then(String::new)
+            .ok_or_else(|| format!("{} pods", pods.len()))
+    })
+    .await;
+    let pods = pods_of(client, ns, sel).await;
+    let names: Vec<String> = pods
+        .iter()
+        .map(|p| p.metadata.name.clone().unwrap_or_default())
+        .collect();
+    create(client, pmj("move-a", ns, &names[0])).await;
+    create(client, pmj("move-b", ns, &names[1])).await;
+    let mut held = false;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        let a = job(client, "move-a").await;
+        let b = job(client, "move-b").await;
+        let phase = |j: &Value| j["status"]["phase"].as_str().unwrap_or("").to_string();
+        if phase(&b) == "Pending"
+            && b["status"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("maxUnavailablePerWorkload"))
+        {
+            held = true;
+        }
+        assert!(
+            !(phase(&a) == "Running" && phase(&b) == "Running"),
+            "both jobs of one workload ran at once:\n{a}\n{b}"
+        );
+        for j in [&a, &b] {
+            assert_ne!(phase(j), "Failed", "{j}");
+        }
+        if phase(&a) == "Succeeded" && phase(&b) == "Succeeded" {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never both Succeeded:\n{a}\n{b}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(held, "the second job was never held back by the limit");
+}
+
 #[test]
 fn pod_migration_jobs_in_a_cluster() {
     // `RUST_LOG=berth_kube=debug` shows what the controller does.
@@ -416,7 +469,7 @@ fn pod_migration_jobs_in_a_cluster() {
                 .await
                 .expect("node");
         }
-        for ns in ["first", "budget", "stuck"] {
+        for ns in ["first", "budget", "stuck", "pair"] {
             cluster.create_namespace(ns).await.expect("namespace");
         }
         let kubelet = tokio::spawn(kubelet(client.clone()));
@@ -460,7 +513,15 @@ fn pod_migration_jobs_in_a_cluster() {
         .expect("client");
         let controller = tokio::spawn(migrate::run(
             migrate_client,
-            MigrateOptions::default(),
+            // One pod of a workload unavailable or migrating at a time (one_at_a_time); the
+            // other cases have one job per workload, which the limit never holds back.
+            MigrateOptions {
+                args: berth_core::migration::MigrationArgs {
+                    max_unavailable_per_workload: Some(1),
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
             async move {
                 let _ = stopped.await;
             },
@@ -469,10 +530,11 @@ fn pod_migration_jobs_in_a_cluster() {
         reservation_first(&client).await;
         pdb_waits(&client).await;
         unplaceable_fails(&client).await;
+        one_at_a_time(&client).await;
 
         let _ = stop.send(());
         let outcome = controller.await.expect("the controller stopped");
-        assert_eq!(outcome.evicted, 2, "{outcome:?}");
+        assert_eq!(outcome.evicted, 4, "{outcome:?}");
         assert!(outcome.evictions_refused >= 1, "{outcome:?}");
         assert_eq!(outcome.failed, 0, "{outcome:?}");
         handle.stop().await.expect("stop");
