@@ -13,9 +13,10 @@
 //! replacement.
 //!
 //! The controller keeps nothing between passes but what its watches show, as the pure
-//! controller keeps everything in the jobs: a restart carries on. A job it just wrote is left
-//! alone until the watch shows the write (or a few seconds passed), so a pass never acts
-//! twice on the same state of a job (a second eviction, a second Reservation).
+//! controller keeps everything in the jobs: a restart carries on. A job it just wrote is read
+//! as written until the watch shows the write (or a few seconds passed), so a pass never acts
+//! twice on the same state of a job (a second eviction, a second Reservation), and the
+//! arbiter counts it as it now is.
 
 pub mod cache;
 mod perform;
@@ -149,10 +150,11 @@ impl Caches {
     }
 }
 
-/// Jobs written and not yet seen back: name, the resourceVersion the write replaced, when.
-type Pending = HashMap<String, (String, Instant)>;
+/// Jobs written and not yet seen back: by name, the resourceVersions the writes replaced (any
+/// of them in the cache is stale), the job as last written, and when.
+type Pending = HashMap<String, (Vec<String>, PodMigrationJob, Instant)>;
 
-/// How long a job written is left alone waiting for the watch to show the write.
+/// How long a job written is read as written while the watch still shows the version before.
 const WRITE_SEEN_WITHIN: Duration = Duration::from_secs(5);
 
 /// Runs the controller until `shutdown` completes.
@@ -211,6 +213,37 @@ pub async fn run(
     outcome
 }
 
+/// The jobs as the cache shows them, but a job whose last write the watch has not shown yet
+/// as written: its cached version is stale, and a pass on it would take a step twice (and the
+/// arbiter would not count it as it now is). Entries seen back, timed out or of jobs gone
+/// leave `pending`.
+fn read_as_written(
+    jobs: Vec<Arc<PodMigrationJob>>,
+    pending: &mut Pending,
+) -> Vec<Arc<PodMigrationJob>> {
+    let jobs: Vec<Arc<PodMigrationJob>> = jobs
+        .into_iter()
+        .map(|j| {
+            let name = j.metadata.name.clone().unwrap_or_default();
+            match pending.remove(&name) {
+                Some((before, written, at))
+                    if at.elapsed() < WRITE_SEEN_WITHIN
+                        && before
+                            .iter()
+                            .any(|b| j.metadata.resource_version.as_ref() == Some(b)) =>
+                {
+                    let job = Arc::new(written.clone());
+                    pending.insert(name, (before, written, at));
+                    job
+                }
+                _ => j,
+            }
+        })
+        .collect();
+    pending.retain(|name, _| jobs.iter().any(|j| j.metadata.name.as_ref() == Some(name)));
+    jobs
+}
+
 /// One pass: the actions for the jobs as the caches show them, performed in order.
 async fn pass(
     client: &Client,
@@ -221,18 +254,7 @@ async fn pass(
 ) {
     outcome.passes += 1;
     let (jobs, view) = caches.snapshot();
-    pending.retain(|name, (before, at)| {
-        let seen = jobs.iter().any(|j| {
-            j.metadata.name.as_deref() == Some(name.as_str())
-                && j.metadata.resource_version.as_deref() != Some(before.as_str())
-        });
-        !seen && at.elapsed() < WRITE_SEEN_WITHIN
-    });
-    // A job whose last write the watch has not shown yet waits: its state here is stale.
-    let jobs: Vec<Arc<PodMigrationJob>> = jobs
-        .into_iter()
-        .filter(|j| !pending.contains_key(j.metadata.name.as_deref().unwrap_or("")))
-        .collect();
+    let jobs = read_as_written(jobs, pending);
     if jobs.is_empty() {
         return;
     }
@@ -252,5 +274,65 @@ async fn pass(
     };
     for action in actions {
         perform::action(&ctx, action, &mut current, pending, outcome).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(name: &str, rv: &str, phase: &str) -> PodMigrationJob {
+        let mut j = PodMigrationJob::default();
+        j.metadata.name = Some(name.into());
+        j.metadata.resource_version = Some(rv.into());
+        j.status.get_or_insert_with(Default::default).phase = phase.into();
+        j
+    }
+
+    #[test]
+    fn a_job_is_read_as_written_until_the_watch_shows_the_write() {
+        let mut pending: Pending = HashMap::new();
+        pending.insert(
+            "a".into(),
+            (
+                vec!["1".into(), "2".into()],
+                job("a", "3", "Running"),
+                Instant::now(),
+            ),
+        );
+        // The cache still has version 1 (or the one between two writes): as written.
+        for stale in ["1", "2"] {
+            let read = read_as_written(vec![Arc::new(job("a", stale, "Pending"))], &mut pending);
+            assert_eq!(read[0].status.as_ref().unwrap().phase, "Running");
+            assert_eq!(read[0].metadata.resource_version.as_deref(), Some("3"));
+            assert!(pending.contains_key("a"));
+        }
+        // The watch shows the write (or anything newer): the cache wins, the entry goes.
+        let read = read_as_written(vec![Arc::new(job("a", "3", "Running"))], &mut pending);
+        assert_eq!(read[0].metadata.resource_version.as_deref(), Some("3"));
+        assert!(pending.is_empty());
+    }
+
+    #[test]
+    fn a_write_not_seen_in_time_or_of_a_job_gone_is_forgotten() {
+        let mut pending: Pending = HashMap::new();
+        let long_ago = Instant::now()
+            .checked_sub(WRITE_SEEN_WITHIN + Duration::from_secs(1))
+            .unwrap_or_else(Instant::now);
+        pending.insert(
+            "a".into(),
+            (vec!["1".into()], job("a", "2", "Running"), long_ago),
+        );
+        pending.insert(
+            "gone".into(),
+            (
+                vec!["1".into()],
+                job("gone", "2", "Running"),
+                Instant::now(),
+            ),
+        );
+        let read = read_as_written(vec![Arc::new(job("a", "1", "Pending"))], &mut pending);
+        assert_eq!(read[0].status.as_ref().unwrap().phase, "Pending");
+        assert!(pending.is_empty(), "{pending:?}");
     }
 }

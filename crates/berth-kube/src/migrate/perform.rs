@@ -141,7 +141,8 @@ fn refusal(s: &kube::core::Status) -> String {
     }
 }
 
-/// Replaces the job: its spec (and metadata) if they changed, then its status (a
+/// Replaces the job: its spec (and labels and annotations: the workload's pods at eviction
+/// time are recorded in one) if they changed, then its status (a
 /// subresource), each with the resourceVersion last seen, so a concurrent change wins and the
 /// next pass starts from it.
 async fn write_job(
@@ -166,13 +167,23 @@ async fn write_job(
     };
     let mut next = job.clone();
     let pp = PostParams::default();
-    let spec_changed = before
-        .as_ref()
-        .is_none_or(|b| b.spec != job.spec || b.metadata.labels != job.metadata.labels);
+    let status_changed = before.as_ref().is_none_or(|b| b.status != job.status);
+    let mut wrote_spec: Option<String> = None;
+    let spec_changed = before.as_ref().is_none_or(|b| {
+        b.spec != job.spec
+            || b.metadata.labels != job.metadata.labels
+            || b.metadata.annotations != job.metadata.annotations
+    });
     if spec_changed {
         let Some(obj) = encode(&next) else { return };
         match api.replace(&name, &pp, &obj).await {
-            Ok(o) => next.metadata.resource_version = o.metadata.resource_version,
+            Ok(o) => {
+                next.metadata.resource_version = o.metadata.resource_version;
+                if status_changed {
+                    // The version between the two writes is stale too.
+                    wrote_spec = next.metadata.resource_version.clone();
+                }
+            }
             Err(e) => {
                 job_write_failed(&name, &e, outcome);
                 return;
@@ -180,23 +191,28 @@ async fn write_job(
         }
         outcome.job_writes += 1;
     }
-    let status_changed = before.as_ref().is_none_or(|b| b.status != job.status);
     if status_changed {
         let Some(obj) = encode(&next) else { return };
         match api.replace_status(&name, &pp, &obj).await {
             Ok(o) => next.metadata.resource_version = o.metadata.resource_version,
             Err(e) => {
+                // The spec may be written already: the watch brings it.
                 job_write_failed(&name, &e, outcome);
-                if spec_changed {
-                    pending.insert(name, (read_rv, Instant::now()));
-                }
                 return;
             }
         }
         outcome.job_writes += 1;
     }
     if spec_changed || status_changed {
-        pending.insert(name.clone(), (read_rv, Instant::now()));
+        let entry = pending
+            .entry(name.clone())
+            .or_insert_with(|| (Vec::new(), next.clone(), Instant::now()));
+        entry.0.push(read_rv);
+        if let Some(rv) = &wrote_spec {
+            entry.0.push(rv.clone());
+        }
+        entry.1 = next.clone();
+        entry.2 = Instant::now();
     }
     current.insert(name, next);
 }
