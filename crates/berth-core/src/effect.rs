@@ -118,6 +118,8 @@ pub enum Effect {
         pod: ObjectKey,
         /// Its UID.
         uid: String,
+        /// The node the pod is being bound to (a failure names it, as a failed bind does).
+        node: String,
         /// The claim, with its new status.
         claim: Arc<berth_api::dra::ResourceClaim>,
     },

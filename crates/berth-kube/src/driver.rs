@@ -524,7 +524,7 @@ impl Driver {
                     .unreadable(bad.kind, berth_api::validate::Rule::Malformed);
                 tracing::warn!(%bad, "object not read");
                 self.executor.submit(berth_core::Effect::Record(Record {
-                    involved: ObjectKey::cluster(bad.kind, &bad.name),
+                    involved: bad.key(),
                     uid: bad.uid,
                     type_: "Warning",
                     reason: "Invalid".into(),

@@ -8,9 +8,10 @@
 
 use std::sync::Arc;
 
+use berth_api::dra::{DeviceClass, ResourceClaim, ResourceSlice};
 use berth_api::nrt::NodeResourceTopology;
 use berth_api::reservation::Reservation;
-use berth_core::object::{Kind, Object};
+use berth_core::object::{Kind, Object, ObjectKey};
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::discovery;
 use kube::Client;
@@ -19,6 +20,8 @@ use kube::Client;
 pub const RESERVATION_GROUP: &str = "scheduling.koordinator.sh";
 /// The API group of NodeResourceTopology.
 pub const NRT_GROUP: &str = "topology.node.k8s.io";
+/// The API group of Dynamic Resource Allocation's kinds.
+pub const DRA_GROUP: &str = "resource.k8s.io";
 
 /// The custom kinds the API server serves, found by discovery at start.
 #[derive(Debug, Clone, Default)]
@@ -27,6 +30,9 @@ pub struct Served {
     pub reservations: Option<ApiResource>,
     /// `topology.node.k8s.io` `noderesourcetopologies` at `v1alpha2`, else `v1alpha1`.
     pub nrt: Option<ApiResource>,
+    /// `resource.k8s.io/v1` is served (GA and on by default since Kubernetes 1.34): its
+    /// ResourceSlices, DeviceClasses and ResourceClaims are watched.
+    pub dra: bool,
 }
 
 impl Served {
@@ -57,7 +63,26 @@ impl Served {
                 None
             }
         };
-        Self { reservations, nrt }
+        let dra = match discovery::group(client, DRA_GROUP).await {
+            Ok(g) => g
+                .versioned_resources("v1")
+                .iter()
+                .any(|(r, _)| r.plural == "resourceclaims"),
+            Err(e) => {
+                tracing::warn!(error = %e, group = DRA_GROUP, "resource.k8s.io/v1 not served; pods with resource claims cannot be scheduled");
+                false
+            }
+        };
+        Self {
+            reservations,
+            nrt,
+            dra,
+        }
+    }
+
+    /// The resource of a DRA kind (`resourceslices`, `deviceclasses`, `resourceclaims`).
+    pub fn dra_resource(kind: &str, plural: &str) -> ApiResource {
+        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(DRA_GROUP, "v1", kind), plural)
     }
 
     /// The resource of `kind` for dynamic API calls (writes to reservations).
@@ -77,10 +102,23 @@ pub struct Unreadable {
     pub kind: Kind,
     /// Its name.
     pub name: String,
+    /// Its namespace, empty for a cluster-scoped kind.
+    pub namespace: String,
     /// Its UID, for the event.
     pub uid: String,
     /// What is wrong.
     pub message: String,
+}
+
+impl Unreadable {
+    /// The object's key (its deletion, its event).
+    pub fn key(&self) -> ObjectKey {
+        if self.kind.namespaced() {
+            ObjectKey::new(self.kind, &self.namespace, &self.name)
+        } else {
+            ObjectKey::cluster(self.kind, &self.name)
+        }
+    }
 }
 
 /// Decodes a watched Reservation.
@@ -90,6 +128,7 @@ pub fn reservation(obj: DynamicObject) -> Result<Object, Unreadable> {
     let value = serde_json::to_value(&obj).map_err(|e| Unreadable {
         kind: Kind::Reservation,
         name: name.clone(),
+        namespace: String::new(),
         uid: uid.clone(),
         message: e.to_string(),
     })?;
@@ -101,9 +140,48 @@ pub fn reservation(obj: DynamicObject) -> Result<Object, Unreadable> {
         .map_err(|e| Unreadable {
             kind: Kind::Reservation,
             name,
+            namespace: String::new(),
             uid,
             message: format!("cannot be read: {}: {}", e.path(), e.inner()),
         })
+}
+
+/// Decodes a watched object of one of berth-api's own kinds, naming the field path of what
+/// cannot be read.
+fn decode<T: serde::de::DeserializeOwned>(
+    kind: Kind,
+    obj: DynamicObject,
+    wrap: fn(Arc<T>) -> Object,
+) -> Result<Object, Unreadable> {
+    let name = obj.metadata.name.clone().unwrap_or_default();
+    let uid = obj.metadata.uid.clone().unwrap_or_default();
+    let namespace = obj.metadata.namespace.clone().unwrap_or_default();
+    let bad = |message: String| Unreadable {
+        kind,
+        name: name.clone(),
+        namespace: namespace.clone(),
+        uid: uid.clone(),
+        message,
+    };
+    let value = serde_json::to_value(&obj).map_err(|e| bad(e.to_string()))?;
+    serde_path_to_error::deserialize::<_, T>(value)
+        .map(|o| wrap(Arc::new(o)))
+        .map_err(|e| bad(format!("cannot be read: {}: {}", e.path(), e.inner())))
+}
+
+/// Decodes a watched ResourceSlice.
+pub fn resource_slice(obj: DynamicObject) -> Result<Object, Unreadable> {
+    decode::<ResourceSlice>(Kind::ResourceSlice, obj, Object::ResourceSlice)
+}
+
+/// Decodes a watched DeviceClass.
+pub fn device_class(obj: DynamicObject) -> Result<Object, Unreadable> {
+    decode::<DeviceClass>(Kind::DeviceClass, obj, Object::DeviceClass)
+}
+
+/// Decodes a watched ResourceClaim.
+pub fn resource_claim(obj: DynamicObject) -> Result<Object, Unreadable> {
+    decode::<ResourceClaim>(Kind::ResourceClaim, obj, Object::ResourceClaim)
 }
 
 /// Decodes a watched NodeResourceTopology of either served version.
@@ -113,6 +191,7 @@ pub fn nrt(obj: DynamicObject) -> Result<Object, Unreadable> {
     let mut value = serde_json::to_value(&obj).map_err(|e| Unreadable {
         kind: Kind::NodeResourceTopology,
         name: name.clone(),
+        namespace: String::new(),
         uid: uid.clone(),
         message: e.to_string(),
     })?;
@@ -124,6 +203,7 @@ pub fn nrt(obj: DynamicObject) -> Result<Object, Unreadable> {
         .map_err(|e| Unreadable {
             kind: Kind::NodeResourceTopology,
             name,
+            namespace: String::new(),
             uid,
             message: e.to_string(),
         })
@@ -140,6 +220,10 @@ pub fn api_version(kind: Kind) -> &'static str {
         Kind::PriorityClass => "scheduling.k8s.io/v1",
         Kind::PodDisruptionBudget => "policy/v1",
         Kind::Deployment | Kind::ReplicaSet | Kind::StatefulSet => "apps/v1",
+        Kind::ResourceSlice
+        | Kind::DeviceClass
+        | Kind::ResourceClaim
+        | Kind::ResourceClaimTemplate => "resource.k8s.io/v1",
         _ => "v1",
     }
 }

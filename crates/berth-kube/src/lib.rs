@@ -19,6 +19,7 @@ pub mod http;
 pub mod kinds;
 pub mod leader;
 pub mod metrics;
+pub mod migrate;
 pub mod mirror;
 pub mod reserve;
 pub mod retry;

@@ -10,7 +10,7 @@ pub mod provisioner;
 use std::fmt::Debug;
 use std::sync::Arc;
 
-use berth_core::object::{Kind, Object, ObjectKey};
+use berth_core::object::{Kind, Object};
 use berth_core::Event;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod};
@@ -149,6 +149,36 @@ pub fn spawn_all(
             kinds::reservation,
         );
     }
+    if served.dra {
+        // kube-scheduler's DynamicResources reads slices, classes and claims; only
+        // kube-controller-manager's claim controller reads ResourceClaimTemplates (it turns
+        // them into claims, which the pod waits for), so they are not watched.
+        let dra: [(Kind, &str, &str, Convert<DynamicObject>); 3] = [
+            (
+                Kind::ResourceSlice,
+                "ResourceSlice",
+                "resourceslices",
+                kinds::resource_slice,
+            ),
+            (
+                Kind::DeviceClass,
+                "DeviceClass",
+                "deviceclasses",
+                kinds::device_class,
+            ),
+            (
+                Kind::ResourceClaim,
+                "ResourceClaim",
+                "resourceclaims",
+                kinds::resource_claim,
+            ),
+        ];
+        for (kind, name, plural, convert) in dra {
+            let api =
+                Api::<DynamicObject>::all_with(client.clone(), &Served::dra_resource(name, plural));
+            spawn(tasks, api, all(), typed(kind), convert);
+        }
+    }
     if let Some(ar) = &served.nrt {
         let api = Api::<DynamicObject>::all_with(client.clone(), ar);
         spawn(
@@ -184,8 +214,8 @@ fn spawn<K>(
                 Ok(watcher::Event::Delete(o)) => match convert(o) {
                     Ok(obj) => Input::Event(Event::Deleted(obj.key())),
                     // An object berth could not read may still have been read in an earlier
-                    // version: delete by name (the custom kinds are cluster-scoped).
-                    Err(bad) => Input::Event(Event::Deleted(ObjectKey::cluster(kind, &bad.name))),
+                    // version: delete by name.
+                    Err(bad) => Input::Event(Event::Deleted(bad.key())),
                 },
                 Err(e) => {
                     metrics.watch_error(kind);

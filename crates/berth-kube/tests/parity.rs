@@ -42,15 +42,21 @@ const SETS: &[&str] = &[
     "node-reservation",
     "cpuset",
     "volumes",
+    "dra",
 ];
 
 /// The controllers the cluster runs: the PersistentVolume controller (binding, and handing
-/// claims to their provisioners) and the protection controllers that lift the finalizers the
-/// API server's StorageObjectInUseProtection admission puts on every claim and volume.
+/// claims to their provisioners), the protection controllers that lift the finalizers the
+/// API server's StorageObjectInUseProtection admission puts on every claim and volume, and
+/// the ResourceClaim controller.
 const CONTROLLERS: &[&str] = &[
     "persistentvolume-binder-controller",
     "persistentvolumeclaim-protection-controller",
     "persistentvolume-protection-controller",
+    // Dynamic Resource Allocation: claims from pods' templates, `reservedFor` entries of
+    // pods that are gone removed, claims no one uses deallocated (simulate's claim
+    // controller plays it).
+    "resourceclaim-controller",
 ];
 
 /// The marker of a file whose `advance` steps only wait (see the module documentation).
@@ -68,7 +74,8 @@ struct Case {
     initial: Vec<Value>,
     /// Steps: objects to apply, then keys to delete.
     steps: Vec<(Vec<Value>, Vec<Value>)>,
-    /// It has volumes: steps also wait for the PersistentVolume controller.
+    /// It has volumes or resource claims: steps also wait for the PersistentVolume and
+    /// ResourceClaim controllers.
     volumes: bool,
 }
 
@@ -130,6 +137,13 @@ fn read_case(path: &Path) -> Result<Case, String> {
         if obj["kind"] == "Event" {
             return Err("carries events".into());
         }
+        // A claim's status naming its consumer by UID: the API server assigns the pod
+        // another, and kube-controller-manager's claim controller removes a consumer that
+        // does not exist (and deallocates the claim), where simulate keeps it.
+        let reserved_for = obj["status"]["reservedFor"].as_array();
+        if reserved_for.is_some_and(|r| r.iter().any(|c| c.get("uid").is_some())) {
+            return Err("a claim's reservedFor names a pod by UID".into());
+        }
     }
     // The simulator resolves priorityClassName against every PriorityClass of the input, as
     // admission resolves it against those already created: create them first.
@@ -137,7 +151,15 @@ fn read_case(path: &Path) -> Result<Case, String> {
     let volumes = initial
         .iter()
         .chain(steps.iter().flat_map(|(a, _)| a))
-        .any(|o| o["kind"] == "PersistentVolumeClaim" || o["kind"] == "PersistentVolume");
+        .any(|o| {
+            matches!(
+                o["kind"].as_str(),
+                Some("PersistentVolumeClaim" | "PersistentVolume" | "ResourceClaim" | "Pod")
+            ) && (o["kind"] != "Pod"
+                || o["spec"]["resourceClaims"]
+                    .as_array()
+                    .is_some_and(|c| !c.is_empty()))
+        });
     Ok(Case {
         path: path.to_path_buf(),
         config,
@@ -156,7 +178,13 @@ fn resource(obj: &Value) -> (ApiResource, bool) {
     };
     let namespaced = matches!(
         kind,
-        "Pod" | "PersistentVolumeClaim" | "PodDisruptionBudget" | "Event" | "CSIStorageCapacity"
+        "Pod"
+            | "PersistentVolumeClaim"
+            | "PodDisruptionBudget"
+            | "Event"
+            | "CSIStorageCapacity"
+            | "ResourceClaim"
+            | "ResourceClaimTemplate"
     );
     (
         ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, kind)),
@@ -320,6 +348,9 @@ fn api_version_of(kind: &str) -> &'static str {
         "PriorityClass" => "scheduling.k8s.io/v1",
         "PodDisruptionBudget" => "policy/v1",
         "Event" => "events.k8s.io/v1",
+        "ResourceSlice" | "DeviceClass" | "ResourceClaim" | "ResourceClaimTemplate" => {
+            "resource.k8s.io/v1"
+        }
         _ => "v1",
     }
 }
@@ -369,6 +400,10 @@ async fn clean(client: &Client) {
         "CSIStorageCapacity",
         "PersistentVolumeClaim",
         "PersistentVolume",
+        "ResourceClaim",
+        "ResourceClaimTemplate",
+        "ResourceSlice",
+        "DeviceClass",
     ] {
         for o in list_all(client, kind).await {
             let name = o.metadata.name.clone().unwrap_or_default();
@@ -389,7 +424,13 @@ async fn clean(client: &Client) {
     // (a volume the PV controller keeps `Released`).
     for round in 0..200 {
         let mut left = 0;
-        for kind in ["Pod", "Node", "PersistentVolumeClaim", "PersistentVolume"] {
+        for kind in [
+            "Pod",
+            "Node",
+            "PersistentVolumeClaim",
+            "PersistentVolume",
+            "ResourceClaim",
+        ] {
             let items: Vec<DynamicObject> = list_all(client, kind)
                 .await
                 .into_iter()
@@ -518,6 +559,53 @@ fn summary(items: &[Value]) -> BTreeMap<String, Value> {
                     json!({"phase": o["status"]["phase"], "claim": claim, "nodeAffinity": hosts}),
                 );
             }
+            // What DynamicResources' PreBind and the claim controller leave behind. A claim
+            // made from a pod's template is named at random in the cluster (for the pod's
+            // UID in simulate): named for its pod and the pod's claim here.
+            "ResourceClaim" => {
+                let ns = meta["namespace"].as_str().unwrap_or("default");
+                let owner = meta["ownerReferences"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .find(|o| o["kind"] == "Pod" && o["controller"] == true)
+                    .and_then(|o| o["name"].as_str());
+                let for_pod = meta["annotations"]["resource.kubernetes.io/pod-claim-name"].as_str();
+                let key = match (owner, for_pod) {
+                    (Some(pod), Some(claim)) => {
+                        format!("ResourceClaim {ns}/{pod}'s {claim}")
+                    }
+                    _ => format!("ResourceClaim {ns}/{name}"),
+                };
+                let devices: Vec<Value> = o["status"]["allocation"]["devices"]["results"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|r| json!([r["request"], r["driver"], r["pool"], r["device"]]))
+                    .collect();
+                let mut consumers: Vec<String> = o["status"]["reservedFor"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|c| {
+                        format!(
+                            "{}/{}",
+                            c["resource"].as_str().unwrap_or(""),
+                            c["name"].as_str().unwrap_or("")
+                        )
+                    })
+                    .collect();
+                consumers.sort();
+                out.insert(
+                    key,
+                    json!({
+                        "allocated": o["status"]["allocation"].is_object(),
+                        "devices": devices,
+                        "nodeSelector": o["status"]["allocation"]["nodeSelector"],
+                        "reservedFor": consumers,
+                    }),
+                );
+            }
             // `v1` Events from simulate, `events.k8s.io/v1` from the cluster.
             "Event" => {
                 let reason = o["reason"].as_str().unwrap_or("");
@@ -559,6 +647,7 @@ async fn cluster_items(client: &Client) -> Vec<Value> {
         "Event",
         "PersistentVolumeClaim",
         "PersistentVolume",
+        "ResourceClaim",
     ] {
         let (ar, _) = resource(&json!({"apiVersion": api_version_of(kind), "kind": kind}));
         let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
@@ -592,6 +681,11 @@ fn simulate(case: &Case) -> Vec<Value> {
 }
 
 async fn wait_seen(handle: &berth_kube::Handle, key: &ObjectKey, want: Option<&str>) {
+    // Like kube-scheduler, berth does not watch claim templates: only the claim controller
+    // reads them.
+    if key.kind == Kind::ResourceClaimTemplate {
+        return;
+    }
     for _ in 0..2000 {
         match (handle.seen(key), want) {
             (Some(Some(uid)), Some(w)) if uid == w => return,
@@ -601,6 +695,74 @@ async fn wait_seen(handle: &berth_kube::Handle, key: &ObjectKey, want: Option<&s
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
     panic!("berth never saw {key} ({want:?})");
+}
+
+/// While scheduling is held: waits until kube-controller-manager has made the claim of every
+/// pod's claim template among `objects` and berth has it, as simulate's claim controller has
+/// made them all before the scheduler's first cycle. Released earlier, pods would be
+/// scheduled in the order their claims happen to appear, and which pods of a burst get the
+/// scarce devices would depend on the controller's pace.
+async fn wait_generated_claims(client: &Client, handle: &berth_kube::Handle, objects: &[Value]) {
+    let wanted: Vec<(String, String, String)> = objects
+        .iter()
+        .filter(|o| o["kind"] == "Pod")
+        .flat_map(|p| {
+            let ns = p["metadata"]["namespace"]
+                .as_str()
+                .unwrap_or("default")
+                .to_string();
+            let name = p["metadata"]["name"].as_str().unwrap_or("").to_string();
+            p["spec"]["resourceClaims"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|c| c.get("resourceClaimTemplateName").is_some())
+                .map(move |c| {
+                    (
+                        ns.clone(),
+                        name.clone(),
+                        c["name"].as_str().unwrap_or("").to_string(),
+                    )
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    if wanted.is_empty() {
+        return;
+    }
+    for _ in 0..600 {
+        let claims = list_all(client, "ResourceClaim").await;
+        let found: Vec<&DynamicObject> = wanted
+            .iter()
+            .filter_map(|(ns, pod, claim)| {
+                claims.iter().find(|c| {
+                    let m = &c.metadata;
+                    m.namespace.as_deref() == Some(ns.as_str())
+                        && m.owner_references
+                            .iter()
+                            .flatten()
+                            .any(|o| o.kind == "Pod" && o.name == *pod)
+                        && m.annotations
+                            .as_ref()
+                            .and_then(|a| a.get("resource.kubernetes.io/pod-claim-name"))
+                            == Some(claim)
+                })
+            })
+            .collect();
+        if found.len() == wanted.len() {
+            for c in found {
+                let key = ObjectKey::new(
+                    Kind::ResourceClaim,
+                    c.metadata.namespace.as_deref().unwrap_or("default"),
+                    c.metadata.name.as_deref().unwrap_or(""),
+                );
+                wait_seen(handle, &key, c.metadata.uid.as_deref()).await;
+            }
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("kube-controller-manager never made the claims of {wanted:?}");
 }
 
 /// Waits until berth has been idle for a while (watch echoes of its own writes included).
@@ -619,11 +781,11 @@ async fn settle(handle: &mut berth_kube::Handle) {
     }
 }
 
-/// The resource versions of every claim and volume: what the PersistentVolume controller,
-/// the provisioner and berth's PreBind change.
+/// The resource versions of every claim, volume and resource claim: what the
+/// PersistentVolume and ResourceClaim controllers, the provisioner and berth's PreBind change.
 async fn volume_versions(client: &Client) -> Vec<(String, String)> {
     let mut out = Vec::new();
-    for kind in ["PersistentVolumeClaim", "PersistentVolume"] {
+    for kind in ["PersistentVolumeClaim", "PersistentVolume", "ResourceClaim"] {
         for o in list_all(client, kind).await {
             out.push((
                 format!(
@@ -708,6 +870,7 @@ async fn run_in_cluster(cluster: &TestCluster, case: &Case) -> Vec<Value> {
             let uid = apply(&client, obj).await;
             wait_seen(&handle, &core_key(obj), Some(&uid)).await;
         }
+        wait_generated_claims(&client, &handle, &case.initial).await;
     }
     handle.hold(false);
     settle_step(&client, &mut handle, case.volumes).await;
@@ -729,6 +892,7 @@ async fn run_in_cluster(cluster: &TestCluster, case: &Case) -> Vec<Value> {
             };
             wait_seen(&handle, &key, None).await;
         }
+        wait_generated_claims(&client, &handle, objects).await;
         handle.hold(false);
         settle_step(&client, &mut handle, case.volumes).await;
     }
@@ -832,6 +996,3 @@ fn scenarios_give_the_same_outcome_through_both_drivers() {
         mismatches.join("\n")
     );
 }
-
-#[allow(dead_code)]
-fn unused(_: Kind) {}

@@ -160,6 +160,8 @@ fn berth_runs_with_only_the_rights_deploy_grants() {
             ("update", "pods"), ("delete", "namespaces"), ("create", "clusterrolebindings.rbac.authorization.k8s.io"),
             ("delete", "noderesourcetopologies.topology.node.k8s.io"), ("update", "reservations.scheduling.koordinator.sh"),
             ("create", "persistentvolumes"), ("patch", "persistentvolumes"), ("delete", "persistentvolumeclaims"),
+            ("create", "resourceclaims.resource.k8s.io"), ("delete", "resourceclaims.resource.k8s.io"),
+            ("list", "resourceclaimtemplates.resource.k8s.io"), ("update", "resourceslices.resource.k8s.io"),
         ] {
             let (allowed, out) = can_i(&cluster, &sa_kubeconfig, verb, resource);
             assert!(!allowed, "berth's ServiceAccount may {verb} {resource}, which it never needs: {out}");
@@ -174,6 +176,9 @@ fn berth_runs_with_only_the_rights_deploy_grants() {
             ("watch", "priorityclasses.scheduling.k8s.io"), ("watch", "poddisruptionbudgets.policy"),
             ("watch", "reservations.scheduling.koordinator.sh"), ("create", "reservations.scheduling.koordinator.sh"),
             ("delete", "reservations.scheduling.koordinator.sh"), ("update", "reservations.scheduling.koordinator.sh/status"),
+            ("watch", "resourceslices.resource.k8s.io"), ("watch", "deviceclasses.resource.k8s.io"),
+            ("watch", "resourceclaims.resource.k8s.io"), ("update", "resourceclaims.resource.k8s.io"),
+            ("update", "resourceclaims.resource.k8s.io/status"),
             ("watch", "noderesourcetopologies.topology.node.k8s.io"), ("create", "events.events.k8s.io"),
             ("patch", "events.events.k8s.io"),
         ] {

@@ -525,16 +525,12 @@ impl Simulation {
         &mut self,
         pod: ObjectKey,
         uid: String,
+        node: String,
         claim: Arc<berth_api::dra::ResourceClaim>,
     ) {
         let key = Object::ResourceClaim(claim.clone()).key();
         let Some(Object::ResourceClaim(old)) = self.store.get(&key) else {
             let message = format!("resourceclaims.resource.k8s.io \"{}\" not found", key.name);
-            let node = self
-                .store
-                .pod(&pod)
-                .and_then(|p| p.spec.as_ref().and_then(|s| s.node_name.clone()))
-                .unwrap_or_default();
             self.core.handle(
                 self.now,
                 Event::BindFailed {
@@ -1063,9 +1059,12 @@ impl Simulation {
                 node,
                 claim,
             } => self.write_volume(pod, uid, node, Object::PersistentVolumeClaim(claim)),
-            Effect::UpdateClaimStatus { pod, uid, claim } => {
-                self.write_claim_status(pod, uid, claim)
-            }
+            Effect::UpdateClaimStatus {
+                pod,
+                uid,
+                node,
+                claim,
+            } => self.write_claim_status(pod, uid, node, claim),
             other => self.warn(format!("effect not simulated: {other:?}")),
         }
     }

@@ -123,7 +123,8 @@ fn the_chart_lints_with_defaults_and_with_every_option() {
 
 /// What the chart renders: the scheduler's shape (2 replicas, RollingUpdate, leader
 /// election in the release's namespace, anti-affinity, PDB, probes, restricted security,
-/// priority class), the provisioner only when asked for, the ServiceMonitor only when asked.
+/// priority class), the provisioner and `berth migrate` only when asked for, the
+/// ServiceMonitor only when asked.
 #[test]
 fn the_rendering_has_the_shape_an_ha_scheduler_needs() {
     let docs = documents(&render(&[]));
@@ -156,6 +157,9 @@ fn the_rendering_has_the_shape_an_ha_scheduler_needs() {
     assert!(!docs
         .iter()
         .any(|d| d["metadata"]["name"] == "berth-provisioner"));
+    assert!(!docs
+        .iter()
+        .any(|d| d["metadata"]["name"] == "berth-migrate"));
     assert!(docs.iter().any(|d| d["kind"] == "CustomResourceDefinition"
         && d["metadata"]["name"] == "reservations.scheduling.koordinator.sh"));
 
@@ -179,6 +183,19 @@ fn the_rendering_has_the_shape_an_ha_scheduler_needs() {
         p["spec"]["template"]["spec"]["containers"][0]["args"][0],
         "provisioner"
     );
+    let docs_migrate = documents(&render(&[
+        "migrate.enabled=true",
+        "migrate.maxMigratingPerWorkload=1",
+    ]));
+    let m = find(&docs_migrate, "Deployment", "berth-migrate");
+    assert_eq!(m["spec"]["replicas"], 1);
+    let args = &m["spec"]["template"]["spec"]["containers"][0]["args"];
+    assert_eq!(args[0], "migrate");
+    assert!(
+        args.as_array()
+            .is_some_and(|a| a.iter().any(|x| x == "--max-migrating-per-workload=1")),
+        "{args}"
+    );
     find(&docs, "ServiceMonitor", "berth");
     let pod = &find(&docs, "Deployment", "berth")["spec"]["template"]["spec"];
     assert!(
@@ -200,12 +217,17 @@ fn config_of(docs: &[Value]) -> Value {
 }
 
 /// The chart grants the same rules as deploy/ (which berth-kube's rbac test runs berth
-/// with, and deploy.rs checks verb by verb), to the scheduler and to the provisioner.
+/// with, and deploy.rs checks verb by verb), to the scheduler, the provisioner and `berth
+/// migrate`.
 #[test]
 fn the_rendered_rbac_is_deploys() {
-    let docs = documents(&render(&["provisioner.enabled=true"]));
+    let docs = documents(&render(&[
+        "provisioner.enabled=true",
+        "migrate.enabled=true",
+    ]));
     let rbac = deploy_documents("20-rbac.yaml");
     let provisioner = deploy_documents("provisioner/50-provisioner.yaml");
+    let migrate = deploy_documents("migrate/60-migrate.yaml");
     for (kind, chart_name, deploy_docs, deploy_name) in [
         ("ClusterRole", "berth", &rbac, "berth"),
         (
@@ -220,6 +242,7 @@ fn the_rendered_rbac_is_deploys() {
             &provisioner,
             "berth-provisioner",
         ),
+        ("ClusterRole", "berth-migrate", &migrate, "berth-migrate"),
     ] {
         assert_eq!(
             find(&docs, kind, chart_name)["rules"],
@@ -235,6 +258,7 @@ fn the_rendered_rbac_is_deploys() {
             "berth-provisioner",
             "berth-provisioner",
         ),
+        ("ClusterRoleBinding", "berth-migrate", "berth-migrate"),
     ] {
         let b = find(&docs, kind, name);
         assert_eq!(b["roleRef"]["name"], name);
@@ -264,7 +288,7 @@ async fn the_rendering_applies_and_grants_exactly_what_berth_needs() {
     assert!(kubectl(&["apply", "-f", ns.to_str().unwrap()])
         .status
         .success());
-    let rendered = render(&["provisioner.enabled=true"]);
+    let rendered = render(&["provisioner.enabled=true", "migrate.enabled=true"]);
     let file = cluster.dir().join("chart.yaml");
     std::fs::write(&file, &rendered).unwrap();
     let out = kubectl(&["apply", "--dry-run=server", "-f", file.to_str().unwrap()]);
@@ -293,6 +317,13 @@ async fn the_rendering_applies_and_grants_exactly_what_berth_needs() {
         NAMESPACE,
         "berth-provisioner",
         support::PROVISIONER_EXPECTED,
+    )
+    .await;
+    support::assert_grants(
+        &cluster,
+        NAMESPACE,
+        "berth-migrate",
+        support::MIGRATE_EXPECTED,
     )
     .await;
 }

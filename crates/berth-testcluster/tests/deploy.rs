@@ -37,8 +37,8 @@ fn bare_cluster() -> TestCluster {
     TestCluster::start_with(Options::new().crds(Vec::new())).unwrap()
 }
 
-/// The objects in deploy/ and deploy/provisioner/, as `kubectl apply` names them.
-const OBJECTS: [&str; 16] = [
+/// The objects in deploy/, deploy/provisioner/ and deploy/migrate/, as `kubectl apply` names them.
+const OBJECTS: [&str; 20] = [
     "namespace/berth-system",
     "customresourcedefinition.apiextensions.k8s.io/reservations.scheduling.koordinator.sh",
     "customresourcedefinition.apiextensions.k8s.io/noderesourcetopologies.topology.node.k8s.io",
@@ -55,6 +55,10 @@ const OBJECTS: [&str; 16] = [
     "clusterrole.rbac.authorization.k8s.io/berth-provisioner",
     "clusterrolebinding.rbac.authorization.k8s.io/berth-provisioner",
     "deployment.apps/berth-provisioner",
+    "serviceaccount/berth-migrate",
+    "clusterrole.rbac.authorization.k8s.io/berth-migrate",
+    "clusterrolebinding.rbac.authorization.k8s.io/berth-migrate",
+    "deployment.apps/berth-migrate",
 ];
 
 /// `kubectl apply --dry-run=server -f deploy/` succeeds: every object passes the API
@@ -71,6 +75,7 @@ fn deploy_applies_with_server_side_dry_run() {
     assert!(out.status.success());
 
     let provisioner = dir.join("provisioner");
+    let migrate = dir.join("migrate");
     let out = kubectl(
         &cluster,
         &[
@@ -80,6 +85,8 @@ fn deploy_applies_with_server_side_dry_run() {
             dir.to_str().unwrap(),
             "-f",
             provisioner.to_str().unwrap(),
+            "-f",
+            migrate.to_str().unwrap(),
         ],
     );
     assert!(out.status.success(), "{}", text(&out.stderr));
@@ -120,13 +127,15 @@ fn deploy_applies_for_real_in_one_go() {
 }
 
 /// Applied for real, berth's ServiceAccount can do exactly what [`support::EXPECTED`]
-/// lists and the provisioner's what [`support::PROVISIONER_EXPECTED`] lists, checked verb by
+/// lists, the provisioner's what [`support::PROVISIONER_EXPECTED`] lists and `berth
+/// migrate`'s what [`support::MIGRATE_EXPECTED`] lists, checked verb by
 /// verb with SubjectAccessReviews; and a token of berth's account really works (and is
 /// really limited).
 #[tokio::test]
 async fn rbac_grants_exactly_the_verbs_berth_uses() {
     let cluster = bare_cluster();
     let provisioner = deploy_dir().join("provisioner");
+    let migrate = deploy_dir().join("migrate");
     let out = kubectl(
         &cluster,
         &[
@@ -135,6 +144,8 @@ async fn rbac_grants_exactly_the_verbs_berth_uses() {
             deploy_dir().to_str().unwrap(),
             "-f",
             provisioner.to_str().unwrap(),
+            "-f",
+            migrate.to_str().unwrap(),
         ],
     );
     assert!(out.status.success(), "{}", text(&out.stderr));
@@ -145,6 +156,13 @@ async fn rbac_grants_exactly_the_verbs_berth_uses() {
         "berth-system",
         "berth-provisioner",
         support::PROVISIONER_EXPECTED,
+    )
+    .await;
+    support::assert_grants(
+        &cluster,
+        "berth-system",
+        "berth-migrate",
+        support::MIGRATE_EXPECTED,
     )
     .await;
 

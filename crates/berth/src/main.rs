@@ -33,6 +33,10 @@ enum Command {
     /// pod's `new-reservation-requirement` asks for (once per reservation id), until
     /// SIGTERM. `berth run` adopts it and binds the pod into it.
     Provisioner(ProvisionerArgs),
+    /// Koordinator's PodMigrationJob controller: migrate the pods PodMigrationJobs name
+    /// (ReservationFirst: a Reservation placed by `berth run` first, then the eviction through
+    /// `pods/eviction`; or EvictDirectly), until SIGTERM.
+    Migrate(MigrateArgs),
     /// Print the CustomResourceDefinitions berth reads (Reservation, NodeResourceTopology)
     /// as multi-document YAML, for `kubectl apply -f -`.
     Crd,
@@ -120,6 +124,29 @@ struct ProvisionerArgs {
 }
 
 #[derive(Debug, Args)]
+struct MigrateArgs {
+    /// A kubeconfig file (default: the in-cluster configuration, then `$KUBECONFIG` /
+    /// `~/.kube/config`).
+    #[arg(long, value_name = "FILE")]
+    kubeconfig: Option<String>,
+    /// Log format.
+    #[arg(long, value_name = "FORMAT", default_value = "text", value_parser = ["text", "json"])]
+    log_format: String,
+    /// Pods of one node migrating at once (Koordinator's maxMigratingPerNode; 0: no limit).
+    #[arg(long, value_name = "N", default_value_t = 2)]
+    max_migrating_per_node: u32,
+    /// Pods of one namespace migrating at once (0: no limit).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    max_migrating_per_namespace: u32,
+    /// Pods of one workload migrating at once (0: no limit).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    max_migrating_per_workload: u32,
+    /// Unavailable plus migrating pods of one workload at once (0: no limit).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    max_unavailable_per_workload: u32,
+}
+
+#[derive(Debug, Args)]
 struct BenchArgs {
     /// Nodes in the generated cluster.
     #[arg(long, default_value_t = 5000)]
@@ -178,7 +205,11 @@ fn main() -> ExitCode {
         Command::Simulate(args) => simulate(args),
         Command::Run(args) => run(args),
         Command::Provisioner(args) => provisioner(args),
+<<<<<<< HEAD
         Command::Reserve(args) => reserve::reserve(args),
+=======
+        Command::Migrate(args) => migrate(args),
+>>>>>>> irun
         Command::Crd => crd().map(|()| 0),
         Command::Bench(args) => bench(&args),
         Command::Explain(args) => explain(args),
@@ -308,6 +339,31 @@ fn provisioner(args: ProvisionerArgs) -> anyhow::Result<i32> {
             failed = outcome.failed,
             "provisioner stopped"
         );
+        Ok(0)
+    })
+}
+
+fn migrate(args: MigrateArgs) -> anyhow::Result<i32> {
+    init_logging(&args.log_format);
+    let limit = |n: u32| (n > 0).then_some(n);
+    let options = berth_kube::migrate::MigrateOptions {
+        args: berth_core::migration::MigrationArgs {
+            max_migrating_per_node: limit(args.max_migrating_per_node),
+            max_migrating_per_namespace: limit(args.max_migrating_per_namespace),
+            max_migrating_per_workload: limit(args.max_migrating_per_workload),
+            max_unavailable_per_workload: limit(args.max_unavailable_per_workload),
+        },
+        ..Default::default()
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(async {
+        let settings = berth_kube::settings::ClientConnection::default();
+        let client = berth_kube::client::connect(args.kubeconfig.as_deref(), &settings).await?;
+        let outcome = berth_kube::migrate::run(client, options, shutdown_signal()).await;
+        tracing::info!(?outcome, "PodMigrationJob controller stopped");
         Ok(0)
     })
 }

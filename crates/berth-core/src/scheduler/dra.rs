@@ -109,6 +109,7 @@ impl Scheduler {
             self.effects.push_back(Effect::UpdateClaimStatus {
                 pod: pod.key.clone(),
                 uid: pod.uid.to_string(),
+                node: bind.node_name.to_string(),
                 claim: Arc::new(updated),
             });
         }

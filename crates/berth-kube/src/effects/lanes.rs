@@ -68,7 +68,8 @@ pub fn key_of(effect: &Effect) -> Option<ObjectKey> {
         | Effect::NominatePod { pod, .. }
         | Effect::AnnotatePod { pod, .. }
         | Effect::BindVolume { pod, .. }
-        | Effect::ProvisionClaim { pod, .. } => Some(pod.clone()),
+        | Effect::ProvisionClaim { pod, .. }
+        | Effect::UpdateClaimStatus { pod, .. } => Some(pod.clone()),
         Effect::ReservationStatus { name, .. } | Effect::AnnotateReservation { name, .. } => {
             Some(ObjectKey::cluster(Kind::Reservation, name))
         }
@@ -245,6 +246,26 @@ impl Lanes {
         self.busy.contains_key(key)
     }
 
+    /// A PreBind write of the pod `key` (incarnation `uid`) failed: the writes of that
+    /// binding still queued in its lane (further PreBind writes, the bind) are dropped, so the
+    /// pod is not bound after a failed PreBind. Returns how many.
+    pub fn abandon_binding(&mut self, key: &ObjectKey, uid: &str) -> usize {
+        let Some(queue) = self.busy.get_mut(key) else {
+            return 0;
+        };
+        let before = queue.len();
+        queue.retain(|e| {
+            !matches!(e,
+                Effect::Bind { uid: u, .. }
+                | Effect::BindVolume { uid: u, .. }
+                | Effect::ProvisionClaim { uid: u, .. }
+                | Effect::UpdateClaimStatus { uid: u, .. } if u == uid)
+        });
+        let dropped = before - queue.len();
+        self.queued_behind -= dropped;
+        dropped
+    }
+
     /// Takes out the binds to `node` that have not started (waiting for a slot, or queued
     /// behind another effect of their pod): the node was deleted, and the API server would
     /// bind a pod to a node that does not exist. Returns them, and what their removal lets
@@ -319,6 +340,37 @@ mod tests {
             uid: "u".into(),
             status: s,
         }
+    }
+
+    fn claim_status(pod: &str, uid: &str) -> Effect {
+        Effect::UpdateClaimStatus {
+            pod: ObjectKey::pod("default", pod),
+            uid: uid.into(),
+            node: "n1".into(),
+            claim: std::sync::Arc::new(berth_api::dra::ResourceClaim::default()),
+        }
+    }
+
+    #[test]
+    fn a_failed_prebind_write_drops_the_rest_of_its_binding() {
+        let mut l = Lanes::new(8);
+        let a = ObjectKey::pod("default", "a");
+        assert!(l.submit(claim_status("a", "uid-a")).is_some());
+        assert!(l.submit(claim_status("a", "uid-a")).is_none());
+        assert!(l.submit(bind("a")).is_none());
+        // A later incarnation's condition stays.
+        assert!(l.submit(condition("a", "later")).is_none());
+        assert_eq!(l.queued(), 3);
+        assert_eq!(l.abandon_binding(&a, "uid-a"), 2);
+        assert_eq!(l.queued(), 1);
+        let next = l.done(Some(&a), false);
+        assert!(
+            matches!(next.as_slice(), [(_, Effect::PodCondition { .. })]),
+            "{next:?}"
+        );
+        assert_eq!(l.binds(), 0, "the dropped bind took no slot");
+        assert!(l.done(Some(&a), false).is_empty());
+        assert!(!l.busy(&a));
     }
 
     #[test]

@@ -16,6 +16,7 @@
 //! the leadership [`Fence`] has closed.
 
 mod bind;
+mod claim;
 mod delete;
 pub mod lanes;
 mod pod;
@@ -253,6 +254,14 @@ impl Executor {
             } else {
                 self.failed.insert(key.clone());
             }
+            // A PreBind write failed: the pod is not bound (kube-scheduler's binding cycle
+            // stops at the first PreBind error), and its binding's remaining writes are
+            // dropped; the core, told of the failure, runs Unreserve.
+            if let Outcome::BindFailed { uid, .. } = &c.outcome {
+                if !c.bind {
+                    self.lanes.abandon_binding(key, uid);
+                }
+            }
         }
         let ready = self.lanes.done(c.key.as_ref(), c.bind);
         if let Some(key) = &c.key {
@@ -380,6 +389,15 @@ async fn perform(ctx: &Ctx, effect: Effect) -> (bool, Outcome) {
             claim,
         } => {
             let outcome = volume::provision_claim(ctx, pod, uid, node, &claim).await;
+            (outcome == Outcome::Done, outcome)
+        }
+        Effect::UpdateClaimStatus {
+            pod,
+            uid,
+            node,
+            claim,
+        } => {
+            let outcome = claim::update_status(ctx, pod, uid, node, &claim).await;
             (outcome == Outcome::Done, outcome)
         }
         other => {

@@ -96,6 +96,27 @@ pub const EXPECTED: Grants = &[
         &["update"],
     ),
     (
+        ("resource.k8s.io", "resourceslices", "", "", ""),
+        &["list", "watch"],
+    ),
+    (
+        ("resource.k8s.io", "deviceclasses", "", "", ""),
+        &["list", "watch"],
+    ),
+    (
+        ("resource.k8s.io", "resourceclaims", "", "", ""),
+        &["get", "list", "watch", "update"],
+    ),
+    (
+        ("resource.k8s.io", "resourceclaims", "status", "", ""),
+        &["update"],
+    ),
+    // Templates are kube-controller-manager's to read.
+    (
+        ("resource.k8s.io", "resourceclaimtemplates", "", "", ""),
+        &[],
+    ),
+    (
         ("topology.node.k8s.io", "noderesourcetopologies", "", "", ""),
         &["list", "watch"],
     ),
@@ -173,6 +194,46 @@ pub const PROVISIONER_EXPECTED: Grants = &[
         ("coordination.k8s.io", "leases", "", "berth-system", "berth"),
         &[],
     ),
+    (("", "secrets", "", "", ""), &[]),
+];
+
+/// `berth migrate`'s rights: read and evict pods, make and remove Reservations, write jobs.
+/// Keep in step with deploy/migrate/60-migrate.yaml and the chart's rbac-migrate.yaml.
+pub const MIGRATE_EXPECTED: Grants = &[
+    (("", "pods", "", "", ""), &["list", "watch"]),
+    (("", "pods", "eviction", "", ""), &["create"]),
+    (
+        ("scheduling.koordinator.sh", "reservations", "", "", ""),
+        &["list", "watch", "create", "delete"],
+    ),
+    (
+        ("scheduling.koordinator.sh", "podmigrationjobs", "", "", ""),
+        &["list", "watch", "update"],
+    ),
+    (
+        (
+            "scheduling.koordinator.sh",
+            "podmigrationjobs",
+            "status",
+            "",
+            "",
+        ),
+        &["update"],
+    ),
+    (("", "pods", "binding", "", ""), &[]),
+    (("", "pods", "status", "", ""), &[]),
+    (
+        (
+            "scheduling.koordinator.sh",
+            "reservations",
+            "status",
+            "",
+            "",
+        ),
+        &[],
+    ),
+    (("", "nodes", "", "", ""), &[]),
+    (("apps", "deployments", "", "", ""), &[]),
     (("", "secrets", "", "", ""), &[]),
 ];
 

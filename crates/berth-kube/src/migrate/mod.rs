@@ -1,0 +1,338 @@
+//! `berth migrate`: Koordinator's PodMigrationJob controller against a real API server, a
+//! process of its own as koord-descheduler is Koordinator's (see docs/pod-migration.md for
+//! why not inside `berth run`).
+//!
+//! It drives the pure controller of [`berth_core::migration`] unchanged: watches keep
+//! PodMigrationJobs, Reservations and Pods ([`cache`]); on every change (and once a second,
+//! for `ttl`s, Reservation time-outs and refused evictions to be retried) one pass computes
+//! the actions from that view and the wall clock, and [`perform`] carries them out: a
+//! Reservation created or deleted, a pod evicted through `pods/eviction` (so the API server
+//! applies PodDisruptionBudgets; a 429 is recorded on the job and retried on a later pass),
+//! a job's spec and status replaced. The scheduler (`berth run`) places the Reservation and
+//! the replacement pod; kube-controller-manager's workload controllers create the
+//! replacement.
+//!
+//! The controller keeps nothing between passes but what its watches show, as the pure
+//! controller keeps everything in the jobs: a restart carries on. A job it just wrote is read
+//! as written until the watch shows the write (or a few seconds passed), so a pass never acts
+//! twice on the same state of a job (a second eviction, a second Reservation), and the
+//! arbiter counts it as it now is.
+
+pub mod cache;
+mod perform;
+
+use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use berth_api::k8s_openapi::api::core::v1::Pod;
+use berth_api::migration::PodMigrationJob;
+use berth_api::reservation::Reservation;
+use berth_core::migration::{self, MigrationArgs, MigrationView};
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
+use kube::Client;
+use tokio::sync::Notify;
+use tokio::task::JoinSet;
+
+use crate::kinds::{Served, RESERVATION_GROUP};
+
+/// How `berth migrate` runs.
+#[derive(Debug, Clone)]
+pub struct MigrateOptions {
+    /// Koordinator's arbitration limits.
+    pub args: MigrationArgs,
+    /// A pass at least this often, changes or not (time-outs, retried evictions).
+    pub resync: Duration,
+}
+
+impl Default for MigrateOptions {
+    fn default() -> Self {
+        Self {
+            args: MigrationArgs::default(),
+            resync: Duration::from_secs(1),
+        }
+    }
+}
+
+/// What the controller did, for logs and tests.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Outcome {
+    /// Passes run.
+    pub passes: u64,
+    /// Reservations created.
+    pub reservations_created: u64,
+    /// Reservations deleted.
+    pub reservations_deleted: u64,
+    /// Pods evicted.
+    pub evicted: u64,
+    /// Evictions refused (a PodDisruptionBudget's 429, or another error).
+    pub evictions_refused: u64,
+    /// Job writes.
+    pub job_writes: u64,
+    /// Writes that failed (other than refused evictions).
+    pub failed: u64,
+}
+
+/// The resource of PodMigrationJobs.
+pub fn job_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk(RESERVATION_GROUP, "v1alpha1", "PodMigrationJob"),
+        "podmigrationjobs",
+    )
+}
+
+/// The controller's view: the caches read once per pass.
+struct View {
+    pods: BTreeMap<String, Pod>,
+    reservations: BTreeMap<String, Reservation>,
+}
+
+impl MigrationView for View {
+    fn pod(&self, namespace: &str, name: &str) -> Option<&Pod> {
+        self.pods.get(&format!("{namespace}/{name}"))
+    }
+
+    fn pods(&self) -> Box<dyn Iterator<Item = &Pod> + '_> {
+        Box::new(self.pods.values())
+    }
+
+    fn reservation(&self, name: &str) -> Option<&Reservation> {
+        self.reservations.get(name)
+    }
+}
+
+/// Reads a watched object as berth's type; one that cannot be read is logged and left out.
+fn decode<T: serde::de::DeserializeOwned>(what: &str, obj: &DynamicObject) -> Option<T> {
+    let value = serde_json::to_value(obj).ok()?;
+    match serde_path_to_error::deserialize::<_, T>(value) {
+        Ok(t) => Some(t),
+        Err(e) => {
+            tracing::warn!(
+                kind = what,
+                name = obj.metadata.name.as_deref().unwrap_or(""),
+                error = %format!("{}: {}", e.path(), e.inner()),
+                "cannot be read; left out"
+            );
+            None
+        }
+    }
+}
+
+/// The caches of one run.
+struct Caches {
+    jobs: cache::Map<DynamicObject>,
+    reservations: cache::Map<DynamicObject>,
+    pods: cache::Map<Pod>,
+}
+
+impl Caches {
+    fn snapshot(&self) -> (Vec<Arc<PodMigrationJob>>, View) {
+        let lock = |m: &cache::Map<DynamicObject>| {
+            m.lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .values()
+                .cloned()
+                .collect::<Vec<_>>()
+        };
+        let jobs = lock(&self.jobs)
+            .iter()
+            .filter_map(|o| decode::<PodMigrationJob>("PodMigrationJob", o))
+            .map(Arc::new)
+            .collect();
+        let reservations = lock(&self.reservations)
+            .iter()
+            .filter_map(|o| decode::<Reservation>("Reservation", o))
+            .map(|r| (r.metadata.name.clone().unwrap_or_default(), r))
+            .collect();
+        let pods = self.pods.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        (jobs, View { pods, reservations })
+    }
+}
+
+/// Jobs written and not yet seen back: by name, the resourceVersions the writes replaced (any
+/// of them in the cache is stale), the job as last written, and when.
+type Pending = HashMap<String, (Vec<String>, PodMigrationJob, Instant)>;
+
+/// How long a job written is read as written while the watch still shows the version before.
+const WRITE_SEEN_WITHIN: Duration = Duration::from_secs(5);
+
+/// Runs the controller until `shutdown` completes.
+pub async fn run(
+    client: Client,
+    options: MigrateOptions,
+    shutdown: impl Future<Output = ()>,
+) -> Outcome {
+    let changed = Arc::new(Notify::new());
+    let (synced, mut lists) = tokio::sync::mpsc::unbounded_channel();
+    let mut tasks = JoinSet::new();
+    let caches = Caches {
+        jobs: cache::watch(
+            &mut tasks,
+            Api::<DynamicObject>::all_with(client.clone(), &job_resource()),
+            changed.clone(),
+            synced.clone(),
+        ),
+        reservations: cache::watch(
+            &mut tasks,
+            Api::<DynamicObject>::all_with(client.clone(), &Served::reservation_resource()),
+            changed.clone(),
+            synced.clone(),
+        ),
+        pods: cache::watch(
+            &mut tasks,
+            Api::<Pod>::all(client.clone()),
+            changed.clone(),
+            synced.clone(),
+        ),
+    };
+    let mut outcome = Outcome::default();
+    tokio::pin!(shutdown);
+    // The first pass waits for every kind's first list.
+    for _ in 0..3 {
+        tokio::select! {
+            () = &mut shutdown => return outcome,
+            _ = lists.recv() => {}
+        }
+    }
+    tracing::info!("PodMigrationJob controller running");
+    let mut pending: Pending = HashMap::new();
+    loop {
+        while lists.try_recv().is_ok() {}
+        pass(&client, &caches, &options, &mut pending, &mut outcome).await;
+        tokio::select! {
+            () = &mut shutdown => break,
+            () = changed.notified() => {
+                // Let a burst of watch events land before the next pass.
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            () = tokio::time::sleep(options.resync) => {}
+        }
+    }
+    tasks.abort_all();
+    outcome
+}
+
+/// The jobs as the cache shows them, but a job whose last write the watch has not shown yet
+/// as written: its cached version is stale, and a pass on it would take a step twice (and the
+/// arbiter would not count it as it now is). Entries seen back, timed out or of jobs gone
+/// leave `pending`.
+fn read_as_written(
+    jobs: Vec<Arc<PodMigrationJob>>,
+    pending: &mut Pending,
+) -> Vec<Arc<PodMigrationJob>> {
+    let jobs: Vec<Arc<PodMigrationJob>> = jobs
+        .into_iter()
+        .map(|j| {
+            let name = j.metadata.name.clone().unwrap_or_default();
+            match pending.remove(&name) {
+                Some((before, written, at))
+                    if at.elapsed() < WRITE_SEEN_WITHIN
+                        && before
+                            .iter()
+                            .any(|b| j.metadata.resource_version.as_ref() == Some(b)) =>
+                {
+                    let job = Arc::new(written.clone());
+                    pending.insert(name, (before, written, at));
+                    job
+                }
+                _ => j,
+            }
+        })
+        .collect();
+    pending.retain(|name, _| jobs.iter().any(|j| j.metadata.name.as_ref() == Some(name)));
+    jobs
+}
+
+/// One pass: the actions for the jobs as the caches show them, performed in order.
+async fn pass(
+    client: &Client,
+    caches: &Caches,
+    options: &MigrateOptions,
+    pending: &mut Pending,
+    outcome: &mut Outcome,
+) {
+    outcome.passes += 1;
+    let (jobs, view) = caches.snapshot();
+    let jobs = read_as_written(jobs, pending);
+    if jobs.is_empty() {
+        return;
+    }
+    let now = crate::effects::wall_clock_ms();
+    let actions = migration::reconcile(&jobs, &view, now, &options.args);
+    if !actions.is_empty() {
+        tracing::debug!(?actions, "pass");
+    }
+    let mut current: HashMap<String, PodMigrationJob> = jobs
+        .iter()
+        .map(|j| (j.metadata.name.clone().unwrap_or_default(), (**j).clone()))
+        .collect();
+    let ctx = perform::Ctx {
+        client,
+        view: &view,
+        now,
+    };
+    for action in actions {
+        perform::action(&ctx, action, &mut current, pending, outcome).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(name: &str, rv: &str, phase: &str) -> PodMigrationJob {
+        let mut j = PodMigrationJob::default();
+        j.metadata.name = Some(name.into());
+        j.metadata.resource_version = Some(rv.into());
+        j.status.get_or_insert_with(Default::default).phase = phase.into();
+        j
+    }
+
+    #[test]
+    fn a_job_is_read_as_written_until_the_watch_shows_the_write() {
+        let mut pending: Pending = HashMap::new();
+        pending.insert(
+            "a".into(),
+            (
+                vec!["1".into(), "2".into()],
+                job("a", "3", "Running"),
+                Instant::now(),
+            ),
+        );
+        // The cache still has version 1 (or the one between two writes): as written.
+        for stale in ["1", "2"] {
+            let read = read_as_written(vec![Arc::new(job("a", stale, "Pending"))], &mut pending);
+            assert_eq!(read[0].status.as_ref().unwrap().phase, "Running");
+            assert_eq!(read[0].metadata.resource_version.as_deref(), Some("3"));
+            assert!(pending.contains_key("a"));
+        }
+        // The watch shows the write (or anything newer): the cache wins, the entry goes.
+        let read = read_as_written(vec![Arc::new(job("a", "3", "Running"))], &mut pending);
+        assert_eq!(read[0].metadata.resource_version.as_deref(), Some("3"));
+        assert!(pending.is_empty());
+    }
+
+    #[test]
+    fn a_write_not_seen_in_time_or_of_a_job_gone_is_forgotten() {
+        let mut pending: Pending = HashMap::new();
+        let long_ago = Instant::now()
+            .checked_sub(WRITE_SEEN_WITHIN + Duration::from_secs(1))
+            .unwrap_or_else(Instant::now);
+        pending.insert(
+            "a".into(),
+            (vec!["1".into()], job("a", "2", "Running"), long_ago),
+        );
+        pending.insert(
+            "gone".into(),
+            (
+                vec!["1".into()],
+                job("gone", "2", "Running"),
+                Instant::now(),
+            ),
+        );
+        let read = read_as_written(vec![Arc::new(job("a", "1", "Pending"))], &mut pending);
+        assert_eq!(read[0].status.as_ref().unwrap().phase, "Pending");
+        assert!(pending.is_empty(), "{pending:?}");
+    }
+}
