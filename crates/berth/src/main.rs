@@ -205,11 +205,8 @@ fn main() -> ExitCode {
         Command::Simulate(args) => simulate(args),
         Command::Run(args) => run(args),
         Command::Provisioner(args) => provisioner(args),
-<<<<<<< HEAD
         Command::Reserve(args) => reserve::reserve(args),
-=======
         Command::Migrate(args) => migrate(args),
->>>>>>> irun
         Command::Crd => crd().map(|()| 0),
         Command::Bench(args) => bench(&args),
         Command::Explain(args) => explain(args),
