@@ -1,5 +1,10 @@
 //! What can stop `berth run` from starting or keep it from running.
 
+/// Refusals (403) of the lease in a row after which `berth run` gives up: long enough to
+/// ride out RBAC objects applied in the same `kubectl apply` as the Deployment, short enough
+/// that a wrong namespace is an exit and a restart count, not a silent standby for ever.
+pub const FORBIDDEN_TRIES: u32 = 5;
+
 /// An error of the adapter. Everything an object or an API answer can cause at run time is
 /// handled in place (an event, a condition, a retry, a failed bind); these are the errors
 /// that end `berth run`.
@@ -35,9 +40,9 @@ pub enum Error {
     /// stopped scheduling at once; the process exits so that a restart rebuilds from LISTs.
     #[error("leadership lost: the lease could not be renewed within the renew deadline")]
     LeadershipLost,
-    /// The API server refused the lease (403) [`crate::leader::FORBIDDEN_TRIES`] times in a
+    /// The API server refused the lease (403) [`FORBIDDEN_TRIES`] times in a
     /// row: the RBAC for it is missing (each refusal was logged naming it).
-    #[error("leader election: the lease {lease} was refused (403) {tries} times in a row; berth needs get, create and update on leases.coordination.k8s.io in its namespace", tries = crate::leader::FORBIDDEN_TRIES)]
+    #[error("leader election: the lease {lease} was refused (403) {tries} times in a row; berth needs get, create and update on leases.coordination.k8s.io in its namespace", tries = FORBIDDEN_TRIES)]
     LeaseForbidden {
         /// The lease, `namespace/name`.
         lease: String,

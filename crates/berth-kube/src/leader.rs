@@ -43,10 +43,7 @@ pub enum Role {
     Forbidden,
 }
 
-/// Refusals (403) of the lease in a row after which `berth run` gives up: long enough to
-/// ride out RBAC objects applied in the same `kubectl apply` as the Deployment, short enough
-/// that a wrong namespace is an exit and a restart count, not a silent standby for ever.
-pub const FORBIDDEN_TRIES: u32 = 5;
+pub use crate::error::FORBIDDEN_TRIES;
 
 /// Until when this replica may write as the leader, by the local monotonic clock. Checked by
 /// every effect before it starts (binds, conditions, status writes, deletes), and by the

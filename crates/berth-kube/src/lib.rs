@@ -16,6 +16,7 @@ pub mod effects;
 pub mod error;
 pub mod events;
 pub mod http;
+pub mod inbox;
 pub mod kinds;
 pub mod leader;
 pub mod metrics;

@@ -25,20 +25,10 @@ use serde::de::DeserializeOwned;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
-use crate::effects::Completion;
 use crate::kinds::{self, Served, Unreadable};
 use crate::metrics::Metrics;
 
-/// What reaches the driver.
-#[derive(Debug)]
-pub enum Input {
-    /// A change for the core.
-    Event(Event),
-    /// A watched object berth cannot read: reported, not applied.
-    Unreadable(Unreadable),
-    /// An operation on the API finished.
-    Done(Completion),
-}
+pub use crate::inbox::Input;
 
 type Convert<K> = fn(K) -> Result<Object, Unreadable>;
 

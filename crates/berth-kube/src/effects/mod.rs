@@ -28,50 +28,19 @@ use std::sync::{Arc, Mutex};
 
 use berth_core::collections::HashMap;
 use berth_core::object::{Kind, ObjectKey};
-use berth_core::{BindFailure, Effect};
+use berth_core::Effect;
 use kube::Client;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
 use crate::client::{Bucket, Clients};
 use crate::events::Events;
+use crate::inbox::Input;
 use crate::leader::Fence;
 use crate::metrics::Metrics;
-use crate::watch::Input;
 use lanes::{Lanes, Ready};
 
-/// What an effect's task reports back to the driver.
-#[derive(Debug)]
-pub struct Completion {
-    /// The object the effect was about (its queue moves on); `None` for unkeyed effects.
-    pub key: Option<ObjectKey>,
-    /// Whether it was a bind (its slot frees).
-    pub bind: bool,
-    /// Whether the write succeeded (a `Scheduled` event behind it is published only then).
-    pub ok: bool,
-    /// What the core must hear of it.
-    pub outcome: Outcome,
-}
-
-/// The result the core cares about.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Outcome {
-    /// Nothing to report: done, or failed in a way the watch will show.
-    Done,
-    /// A bind failed: the core runs Unreserve and backs the pod off.
-    BindFailed {
-        /// The pod.
-        pod: ObjectKey,
-        /// The UID it was bound for.
-        uid: String,
-        /// The node.
-        node: String,
-        /// Why, in the core's classes.
-        class: BindFailure,
-        /// The API server's message.
-        message: String,
-    },
-}
+pub use crate::inbox::{Completion, Outcome};
 
 /// What every effect task needs.
 pub(crate) struct Ctx {
