@@ -64,8 +64,9 @@ pub struct DraState {
     pub templates: BTreeMap<ObjectKey, Arc<ResourceClaimTemplate>>,
     /// Devices reservations hold, by reservation name ([`reserved`]).
     holds: BTreeMap<Arc<str>, reserved::Hold>,
-    /// Every device some reservation holds, with that reservation.
-    held: BTreeMap<DeviceId, Arc<str>>,
+    /// Every device some reservation holds, with those reservations (an ended one may
+    /// still list a device a newer one holds).
+    held: BTreeMap<DeviceId, Vec<Arc<str>>>,
 }
 
 /// The devices an allocation takes (admin-access results take none).
@@ -153,5 +154,7 @@ impl DraState {
     }
 }
 
+#[cfg(test)]
+mod reserved_tests;
 #[cfg(test)]
 mod tests;

@@ -165,9 +165,10 @@ impl DraState {
         &self.holds
     }
 
-    /// The reservation holding `device`, active or not.
-    pub fn held_by(&self, device: &DeviceId) -> Option<&Arc<str>> {
-        self.held.get(device)
+    /// The reservations holding `device`, active or not (one that ended may still list a
+    /// device a newer one holds).
+    pub fn held_by(&self, device: &DeviceId) -> &[Arc<str>] {
+        self.held.get(device).map_or(&[], |v| v.as_slice())
     }
 
     /// Whether any reservation holds devices (most clusters: none, and the allocator skips
@@ -179,9 +180,10 @@ impl DraState {
     /// The drivers of the devices `reservation` holds.
     pub fn held_drivers(&self, reservation: &str) -> Vec<Arc<str>> {
         let mut out: Vec<Arc<str>> = Vec::new();
-        for (id, r) in &self.held {
-            if &**r == reservation && !out.contains(&id.driver) {
-                out.push(id.driver.clone());
+        let claims = self.holds.get(reservation).map_or(&[][..], |h| &h.claims);
+        for id in claims.iter().flat_map(|c| devices_of(&c.allocation)) {
+            if !out.contains(&id.driver) {
+                out.push(id.driver);
             }
         }
         out
@@ -192,7 +194,7 @@ impl DraState {
         for (name, hold) in &self.holds {
             for c in &hold.claims {
                 for id in devices_of(&c.allocation) {
-                    self.held.entry(id).or_insert_with(|| name.clone());
+                    self.held.entry(id).or_default().push(name.clone());
                 }
             }
         }
@@ -215,10 +217,12 @@ pub fn classify(
         _ => Vec::new(),
     };
     ids.map(|id| {
-        let holder = state
-            .held
-            .get(&id)
-            .filter(|r| state.holds.get(*r).is_some_and(|h| active(r, &h.uid)));
+        let holder = state.held_by(&id).iter().find(|r| {
+            state
+                .holds
+                .get(*r)
+                .is_some_and(|h| active(r, &h.uid))
+        });
         match holder {
             Some(r) if Some(&**r) == access.mine => Held::Mine,
             Some(_) => Held::Foreign,
