@@ -176,6 +176,13 @@ fn a_reservation_of_two_gpus_gives_its_owner_exactly_those_devices() {
         allocatable["deviceclass.resource.kubernetes.io/gpu.example.com"],
         "2"
     );
+    // Its owner's claim took both: `status.allocated` counts them as `allocatable` does.
+    let r = of_kind(&items, "Reservation").next().unwrap();
+    assert_eq!(
+        r["status"]["allocated"]["deviceclass.resource.kubernetes.io/gpu.example.com"],
+        "2",
+        "{r}"
+    );
     // The non-owner that came first got free devices, the owner its reservation's (ahead
     // of the free gpu-2), the refused stranger nothing.
     assert_eq!(
@@ -210,4 +217,10 @@ fn a_restricted_device_reservation_refuses_more_an_aligned_one_adds_free_devices
 fn a_restart_rebuilds_a_reservations_devices_from_its_annotation() {
     let items = items_of(&dra("restart-reservation-devices.yaml"));
     assert_eq!(by_pod(&items), ["narrow:n1/g0", "owner:n1/g1"]);
+    let r = of_kind(&items, "Reservation").next().unwrap();
+    assert_eq!(
+        r["status"]["allocated"]["deviceclass.resource.kubernetes.io/gpu"],
+        "1",
+        "{r}"
+    );
 }

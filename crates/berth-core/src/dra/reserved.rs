@@ -39,6 +39,9 @@ pub struct HeldClaim {
     pub name: String,
     /// The devices, as a claim's `status.allocation` would list them.
     pub allocation: AllocationResult,
+    /// The DeviceClass of each request (`req` or `req/sub`) of the allocation.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub classes: BTreeMap<String, String>,
 }
 
 /// The annotation's value.
@@ -231,6 +234,35 @@ pub fn classify(
         }
     })
     .collect()
+}
+
+/// Adds to a Reservation's `status.allocated` the devices it holds that its owners' claims
+/// took, counted per DeviceClass as `status.allocatable` counts them.
+pub fn count_allocated(
+    state: &DraState,
+    reservation: &str,
+    allocated: &mut BTreeMap<String, berth_api::k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
+) {
+    let Some(hold) = state.holds.get(reservation) else {
+        return;
+    };
+    let mut counts: BTreeMap<String, i64> = BTreeMap::new();
+    for c in &hold.claims {
+        for r in c.allocation.devices.results.iter() {
+            if r.admin_access == Some(true) {
+                continue;
+            }
+            let id = DeviceId {
+                driver: r.driver.as_str().into(),
+                pool: r.pool.as_str().into(),
+                device: r.device.as_str().into(),
+            };
+            if let (Some(class), Some(_)) = (c.classes.get(&r.request), state.holder(&id)) {
+                *counts.entry(class.clone()).or_insert(0) += 1;
+            }
+        }
+    }
+    allocated.extend(allocatable_entries(&counts));
 }
 
 /// The `status.allocatable` entries of a hold: its devices counted per DeviceClass.

@@ -139,7 +139,7 @@ proptest! {
                         }
                     }
                     let Some((n, a)) = placed else { continue };
-                    let claims = vec![HeldClaim { name: "gpu".into(), allocation: a }];
+                    let claims = vec![HeldClaim { name: "gpu".into(), allocation: a, classes: BTreeMap::new() }];
                     s.hold(name.as_str().into(), uid.as_str().into(), claims.clone());
                     let mut r = Res { name: name.clone(), uid: uid.clone(), node: n, restricted: flag, active: true, shown: false };
                     match outcome {

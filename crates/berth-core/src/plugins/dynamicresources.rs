@@ -381,11 +381,10 @@ fn hold(
     results: Vec<berth_api::dra::AllocationResult>,
 ) {
     let mut counts: BTreeMap<String, i64> = BTreeMap::new();
-    for (plan, allocation) in plans.iter().zip(&results) {
+    let mut held = Vec::with_capacity(claims.len());
+    for ((plan, allocation), name) in plans.iter().zip(results).zip(claims) {
+        let mut classes = BTreeMap::new();
         for r in allocation.devices.results.iter() {
-            if r.admin_access == Some(true) {
-                continue;
-            }
             let class = plan
                 .requests
                 .iter()
@@ -393,18 +392,18 @@ fn hold(
                 .find(|a| a.name == r.request)
                 .map(|a| a.class.clone());
             if let Some(class) = class {
-                *counts.entry(class).or_insert(0) += 1;
+                if r.admin_access != Some(true) {
+                    *counts.entry(class.clone()).or_insert(0) += 1;
+                }
+                classes.insert(r.request.clone(), class);
             }
         }
-    }
-    let held = claims
-        .iter()
-        .zip(results)
-        .map(|(n, allocation)| HeldClaim {
-            name: n.clone(),
+        held.push(HeldClaim {
+            name: name.clone(),
             allocation,
-        })
-        .collect();
+            classes,
+        });
+    }
     cx.dra.hold(name.clone(), uid.clone(), held);
     if let Some(r) = cx.reservations.idx(name).and_then(|i| cx.reservations.get_mut(i)) {
         r.allocatable_list

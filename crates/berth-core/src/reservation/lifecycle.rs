@@ -1006,7 +1006,8 @@ fn finalize(cx: &mut Cluster, idx: RIdx, now: Time) {
     let mut owners = Vec::new();
     if let Some(r) = cx.reservations.get_mut(idx) {
         r.final_status = None;
-        let s = status::compute(r, names);
+        let mut s = status::compute(r, names);
+        crate::dra::reserved::count_allocated(&cx.dra, &r.name, &mut s.allocated);
         r.final_status = Some(s);
         owners.extend(std::mem::take(&mut r.owner_pods).into_keys());
         r.requested = Resources::ZERO;
@@ -1393,7 +1394,8 @@ pub fn drain(cx: &mut Cluster, now: Time, effects: &mut VecDeque<Effect>) -> Vec
             // Lives in the scheduler only: there is no object to write.
             continue;
         }
-        let s = status::compute(r, &cx.names);
+        let mut s = status::compute(r, &cx.names);
+        crate::dra::reserved::count_allocated(&cx.dra, &r.name, &mut s.allocated);
         if r.last_status.as_ref() == Some(&s) {
             continue;
         }
