@@ -195,7 +195,9 @@ fn generate(seed: u64) -> Generated {
             }
         }
         let entry = match (want, g.below(2)) {
-            (Want::Missing, _) => json!({"name": "gpu", "resourceClaimName": format!("{pod}-nobody")}),
+            (Want::Missing, _) => {
+                json!({"name": "gpu", "resourceClaimName": format!("{pod}-nobody")})
+            }
             (_, 0) => {
                 let t = format!("{pod}-template");
                 templates.push(json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
@@ -204,8 +206,10 @@ fn generate(seed: u64) -> Generated {
             }
             _ => {
                 let c = format!("{pod}-claim");
-                claims.push(json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
-                    "metadata": {"name": c, "namespace": NAMESPACE}, "spec": claim_spec(want)}));
+                claims.push(
+                    json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+                    "metadata": {"name": c, "namespace": NAMESPACE}, "spec": claim_spec(want)}),
+                );
                 json!({"name": "gpu", "resourceClaimName": c})
             }
         };
@@ -328,12 +332,21 @@ async fn allocations(cluster: &TestCluster) -> Vec<(String, Value)> {
     let api: Api<DynamicObject> =
         Api::namespaced_with(cluster.client(), NAMESPACE, &resource("ResourceClaim"));
     let mut out = Vec::new();
-    for c in api.list(&ListParams::default()).await.expect("claims").items {
+    for c in api
+        .list(&ListParams::default())
+        .await
+        .expect("claims")
+        .items
+    {
         let v = serde_json::to_value(&c).expect("claim JSON");
         if v["status"]["allocation"].is_null() {
             continue;
         }
-        for r in v["status"]["reservedFor"].as_array().cloned().unwrap_or_default() {
+        for r in v["status"]["reservedFor"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+        {
             out.push((r["name"].as_str().unwrap_or("").to_string(), v.clone()));
         }
     }

@@ -162,7 +162,13 @@ fn reservation_devices(items: &[Value], name: &str) -> (Vec<String>, Value) {
         .unwrap()
         .iter()
         .flat_map(|c| c["allocation"]["devices"]["results"].as_array().unwrap())
-        .map(|d| format!("{}/{}", d["pool"].as_str().unwrap(), d["device"].as_str().unwrap()))
+        .map(|d| {
+            format!(
+                "{}/{}",
+                d["pool"].as_str().unwrap(),
+                d["device"].as_str().unwrap()
+            )
+        })
         .collect();
     (devices, r["status"]["allocatable"].clone())
 }
@@ -179,8 +185,7 @@ fn a_reservation_of_two_gpus_gives_its_owner_exactly_those_devices() {
     // Its owner's claim took both: `status.allocated` counts them as `allocatable` does.
     let r = of_kind(&items, "Reservation").next().unwrap();
     assert_eq!(
-        r["status"]["allocated"]["deviceclass.resource.kubernetes.io/gpu.example.com"],
-        "2",
+        r["status"]["allocated"]["deviceclass.resource.kubernetes.io/gpu.example.com"], "2",
         "{r}"
     );
     // The non-owner that came first got free devices, the owner its reservation's (ahead
@@ -219,8 +224,7 @@ fn a_restart_rebuilds_a_reservations_devices_from_its_annotation() {
     assert_eq!(by_pod(&items), ["narrow:n1/g0", "owner:n1/g1"]);
     let r = of_kind(&items, "Reservation").next().unwrap();
     assert_eq!(
-        r["status"]["allocated"]["deviceclass.resource.kubernetes.io/gpu"],
-        "1",
+        r["status"]["allocated"]["deviceclass.resource.kubernetes.io/gpu"], "1",
         "{r}"
     );
 }

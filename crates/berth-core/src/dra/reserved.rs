@@ -220,12 +220,10 @@ pub fn classify(
         _ => Vec::new(),
     };
     ids.map(|id| {
-        let holder = state.held_by(&id).iter().find(|r| {
-            state
-                .holds
-                .get(*r)
-                .is_some_and(|h| active(r, &h.uid))
-        });
+        let holder = state
+            .held_by(&id)
+            .iter()
+            .find(|r| state.holds.get(*r).is_some_and(|h| active(r, &h.uid)));
         match holder {
             Some(r) if Some(&**r) == access.mine => Held::Mine,
             Some(_) => Held::Foreign,
@@ -241,7 +239,10 @@ pub fn classify(
 pub fn count_allocated(
     state: &DraState,
     reservation: &str,
-    allocated: &mut BTreeMap<String, berth_api::k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
+    allocated: &mut BTreeMap<
+        String,
+        berth_api::k8s_openapi::apimachinery::pkg::api::resource::Quantity,
+    >,
 ) {
     let Some(hold) = state.holds.get(reservation) else {
         return;

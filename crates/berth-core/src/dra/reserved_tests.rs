@@ -31,7 +31,6 @@ struct Res {
     shown: bool,
 }
 
-
 fn allocate_on(
     s: &DraState,
     nodes: &[Vec<Dev>],
@@ -263,7 +262,10 @@ fn a_malformed_annotation_holds_nothing_and_says_so() {
         r#"{"claims":[],"claims":[]}"#.to_string(),
     );
     let err = s.reservation_seen("r", "u", Some(&ann)).unwrap_err();
-    assert!(err.contains("reservation.berth.dev/device-allocated"), "{err}");
+    assert!(
+        err.contains("reservation.berth.dev/device-allocated"),
+        "{err}"
+    );
     assert!(err.contains("duplicate"), "{err}");
     assert!(s.holds().is_empty());
     ann.insert(

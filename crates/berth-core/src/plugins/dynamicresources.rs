@@ -160,7 +160,11 @@ impl DynamicResources {
         reservation: &Arc<str>,
     ) -> Result<Option<State>, Status> {
         let ns = pod.pod.metadata.namespace.as_deref().unwrap_or("default");
-        let entries = pod.pod.spec.as_ref().and_then(|s| s.resource_claims.as_ref());
+        let entries = pod
+            .pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.resource_claims.as_ref());
         let Some(entries) = entries.filter(|e| !e.is_empty()) else {
             return Ok(None);
         };
@@ -194,8 +198,7 @@ impl DynamicResources {
                 ns,
                 &format!("{reservation}-{}", pc.name),
             );
-            let plan =
-                allocator::plan_spec(&key, spec, &cx.dra).map_err(Status::unresolvable)?;
+            let plan = allocator::plan_spec(&key, spec, &cx.dra).map_err(Status::unresolvable)?;
             state.plans.push(plan);
             names.push(pc.name.clone());
         }
@@ -246,10 +249,12 @@ impl DynamicResources {
                 .is_some_and(|r| r.is_active() && &*r.uid == uid)
         };
         let held = reserved::classify(&cx.dra, cands.iter().map(|c| c.id.clone()), access, &active);
-        allocator::allocate(&state.plans, &node.name, &cands, cx.dra.taken(), &held).map_err(|f| match f {
-            Failure::NoFit => Status::unresolvable(CANNOT_ALLOCATE),
-            Failure::TimedOut => Status::unresolvable("timed out trying to allocate devices"),
-            Failure::Error(e) => Status::error(e),
+        allocator::allocate(&state.plans, &node.name, &cands, cx.dra.taken(), &held).map_err(|f| {
+            match f {
+                Failure::NoFit => Status::unresolvable(CANNOT_ALLOCATE),
+                Failure::TimedOut => Status::unresolvable("timed out trying to allocate devices"),
+                Failure::Error(e) => Status::error(e),
+            }
         })
     }
 }
@@ -405,7 +410,11 @@ fn hold(
         });
     }
     cx.dra.hold(name.clone(), uid.clone(), held);
-    if let Some(r) = cx.reservations.idx(name).and_then(|i| cx.reservations.get_mut(i)) {
+    if let Some(r) = cx
+        .reservations
+        .idx(name)
+        .and_then(|i| cx.reservations.get_mut(i))
+    {
         r.allocatable_list
             .retain(|k, _| !k.starts_with(reserved::DEVICE_CLASS_RESOURCE_PREFIX));
         r.allocatable_list
@@ -416,7 +425,11 @@ fn hold(
 /// Unreserve of a reserve pod: the reservation holds nothing.
 fn release(cx: &mut Cluster, name: &str) {
     cx.dra.release(name);
-    if let Some(r) = cx.reservations.idx(name).and_then(|i| cx.reservations.get_mut(i)) {
+    if let Some(r) = cx
+        .reservations
+        .idx(name)
+        .and_then(|i| cx.reservations.get_mut(i))
+    {
         r.allocatable_list
             .retain(|k, _| !k.starts_with(reserved::DEVICE_CLASS_RESOURCE_PREFIX));
     }
