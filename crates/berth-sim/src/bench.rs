@@ -136,6 +136,9 @@ pub fn prepare(case: &Case) -> Scheduler {
         s.handle(0, Event::Applied(Object::Reservation(r)));
     }
     let (init, mode) = case.workload.init(case.nodes);
+    for o in case.workload.dra_objects(&names, init, case.pods) {
+        s.handle(0, Event::Applied(o));
+    }
     for i in 0..init {
         let mut p = case.workload.init_pod(i);
         if mode == InitMode::Bound {
@@ -261,6 +264,10 @@ fn confirm_effects(s: &mut Scheduler, now: Time) -> u64 {
                 s.handle(now, Event::Applied(Object::Pod(Arc::new(p))));
             }
             Effect::Delete { key, .. } => s.handle(now, Event::Deleted(key)),
+            // DynamicResources' PreBind: the claim's status as the API server stores it.
+            Effect::UpdateClaimStatus { claim, .. } => {
+                s.handle(now, Event::Applied(Object::ResourceClaim(claim)));
+            }
             _ => {}
         }
     }
@@ -337,7 +344,7 @@ pub fn format_report(r: &Report, instructions: Option<u64>) -> String {
 /// The names `berth bench --suite` takes: scheduler_perf's workload names, `Reservations`
 /// and `NUMA`, `all` (every one of them), and the older lowercase names (`basic` is
 /// SchedulingBasic, `reservations` and `numa` as before).
-pub const SUITES: [&str; 14] = [
+pub const SUITES: [&str; 15] = [
     "SchedulingBasic",
     "TopologySpreading",
     "PreferredTopologySpreading",
@@ -352,6 +359,7 @@ pub const SUITES: [&str; 14] = [
     "basic",
     "reservations",
     "numa",
+    "SchedulingWithResourceClaimTemplate",
 ];
 
 /// `berth bench --suite` named no suite: bad input, as for `simulate` (exit status 2).
@@ -481,6 +489,31 @@ mod tests {
         assert_eq!(r.scheduled, 10, "{r:?}");
         // Each high-priority pod fails once (preempting), then binds.
         assert!(r.unschedulable >= 10, "{r:?}");
+    }
+
+    #[test]
+    fn the_dra_workload_gives_every_pod_its_own_device_until_none_is_left() {
+        // 4 nodes, 40 devices: 20 init pods take half (untimed), 25 measured pods find 20.
+        let case = workload_case(Workload::SchedulingWithResourceClaimTemplate, 4, 25);
+        let mut s = prepare(&case);
+        let r = run_prepared(&case, &mut s);
+        assert_eq!(r.scheduled, 20, "{r:?}");
+        assert_eq!(r.unschedulable, 5, "{r:?}");
+        let mut devices = std::collections::BTreeSet::new();
+        let mut allocated = 0;
+        for c in s.cluster.dra.claims.values() {
+            for d in c.allocation().iter().flat_map(|a| &a.devices.results) {
+                assert!(
+                    devices.insert((d.pool.clone(), d.device.clone())),
+                    "{d:?} twice"
+                );
+                allocated += 1;
+            }
+        }
+        assert_eq!(
+            allocated, 40,
+            "every device allocated once, through the claims' status"
+        );
     }
 
     #[test]

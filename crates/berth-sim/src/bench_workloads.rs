@@ -12,7 +12,7 @@
 use std::sync::Arc;
 
 use berth_api::k8s_openapi::api::core::v1::Pod;
-use berth_core::fixtures;
+use berth_core::{fixtures, Object};
 use serde_json::json;
 
 /// A `berth bench` workload.
@@ -35,10 +35,17 @@ pub enum Workload {
     Unschedulable,
     /// High-priority pods that fit only once low-priority pods are evicted.
     Preemption,
+    /// scheduler_perf's DRA workload: every node publishes [`DEVICES_PER_NODE`] devices of
+    /// one driver, every pod's claim asks for one of them; half the devices are taken by
+    /// init pods scheduled (untimed) first, the measured pods take the rest.
+    SchedulingWithResourceClaimTemplate,
 }
 
+/// scheduler_perf's `maxClaimsPerNode` for SchedulingWithResourceClaimTemplate.
+pub const DEVICES_PER_NODE: usize = 10;
+
 /// Every workload above, in report order.
-pub const WORKLOADS: [Workload; 8] = [
+pub const WORKLOADS: [Workload; 9] = [
     Workload::SchedulingBasic,
     Workload::TopologySpreading,
     Workload::PreferredTopologySpreading,
@@ -47,6 +54,7 @@ pub const WORKLOADS: [Workload; 8] = [
     Workload::NodeAffinity,
     Workload::Unschedulable,
     Workload::Preemption,
+    Workload::SchedulingWithResourceClaimTemplate,
 ];
 
 /// Whether init pods are bound before timing or left pending for the scheduler.
@@ -70,6 +78,7 @@ impl Workload {
             Self::NodeAffinity => "NodeAffinity",
             Self::Unschedulable => "Unschedulable",
             Self::Preemption => "Preemption",
+            Self::SchedulingWithResourceClaimTemplate => "SchedulingWithResourceClaimTemplate",
         }
     }
 
@@ -86,6 +95,8 @@ impl Workload {
             Self::TopologySpreading | Self::PreferredTopologySpreading | Self::PodAffinity => 2_000,
             Self::PodAntiAffinity => 1_000,
             Self::Preemption => 500,
+            // 5000pods_500nodes: 2,500 init pods, 2,500 measured.
+            Self::SchedulingWithResourceClaimTemplate => 2_500,
         }
     }
 
@@ -101,6 +112,10 @@ impl Workload {
             Self::Unschedulable => (200, InitMode::Pending),
             // Four 900m pods fill 3.6 of a node's 4 CPUs: a 3-CPU pod must evict three.
             Self::Preemption => (nodes * 4, InitMode::Bound),
+            // Half the devices, scheduled by the scheduler (untimed) as scheduler_perf does.
+            Self::SchedulingWithResourceClaimTemplate => {
+                (nodes * DEVICES_PER_NODE / 2, InitMode::Pending)
+            }
         }
     }
 
@@ -116,6 +131,7 @@ impl Workload {
                 with_requests(pod("init", i, json!({})), "900m", "500Mi"),
                 json!({"priority": 1}),
             ),
+            Self::SchedulingWithResourceClaimTemplate => with_claim("init", i),
             _ => Arc::new(pod("init", i, json!({}))),
         }
     }
@@ -141,8 +157,68 @@ impl Workload {
                 with_requests(pod("bench", i, json!({})), "3", "500Mi"),
                 json!({"priority": 10}),
             ),
+            Self::SchedulingWithResourceClaimTemplate => with_claim("bench", i),
         }
     }
+
+    /// The DRA objects the workload needs besides nodes and pods: the DeviceClass, one
+    /// ResourceSlice per node, and the claim of each of `init` init and `pods` measured
+    /// pods. scheduler_perf's pods name a ResourceClaimTemplate and kube-controller-manager
+    /// makes their claims before the scheduler sees them; here the claims exist from the
+    /// start, named as the pods' `resourceClaimName`s (the scheduler's work is the same).
+    pub fn dra_objects(self, nodes: &[String], init: usize, pods: usize) -> Vec<Object> {
+        if self != Self::SchedulingWithResourceClaimTemplate {
+            return Vec::new();
+        }
+        let mut out = Vec::with_capacity(1 + nodes.len() + init + pods);
+        let class = json!({"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
+            "metadata": {"name": "test-class"},
+            "spec": {"selectors": [{"cel": {"expression": "device.driver == \"test-driver.cdi.k8s.io\""}}]}});
+        if let Ok(c) = serde_json::from_value(class) {
+            out.push(Object::DeviceClass(Arc::new(c)));
+        }
+        for n in nodes {
+            let devices: Vec<_> = (0..DEVICES_PER_NODE)
+                .map(|d| json!({"name": format!("device-{d:02}")}))
+                .collect();
+            let slice = json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+                "metadata": {"name": format!("{n}-test-driver")},
+                "spec": {"driver": "test-driver.cdi.k8s.io", "nodeName": n,
+                    "pool": {"name": n, "generation": 1, "resourceSliceCount": 1},
+                    "devices": devices}});
+            if let Ok(s) = serde_json::from_value(slice) {
+                out.push(Object::ResourceSlice(Arc::new(s)));
+            }
+        }
+        let claims = (0..init)
+            .map(|i| claim_name("init", i))
+            .chain((0..pods).map(|i| claim_name("bench", i)));
+        for name in claims {
+            let claim = json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+                "metadata": {"name": name, "namespace": "default", "uid": format!("uid-{name}")},
+                "spec": {"devices": {"requests": [{"name": "req-0",
+                    "exactly": {"deviceClassName": "test-class"}}]}}});
+            if let Ok(c) = serde_json::from_value(claim) {
+                out.push(Object::ResourceClaim(Arc::new(c)));
+            }
+        }
+        out
+    }
+}
+
+/// The claim of the `i`-th pod of `prefix`.
+fn claim_name(prefix: &str, i: usize) -> String {
+    format!("{prefix}-{i:06}-resource")
+}
+
+/// A default pod whose container uses one claim (scheduler_perf's
+/// `pod-with-claim-template.yaml`, with its claim already made).
+fn with_claim(prefix: &str, i: usize) -> Arc<Pod> {
+    let mut v = serde_json::to_value(pod(prefix, i, json!({}))).unwrap_or_default();
+    v["spec"]["resourceClaims"] =
+        json!([{"name": "resource", "resourceClaimName": claim_name(prefix, i)}]);
+    v["spec"]["containers"][0]["resources"]["claims"] = json!([{"name": "resource"}]);
+    Arc::new(serde_json::from_value(v).unwrap_or_else(|_| pod(prefix, i, json!({}))))
 }
 
 fn pod(prefix: &str, i: usize, labels: serde_json::Value) -> Pod {

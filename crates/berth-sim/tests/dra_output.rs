@@ -134,3 +134,97 @@ fn exact_count_with_match_attribute_gets_the_pair_on_one_root() {
         .collect();
     assert_eq!(got, ["pair:n2/g1", "pair:n2/g3"]);
 }
+
+/// `claim:pool/device` per allocation result, the claim named by its pod (the part of the
+/// generated name before `-gpu-`).
+fn by_pod(items: &[Value]) -> Vec<String> {
+    allocated(items)
+        .into_iter()
+        .map(|(c, p, d)| {
+            let pod = c.split("-gpu-").next().unwrap_or(&c).to_string();
+            format!("{pod}:{p}/{d}")
+        })
+        .collect()
+}
+
+/// The devices a Reservation's `reservation.berth.dev/device-allocated` lists, and its
+/// `status.allocatable`.
+fn reservation_devices(items: &[Value], name: &str) -> (Vec<String>, Value) {
+    let r = of_kind(items, "Reservation")
+        .find(|r| r["metadata"]["name"] == name)
+        .unwrap_or_else(|| panic!("reservation {name}"));
+    let raw = r["metadata"]["annotations"]["reservation.berth.dev/device-allocated"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{name} has no device-allocated annotation: {r}"));
+    let v: Value = serde_json::from_str(raw).expect("the annotation is JSON");
+    let devices = v["claims"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|c| c["allocation"]["devices"]["results"].as_array().unwrap())
+        .map(|d| {
+            format!(
+                "{}/{}",
+                d["pool"].as_str().unwrap(),
+                d["device"].as_str().unwrap()
+            )
+        })
+        .collect();
+    (devices, r["status"]["allocatable"].clone())
+}
+
+#[test]
+fn a_reservation_of_two_gpus_gives_its_owner_exactly_those_devices() {
+    let items = items_of(&dra("reservation-of-two-gpus.yaml"));
+    let (held, allocatable) = reservation_devices(&items, "r");
+    assert_eq!(held, ["gpu-1/gpu-3", "gpu-1/gpu-4"]);
+    assert_eq!(
+        allocatable["deviceclass.resource.kubernetes.io/gpu.example.com"],
+        "2"
+    );
+    // Its owner's claim took both: `status.allocated` counts them as `allocatable` does.
+    let r = of_kind(&items, "Reservation").next().unwrap();
+    assert_eq!(
+        r["status"]["allocated"]["deviceclass.resource.kubernetes.io/gpu.example.com"], "2",
+        "{r}"
+    );
+    // The non-owner that came first got free devices, the owner its reservation's (ahead
+    // of the free gpu-2), the refused stranger nothing.
+    assert_eq!(
+        by_pod(&items),
+        [
+            "other:gpu-1/gpu-0",
+            "other:gpu-1/gpu-1",
+            "owner:gpu-1/gpu-3",
+            "owner:gpu-1/gpu-4"
+        ]
+    );
+}
+
+#[test]
+fn a_restricted_device_reservation_refuses_more_an_aligned_one_adds_free_devices() {
+    let items = items_of(&dra("owner-beyond-restricted-device-reservation.yaml"));
+    assert_eq!(
+        reservation_devices(&items, "restricted").0,
+        ["gpu-a/gpu-0", "gpu-a/gpu-1"]
+    );
+    assert_eq!(
+        reservation_devices(&items, "aligned").0,
+        ["gpu-b/gpu-0", "gpu-b/gpu-1"]
+    );
+    assert_eq!(
+        by_pod(&items),
+        ["wide:gpu-b/gpu-0", "wide:gpu-b/gpu-1", "wide:gpu-b/gpu-2"]
+    );
+}
+
+#[test]
+fn a_restart_rebuilds_a_reservations_devices_from_its_annotation() {
+    let items = items_of(&dra("restart-reservation-devices.yaml"));
+    assert_eq!(by_pod(&items), ["narrow:n1/g0", "owner:n1/g1"]);
+    let r = of_kind(&items, "Reservation").next().unwrap();
+    assert_eq!(
+        r["status"]["allocated"]["deviceclass.resource.kubernetes.io/gpu"], "1",
+        "{r}"
+    );
+}

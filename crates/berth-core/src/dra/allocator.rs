@@ -23,6 +23,7 @@ use berth_api::k8s_openapi::api::core::v1::{
 };
 
 use super::cel::{self, Selector};
+use super::reserved::Held;
 use super::{DeviceId, DraState};
 use crate::model::selector::{Labels, NodeSelectorMatcher};
 use crate::object::ObjectKey;
@@ -55,6 +56,8 @@ pub struct Alternative {
     pub mode: Mode,
     /// Admin access: devices in use may be given, and are not taken.
     pub admin: bool,
+    /// The DeviceClass.
+    pub class: String,
 }
 
 /// A request: its alternatives in order.
@@ -251,6 +254,8 @@ struct Search<'a> {
     plans: &'a [ClaimPlan],
     cands: &'a [Candidate],
     taken: &'a BTreeMap<DeviceId, ObjectKey>,
+    /// Per candidate, how reservations hold it (empty: none holds any).
+    held: &'a [Held],
     /// Per claim, request, alternative: matching candidates.
     matches: Vec<Vec<Vec<Vec<usize>>>>,
     units: Vec<(usize, usize)>,
@@ -261,7 +266,8 @@ struct Search<'a> {
 
 impl Search<'_> {
     fn free(&self, cand: usize, admin: bool) -> bool {
-        !self.used[cand] && (admin || !self.taken.contains_key(&self.cands[cand].id))
+        let foreign = self.held.get(cand) == Some(&Held::Foreign);
+        !self.used[cand] && (admin || (!foreign && !self.taken.contains_key(&self.cands[cand].id)))
     }
 
     fn constraints_ok(&self, claim: usize, request: usize, name: &str, cand: usize) -> bool {
@@ -415,12 +421,15 @@ fn node_selector(node: &str, devices: &[&Candidate]) -> Option<NodeSelector> {
         .find_map(|c| c.slice.spec.node_selector.clone())
 }
 
-/// Allocates every claim of `plans` on `node` from `cands`, avoiding `taken`.
+/// Allocates every claim of `plans` on `node` from `cands`, avoiding `taken` and the
+/// devices `held` (per candidate, or empty) says other reservations hold; the devices of the
+/// pod's own reservation are tried first.
 pub fn allocate(
     plans: &[ClaimPlan],
     node: &str,
     cands: &[Candidate],
     taken: &BTreeMap<DeviceId, ObjectKey>,
+    held: &[Held],
 ) -> Result<Vec<AllocationResult>, Failure> {
     let mut values = vec![None; cands.len()];
     let mut matches = Vec::with_capacity(plans.len());
@@ -430,7 +439,12 @@ pub fn allocate(
         for (ri, req) in plan.requests.iter().enumerate() {
             let mut per_alt = Vec::with_capacity(req.alternatives.len());
             for alt in &req.alternatives {
-                per_alt.push(matching(alt, cands, &mut values)?);
+                let mut m = matching(alt, cands, &mut values)?;
+                if held.contains(&Held::Mine) {
+                    // Owners take their reservation's devices before free ones.
+                    m.sort_by_key(|&c| held.get(c) != Some(&Held::Mine));
+                }
+                per_alt.push(m);
             }
             per_request.push(per_alt);
             units.push((ci, ri));
@@ -441,6 +455,7 @@ pub fn allocate(
         plans,
         cands,
         taken,
+        held,
         matches,
         units,
         used: vec![false; cands.len()],
@@ -484,9 +499,18 @@ pub fn allocate(
 /// first). `Err`: the message PreFilter rejects the pod with (a missing class, a count
 /// out of range).
 pub fn plan(key: &ObjectKey, claim: &ResourceClaim, state: &DraState) -> Result<ClaimPlan, String> {
+    plan_spec(key, &claim.spec, state)
+}
+
+/// [`plan`] for a claim's spec alone (a reservation's template claim, which has no object).
+pub fn plan_spec(
+    key: &ObjectKey,
+    spec: &berth_api::dra::ResourceClaimSpec,
+    state: &DraState,
+) -> Result<ClaimPlan, String> {
     let claim_name = format!("{}/{}", key.namespace, key.name);
     let mut requests = Vec::new();
-    for req in &claim.spec.devices.requests {
+    for req in &spec.devices.requests {
         let mut alternatives = Vec::new();
         let mut add = |name: String,
                        class: &str,
@@ -537,6 +561,7 @@ pub fn plan(key: &ObjectKey, claim: &ResourceClaim, state: &DraState) -> Result<
                 selectors: sels,
                 mode,
                 admin,
+                class: class.to_string(),
             });
             Ok(())
         };
@@ -571,8 +596,7 @@ pub fn plan(key: &ObjectKey, claim: &ResourceClaim, state: &DraState) -> Result<
             alternatives,
         });
     }
-    let constraints = claim
-        .spec
+    let constraints = spec
         .devices
         .constraints
         .iter()

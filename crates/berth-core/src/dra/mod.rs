@@ -9,11 +9,14 @@
 
 pub mod allocator;
 pub mod cel;
+pub mod reserved;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use berth_api::dra::{AllocationResult, DeviceClass, ResourceClaim, ResourceSlice};
+use berth_api::dra::{
+    AllocationResult, DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice,
+};
 
 use crate::object::ObjectKey;
 
@@ -56,6 +59,14 @@ pub struct DraState {
     assumed: BTreeMap<ObjectKey, Assumed>,
     /// Every device taken (admin access takes none), with the claim holding it.
     taken: BTreeMap<DeviceId, ObjectKey>,
+    /// ResourceClaimTemplates by namespace/name: a reservation's template claims are
+    /// allocated from them ([`reserved`]).
+    pub templates: BTreeMap<ObjectKey, Arc<ResourceClaimTemplate>>,
+    /// Devices reservations hold, by reservation name ([`reserved`]).
+    holds: BTreeMap<Arc<str>, reserved::Hold>,
+    /// Every device some reservation holds, with those reservations (an ended one may
+    /// still list a device a newer one holds).
+    held: BTreeMap<DeviceId, Vec<Arc<str>>>,
 }
 
 /// The devices an allocation takes (admin-access results take none).
@@ -143,5 +154,7 @@ impl DraState {
     }
 }
 
+#[cfg(test)]
+mod reserved_tests;
 #[cfg(test)]
 mod tests;

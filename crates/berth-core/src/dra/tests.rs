@@ -20,12 +20,12 @@ use crate::model::selector::Labels;
 use crate::object::{Kind, ObjectKey};
 
 /// A random device: (root, kind a?).
-type Dev = (i64, bool);
+pub(super) type Dev = (i64, bool);
 
 /// A random claim: count (0 = All), class "a" only?, same root?
-type Req = (usize, bool, bool);
+pub(super) type Req = (usize, bool, bool);
 
-fn state(nodes: &[Vec<Dev>]) -> DraState {
+pub(super) fn state(nodes: &[Vec<Dev>]) -> DraState {
     let mut s = DraState::default();
     for (n, devs) in nodes.iter().enumerate() {
         let mut slice = ResourceSlice::default();
@@ -86,7 +86,7 @@ fn state(nodes: &[Vec<Dev>]) -> DraState {
     s
 }
 
-fn claim(i: usize, (count, only_a, same_root): Req) -> ResourceClaim {
+pub(super) fn claim(i: usize, (count, only_a, same_root): Req) -> ResourceClaim {
     let mut c = ResourceClaim::default();
     c.metadata.name = Some(format!("c{i}"));
     c.metadata.namespace = Some("default".into());
@@ -118,7 +118,7 @@ fn claim(i: usize, (count, only_a, same_root): Req) -> ResourceClaim {
 }
 
 /// Checks one allocation against the claim and the node's devices, independently.
-fn satisfies(nodes: &[Vec<Dev>], node: usize, req: Req, a: &AllocationResult) -> bool {
+pub(super) fn satisfies(nodes: &[Vec<Dev>], node: usize, req: Req, a: &AllocationResult) -> bool {
     let devs = &nodes[node];
     let picked: Vec<Dev> = a
         .devices
@@ -142,11 +142,11 @@ fn satisfies(nodes: &[Vec<Dev>], node: usize, req: Req, a: &AllocationResult) ->
     count_ok && class_ok && root_ok
 }
 
-fn key(i: usize) -> ObjectKey {
+pub(super) fn key(i: usize) -> ObjectKey {
     ObjectKey::new(Kind::ResourceClaim, "default", &format!("c{i}"))
 }
 
-fn taken_once(s: &DraState) -> bool {
+pub(super) fn taken_once(s: &DraState) -> bool {
     let mut seen = BTreeSet::new();
     let shown = s.claims.values().filter_map(|c| c.allocation());
     let assumed = s.assumed.values().map(|a| &a.allocation);
@@ -174,7 +174,7 @@ proptest! {
             for n in 0..nodes.len() {
                 let node = format!("n{n}");
                 let cands = candidates(&s, &node, &labels);
-                let Ok(mut out) = allocate(std::slice::from_ref(&p), &node, &cands, s.taken()) else {
+                let Ok(mut out) = allocate(std::slice::from_ref(&p), &node, &cands, s.taken(), &[]) else {
                     continue;
                 };
                 let a = out.pop().unwrap();

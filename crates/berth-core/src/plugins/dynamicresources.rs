@@ -10,17 +10,25 @@
 //! pod's Filter sees those devices taken), Unreserve forgets it, and the scheduler's
 //! PreBind hook writes each claim's `status.allocation` and `reservedFor`
 //! ([`crate::effect::Effect::UpdateClaimStatus`]). Messages are upstream's.
+//!
+//! A Reservation's reserve pod allocates its template's claims the same way, and Reserve
+//! makes the reservation hold those devices ([`crate::dra::reserved`]); PreBind writes them
+//! on the Reservation. Every pod's allocation skips devices other reservations hold and
+//! takes its own reservation's first.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use berth_api::dra::RESERVED_FOR_MAX_SIZE;
 use berth_api::k8s_openapi::api::core::v1::Pod;
+use berth_api::reservation::ReservationAllocatePolicy;
 
 use crate::cache::Cluster;
 use crate::dra::allocator::{self, ClaimPlan, Failure};
+use crate::dra::reserved::{self, Access, DeviceAllocated, HeldClaim};
 use crate::framework::{CycleState, Plugin, Points, Status};
 use crate::model::node::{NodeIdx, NodeInfo};
-use crate::model::pod::PodInfo;
+use crate::model::pod::{PodInfo, PodKind};
 use crate::model::selector::NodeSelectorMatcher;
 use crate::object::{Kind, ObjectKey};
 
@@ -43,6 +51,10 @@ pub struct State {
     plans: Vec<ClaimPlan>,
     /// Claims Reserve assumed an allocation for.
     assumed: Vec<ObjectKey>,
+    /// For a reserve pod: the reservation, and its template claims' names (one per plan).
+    reservation: Option<(Arc<str>, Vec<String>)>,
+    /// For a reserve pod: Reserve made the reservation hold devices.
+    held: bool,
 }
 
 /// The claims `pod` references, as keys: `Err` with upstream's message when one generated
@@ -91,6 +103,9 @@ pub struct DynamicResources;
 
 impl DynamicResources {
     fn prepare(cx: &Cluster, pod: &PodInfo) -> Result<Option<State>, Status> {
+        if let PodKind::ReservePod { reservation } = &pod.kind {
+            return Self::prepare_reservation(cx, pod, reservation);
+        }
         let claims = pod_claims(&pod.pod).map_err(Status::unresolvable)?;
         if claims.is_empty() {
             return Ok(None);
@@ -137,16 +152,109 @@ impl DynamicResources {
         Ok(Some(state))
     }
 
+    /// A reserve pod's plans: one per entry of the template's `spec.resourceClaims`, from
+    /// the ResourceClaimTemplate it names (or the named claim's spec, read only).
+    fn prepare_reservation(
+        cx: &Cluster,
+        pod: &PodInfo,
+        reservation: &Arc<str>,
+    ) -> Result<Option<State>, Status> {
+        let ns = pod.pod.metadata.namespace.as_deref().unwrap_or("default");
+        let entries = pod
+            .pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.resource_claims.as_ref());
+        let Some(entries) = entries.filter(|e| !e.is_empty()) else {
+            return Ok(None);
+        };
+        let mut state = State::default();
+        let mut names = Vec::with_capacity(entries.len());
+        for pc in entries {
+            let spec = if let Some(t) = &pc.resource_claim_template_name {
+                let key = ObjectKey::new(Kind::ResourceClaimTemplate, ns, t);
+                let Some(tpl) = cx.dra.templates.get(&key) else {
+                    return Err(Status::unresolvable(format!(
+                        "resourceclaimtemplate.resource.k8s.io \"{t}\" not found"
+                    )));
+                };
+                &tpl.spec.spec
+            } else if let Some(n) = &pc.resource_claim_name {
+                let key = ObjectKey::new(Kind::ResourceClaim, ns, n);
+                let Some(claim) = cx.dra.claims.get(&key) else {
+                    return Err(Status::unresolvable(format!(
+                        "resourceclaim.resource.k8s.io \"{n}\" not found"
+                    )));
+                };
+                &claim.spec
+            } else {
+                return Err(Status::unresolvable(format!(
+                    "reservation {reservation:?}, spec.resourceClaim {:?}: none of the supported fields are set",
+                    pc.name
+                )));
+            };
+            let key = ObjectKey::new(
+                Kind::ResourceClaim,
+                ns,
+                &format!("{reservation}-{}", pc.name),
+            );
+            let plan = allocator::plan_spec(&key, spec, &cx.dra).map_err(Status::unresolvable)?;
+            state.plans.push(plan);
+            names.push(pc.name.clone());
+        }
+        state.reservation = Some((reservation.clone(), names));
+        Ok(Some(state))
+    }
+
+    /// The reservation whose devices the pod may take on `node`: the one the Reservation
+    /// plugin nominates there (`reserving`: the one its Reserve takes).
+    fn access<'a>(
+        cx: &'a Cluster,
+        cycle: &CycleState,
+        pod: &PodInfo,
+        node: &NodeInfo,
+        reserving: bool,
+    ) -> Access<'a> {
+        if !cx.dra.holds_any() {
+            return Access::default();
+        }
+        let Some(rs) = cycle.reservation.as_deref() else {
+            return Access::default();
+        };
+        let idx = if reserving {
+            rs.chosen(cx, pod, node.idx)
+        } else {
+            rs.nominee(cx, pod, node)
+        };
+        let Some(r) = idx.and_then(|i| cx.reservations.get(i)) else {
+            return Access::default();
+        };
+        Access {
+            mine: Some(&r.name),
+            restricted: r.policy == ReservationAllocatePolicy::Restricted,
+        }
+    }
+
     fn allocate(
         cx: &Cluster,
         state: &State,
         node: &NodeInfo,
+        access: &Access<'_>,
     ) -> Result<Vec<berth_api::dra::AllocationResult>, Status> {
         let cands = allocator::candidates(&cx.dra, &node.name, &node.labels);
-        allocator::allocate(&state.plans, &node.name, &cands, cx.dra.taken()).map_err(|f| match f {
-            Failure::NoFit => Status::unresolvable(CANNOT_ALLOCATE),
-            Failure::TimedOut => Status::unresolvable("timed out trying to allocate devices"),
-            Failure::Error(e) => Status::error(e),
+        let active = |name: &str, uid: &str| {
+            cx.reservations
+                .idx(name)
+                .and_then(|i| cx.reservations.get(i))
+                .is_some_and(|r| r.is_active() && &*r.uid == uid)
+        };
+        let held = reserved::classify(&cx.dra, cands.iter().map(|c| c.id.clone()), access, &active);
+        allocator::allocate(&state.plans, &node.name, &cands, cx.dra.taken(), &held).map_err(|f| {
+            match f {
+                Failure::NoFit => Status::unresolvable(CANNOT_ALLOCATE),
+                Failure::TimedOut => Status::unresolvable("timed out trying to allocate devices"),
+                Failure::Error(e) => Status::error(e),
+            }
         })
     }
 }
@@ -157,7 +265,7 @@ impl Plugin for DynamicResources {
     }
 
     fn points(&self) -> Points {
-        Points::PRE_FILTER | Points::FILTER | Points::RESERVE
+        Points::PRE_FILTER | Points::FILTER | Points::RESERVE | Points::PRE_BIND
     }
 
     fn pre_filter(&self, cx: &Cluster, state: &mut CycleState, pod: &PodInfo) -> Status {
@@ -172,7 +280,7 @@ impl Plugin for DynamicResources {
         }
     }
 
-    fn filter(&self, cx: &Cluster, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Status {
+    fn filter(&self, cx: &Cluster, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
         let Some(s) = state.dynamic_resources.as_deref() else {
             return Status::success();
         };
@@ -185,7 +293,8 @@ impl Plugin for DynamicResources {
         if s.plans.is_empty() {
             return Status::success();
         }
-        match Self::allocate(cx, s, node) {
+        let access = Self::access(cx, state, pod, node, false);
+        match Self::allocate(cx, s, node, &access) {
             Ok(_) => Status::success(),
             Err(st) => st,
         }
@@ -198,7 +307,7 @@ impl Plugin for DynamicResources {
         pod: &PodInfo,
         node: NodeIdx,
     ) -> Status {
-        let Some(s) = state.dynamic_resources.as_deref_mut() else {
+        let Some(s) = state.dynamic_resources.as_deref() else {
             return Status::success();
         };
         if s.plans.is_empty() {
@@ -207,10 +316,19 @@ impl Plugin for DynamicResources {
         let Some(info) = cx.node(node) else {
             return Status::error("claim allocation not found for node");
         };
-        let results = match Self::allocate(cx, s, info) {
+        let access = Self::access(cx, state, pod, info, true);
+        let results = match Self::allocate(cx, s, info, &access) {
             Ok(r) => r,
             Err(_) => return Status::error("claim allocation not found for node"),
         };
+        let Some(s) = state.dynamic_resources.as_deref_mut() else {
+            return Status::success();
+        };
+        if let Some((name, claims)) = &s.reservation {
+            hold(cx, name, &pod.uid, claims, &s.plans, results);
+            s.held = true;
+            return Status::success();
+        }
         let uid: Arc<str> = pod.uid.clone();
         for (plan, allocation) in s.plans.iter().zip(results) {
             cx.dra.assume(plan.key.clone(), uid.clone(), allocation);
@@ -223,8 +341,96 @@ impl Plugin for DynamicResources {
         let Some(s) = state.dynamic_resources.as_deref_mut() else {
             return;
         };
+        if let Some((name, _)) = &s.reservation {
+            if std::mem::take(&mut s.held) {
+                release(cx, name);
+            }
+        }
         for key in s.assumed.drain(..) {
             cx.dra.forget(&key, &pod.uid);
         }
+    }
+
+    fn pre_bind(
+        &self,
+        cx: &Cluster,
+        state: &CycleState,
+        _pod: &PodInfo,
+        _node: &NodeInfo,
+        annotations: &mut BTreeMap<String, String>,
+    ) -> Status {
+        let Some(s) = state.dynamic_resources.as_deref() else {
+            return Status::success();
+        };
+        let Some((name, _)) = s.reservation.as_ref().filter(|_| s.held) else {
+            return Status::success();
+        };
+        if let Some(h) = cx.dra.holds().get(name) {
+            let value = DeviceAllocated {
+                claims: h.claims.clone(),
+            };
+            annotations.insert(reserved::ANNOTATION_DEVICE_ALLOCATED.into(), value.encode());
+        }
+        Status::success()
+    }
+}
+
+/// Reserve of a reserve pod: the reservation holds `results` (one per template claim), and
+/// its `status.allocatable` counts them per DeviceClass.
+fn hold(
+    cx: &mut Cluster,
+    name: &Arc<str>,
+    uid: &Arc<str>,
+    claims: &[String],
+    plans: &[ClaimPlan],
+    results: Vec<berth_api::dra::AllocationResult>,
+) {
+    let mut counts: BTreeMap<String, i64> = BTreeMap::new();
+    let mut held = Vec::with_capacity(claims.len());
+    for ((plan, allocation), name) in plans.iter().zip(results).zip(claims) {
+        let mut classes = BTreeMap::new();
+        for r in allocation.devices.results.iter() {
+            let class = plan
+                .requests
+                .iter()
+                .flat_map(|q| &q.alternatives)
+                .find(|a| a.name == r.request)
+                .map(|a| a.class.clone());
+            if let Some(class) = class {
+                if r.admin_access != Some(true) {
+                    *counts.entry(class.clone()).or_insert(0) += 1;
+                }
+                classes.insert(r.request.clone(), class);
+            }
+        }
+        held.push(HeldClaim {
+            name: name.clone(),
+            allocation,
+            classes,
+        });
+    }
+    cx.dra.hold(name.clone(), uid.clone(), held);
+    if let Some(r) = cx
+        .reservations
+        .idx(name)
+        .and_then(|i| cx.reservations.get_mut(i))
+    {
+        r.allocatable_list
+            .retain(|k, _| !k.starts_with(reserved::DEVICE_CLASS_RESOURCE_PREFIX));
+        r.allocatable_list
+            .extend(reserved::allocatable_entries(&counts));
+    }
+}
+
+/// Unreserve of a reserve pod: the reservation holds nothing.
+fn release(cx: &mut Cluster, name: &str) {
+    cx.dra.release(name);
+    if let Some(r) = cx
+        .reservations
+        .idx(name)
+        .and_then(|i| cx.reservations.get_mut(i))
+    {
+        r.allocatable_list
+            .retain(|k, _| !k.starts_with(reserved::DEVICE_CLASS_RESOURCE_PREFIX));
     }
 }

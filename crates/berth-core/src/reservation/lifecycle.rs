@@ -1020,7 +1020,8 @@ impl ReservationStore {
         let mut owners = Vec::new();
         if let Some(r) = self.get_mut(idx) {
             r.final_status = None;
-            let s = status::compute(r, names);
+            let mut s = status::compute(r, names);
+            crate::dra::reserved::count_allocated(&nodes.dra, &r.name, &mut s.allocated);
             r.final_status = Some(s);
             owners.extend(std::mem::take(&mut r.owner_pods).into_keys());
             r.requested = Resources::ZERO;
@@ -1396,7 +1397,8 @@ impl ReservationStore {
                 // Lives in the scheduler only: there is no object to write.
                 continue;
             }
-            let s = status::compute(r, &nodes.names);
+            let mut s = status::compute(r, &nodes.names);
+            crate::dra::reserved::count_allocated(&nodes.dra, &r.name, &mut s.allocated);
             if r.last_status.as_ref() == Some(&s) {
                 continue;
             }

@@ -184,7 +184,8 @@ pub fn parse_allocatable(
 ) -> Result<Resources, String> {
     let mut out = Resources::ZERO;
     for (n, q) in list {
-        if n == "pods" {
+        // Device counts ([`crate::dra::reserved`]) are held as devices, not amounts.
+        if n == "pods" || n.starts_with(crate::dra::reserved::DEVICE_CLASS_RESOURCE_PREFIX) {
             continue;
         }
         let v = berth_api::validate::amount(&format!("status.allocatable[{n}]"), n, &q.0)

@@ -28,6 +28,7 @@ pub(super) fn keys(dra: &DraState, kind: Kind) -> Vec<ObjectKey> {
             .map(|n| ObjectKey::cluster(kind, n))
             .collect(),
         Kind::ResourceClaim => dra.claims.keys().cloned().collect(),
+        Kind::ResourceClaimTemplate => dra.templates.keys().cloned().collect(),
         _ => Vec::new(),
     }
 }
@@ -49,7 +50,12 @@ impl Scheduler {
                 let key = Object::ResourceClaim(c.clone()).key();
                 dra.claim_changed(key, c);
             }
-            // Only kube-controller-manager's claim controller reads templates.
+            // Reservations' template claims are allocated from templates (pods' claims are
+            // made from them by kube-controller-manager's claim controller).
+            Object::ResourceClaimTemplate(t) => {
+                let key = Object::ResourceClaimTemplate(t.clone()).key();
+                dra.templates.insert(key, t);
+            }
             _ => return,
         }
         self.requeue(now, ClusterEvent::dra());
@@ -66,9 +72,33 @@ impl Scheduler {
                 dra.classes.remove(&*key.name);
             }
             Kind::ResourceClaim => dra.claim_deleted(key),
+            Kind::ResourceClaimTemplate => {
+                dra.templates.remove(key);
+            }
             _ => return,
         }
         self.requeue(now, ClusterEvent::dra());
+    }
+
+    /// A Reservation was seen: the devices its `reservation.berth.dev/device-allocated`
+    /// annotation lists are held ([`crate::dra::reserved`]); a malformed one holds nothing
+    /// and is said in a Warning event.
+    pub(super) fn reservation_devices_seen(&mut self, r: &berth_api::reservation::Reservation) {
+        let name = r.metadata.name.as_deref().unwrap_or("");
+        let uid = r.metadata.uid.as_deref().unwrap_or("");
+        let seen = self
+            .cluster
+            .dra
+            .reservation_seen(name, uid, r.metadata.annotations.as_ref());
+        if let Err(why) = seen {
+            self.record(
+                ObjectKey::cluster(Kind::Reservation, name),
+                uid,
+                "Warning",
+                "InvalidAnnotation",
+                format!("{why}; the devices it names are not held"),
+            );
+        }
     }
 
     /// DynamicResources' PreBind for `bind`: every claim of the pod gets the pod in its

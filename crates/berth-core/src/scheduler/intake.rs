@@ -136,6 +136,7 @@ impl Scheduler {
                     let uid = uid.to_string();
                     self.invalid_resource_status(key, &uid, &why);
                 }
+                self.reservation_devices_seen(&r);
                 if !self.drp_on_reservation(now, &r) {
                     self.cluster
                         .reservations
@@ -404,6 +405,7 @@ impl Scheduler {
                 self.cluster
                     .reservations
                     .delete(&mut self.cluster.cache, &key.name);
+                self.cluster.dra.release(&key.name);
             }
             Kind::NodeResourceTopology => {
                 self.cluster.numa.delete_nrt(&key.name);
@@ -468,10 +470,10 @@ impl Scheduler {
             Kind::StorageClass => cx.storage_classes.keys().map(|n| cluster(n)).collect(),
             Kind::CsiDriver => cx.csi_drivers.keys().map(|n| cluster(n)).collect(),
             Kind::CsiStorageCapacity => cx.csi_capacities.keys().cloned().collect(),
-            Kind::ResourceSlice | Kind::DeviceClass | Kind::ResourceClaim => {
-                super::dra::keys(&cx.dra, kind)
-            }
-            Kind::ResourceClaimTemplate => Vec::new(),
+            Kind::ResourceSlice
+            | Kind::DeviceClass
+            | Kind::ResourceClaim
+            | Kind::ResourceClaimTemplate => super::dra::keys(&cx.dra, kind),
             Kind::Deployment | Kind::ReplicaSet | Kind::StatefulSet | Kind::PodMigrationJob => {
                 Vec::new()
             }

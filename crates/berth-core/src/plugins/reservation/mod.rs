@@ -144,6 +144,24 @@ impl State {
         nominate(cx, self, pod, ns, node, false).map(|(i, _)| i)
     }
 
+    /// The reservation Reserve allocates the pod from on `node` (PreScore's nomination, else
+    /// the best one with the pod assumed there): DynamicResources' Reserve, which runs
+    /// first, takes that reservation's devices.
+    pub fn chosen(&self, cx: &Cluster, pod: &PodInfo, node: NodeIdx) -> Option<RIdx> {
+        if self.ignored || self.reserve_pod {
+            return None;
+        }
+        let ns = self.nodes.get(&node)?;
+        let idx = match ns.nominated {
+            Some(i) => Some(i),
+            None => cx
+                .node(node)
+                .and_then(|info| nominate(cx, self, pod, ns, info, true))
+                .map(|(i, _)| i),
+        };
+        idx.filter(|i| cx.reservations.get(*i).is_some_and(|r| r.matchable()))
+    }
+
     /// Whether the pod gets nothing back on any node: no pod slot, no resources
     /// ([`State::restored_pods`] and [`State::restored`] are 0 and `None` everywhere).
     #[inline]
@@ -856,19 +874,7 @@ impl Plugin for Reservation {
         if st.ignored {
             return Status::success();
         }
-        let nominated = match st.nodes.get(&node) {
-            None => None,
-            Some(ns) => match ns.nominated {
-                Some(i) => Some(i),
-                None => cx
-                    .node(node)
-                    .and_then(|info| nominate(cx, st, pod, ns, info, true))
-                    .map(|(i, _)| i),
-            },
-        };
-        let Some(idx) =
-            nominated.filter(|i| cx.reservations.get(*i).is_some_and(|r| r.matchable()))
-        else {
+        let Some(idx) = st.chosen(cx, pod, node) else {
             if st.has_affinity {
                 return Status::unschedulable(crate::reservation::ERR_REASON_AFFINITY);
             }
