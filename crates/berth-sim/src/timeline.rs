@@ -212,7 +212,7 @@ impl Timeline {
     pub fn observe(&mut self, sim: &Simulation) {
         let now = sim.now();
         let store = sim.store();
-        let cx = &sim.core().cluster;
+        let cx = sim.core();
         let mut sample = Sample {
             t: now,
             ..Sample::default()
@@ -291,7 +291,7 @@ impl Timeline {
         self.pods = seen;
         // Reservations.
         let mut res_seen = BTreeMap::new();
-        for r in cx.reservations.iter() {
+        for r in cx.reservations() {
             let phase = r.phase.as_str().to_string();
             match &r.phase {
                 ReservationPhase::Pending => sample.reservations.pending += 1,
@@ -372,7 +372,7 @@ impl Timeline {
             ));
         }
         // NUMA.
-        let cache = cx.numa.cache();
+        let cache = cx.numa().cache();
         let mut numa_nodes: Vec<&str> = cache.nrt_nodes().collect();
         numa_nodes.sort_unstable();
         for name in numa_nodes {
@@ -380,7 +380,7 @@ impl Timeline {
                 continue;
             };
             let ix = intern(&mut self.numa_nodes, &mut self.numa_ix, name);
-            let believed = match cx.numa.view(name) {
+            let believed = match cx.numa().view(name) {
                 NodeNumaView::Ready { zones, .. } => Some(zones),
                 _ => None,
             };
@@ -393,7 +393,7 @@ impl Timeline {
                 });
             }
         }
-        let flushes = cx.numa.metrics().cache.flushes;
+        let flushes = cx.numa().metrics().cache.flushes;
         sample.flushes = flushes;
         if flushes > self.last_flushes {
             self.resyncs.push(Resync {
