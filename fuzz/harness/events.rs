@@ -307,7 +307,7 @@ pub fn check(sim: &Sim, op: usize) {
         s.binds_in_flight().next().is_none(),
         "op {op}: binds left in flight after settling"
     );
-    for n in s.cluster.nodes() {
+    for n in s.nodes() {
         let mut cpu = 0;
         let mut mem = 0;
         for p in &n.pods {
@@ -351,7 +351,6 @@ pub fn check(sim: &Sim, op: usize) {
         // own bound); a reservation's stand-in holds one until an owner lands on it (the
         // owner takes that slot); reservation-ignored pods may use the slots reservations
         // hold, as they may use their resources.
-        let reservations = &s.cluster.reservations;
         let real = n.pods.iter().filter(|p| !p.is_reserve_pod()).count() as i64;
         assert!(
             real <= n.allowed_pods,
@@ -376,9 +375,7 @@ pub fn check(sim: &Sim, op: usize) {
             .filter(|r| r.is_reserve_pod())
             .filter(|r| {
                 !n.pods.iter().any(|p| {
-                    reservations
-                        .owner_of(&p.key)
-                        .and_then(|i| reservations.get(i))
+                    s.reservation_of(&p.key)
                         .is_some_and(|res| *res.name == *r.key.name)
                 })
             })
@@ -402,7 +399,7 @@ pub fn check(sim: &Sim, op: usize) {
             }
         }
     }
-    for r in s.cluster.reservations.iter() {
+    for r in s.reservations() {
         assert!(
             r.taken().le(&r.allocatable),
             "op {op}: reservation {} gives more than it holds",
@@ -412,13 +409,13 @@ pub fn check(sim: &Sim, op: usize) {
     for ((ns, name), p) in sim.pods() {
         let Some(node) = bound_node(&p) else { continue };
         let key = ObjectKey::pod(&ns, &name);
-        let entry = s.cluster.pod(&key);
+        let entry = s.pod(&key);
         assert_eq!(
             entry.map(|e| e.state),
             Some(PodState::Bound),
             "op {op}: pod {name} bound to {node} in the API"
         );
-        if let Some(n) = s.cluster.node_by_name(node) {
+        if let Some(n) = s.node(node) {
             let on = n.pods.iter().any(|q| *q.key.name == *name);
             assert_eq!(on, !finished(&p), "op {op}: pod {name} presence on {node}");
         }

@@ -60,13 +60,14 @@ fn sanity() {
     incoming(&mut s);
     assert!(s.schedule_next(0));
     assert_eq!(
-        s.counters.preemption_victims, 2,
+        s.stats().preemption_victims,
+        2,
         "one node's two pods evicted"
     );
     let mut s = cluster(50, true);
     incoming(&mut s);
     assert!(s.schedule_next(0));
-    assert_eq!(s.counters.scheduled, 1);
+    assert_eq!(s.stats().scheduled, 1);
 }
 
 fn bench(c: &mut Criterion) {

@@ -56,6 +56,7 @@ mod feedback;
 mod filter_nodes;
 mod intake;
 mod preemption;
+mod queries;
 #[cfg(test)]
 mod unreserve_tests;
 mod volumes;
@@ -120,8 +121,9 @@ pub struct Counters {
 /// The scheduler.
 #[derive(Debug)]
 pub struct Scheduler {
-    /// Everything the scheduler knows.
-    pub cluster: Cluster,
+    /// Everything the scheduler knows (drivers read it through the queries of
+    /// [`Scheduler::node`], [`Scheduler::pod`], [`Scheduler::reservations`]...).
+    pub(crate) cluster: Cluster,
     profiles: Vec<Profile>,
     queue: SchedulingQueue,
     effects: VecDeque<Effect>,
@@ -129,8 +131,8 @@ pub struct Scheduler {
     next_start: usize,
     /// Last PodScheduled message sent per pod, so retries do not repeat it.
     last_message: HashMap<ObjectKey, String>,
-    /// Counters.
-    pub counters: Counters,
+    /// Counters (drivers take a snapshot with [`Scheduler::stats`]).
+    pub(crate) counters: Counters,
     // Reusable per-cycle buffers.
     feasible: Vec<NodeIdx>,
     scores: Vec<i64>,

@@ -47,7 +47,7 @@ fn binds(effects: &[Effect]) -> Vec<(String, String, String)> {
 
 /// The pod as the watch shows it once bound to `node`.
 fn bound_version(s: &Scheduler, name: &str, node: &str) -> Object {
-    let info = s.cluster.pod(&key(name)).expect("pod known").info.clone();
+    let info = s.pod(&key(name)).expect("pod known").info.clone();
     let mut p = (*info.pod).clone();
     p.spec.get_or_insert_with(Default::default).node_name = Some(node.to_string());
     Object::Pod(Arc::new(p))
@@ -64,13 +64,11 @@ fn failed(name: &str, node: &str, class: BindFailure) -> Event {
 }
 
 fn state(s: &Scheduler, name: &str) -> Option<PodState> {
-    s.cluster.pod(&key(name)).map(|e| e.state)
+    s.pod(&key(name)).map(|e| e.state)
 }
 
 fn cpu_requested(s: &Scheduler, node: &str) -> i64 {
-    s.cluster
-        .node_by_name(node)
-        .map_or(-1, |n| n.requested[ResourceId::CPU])
+    s.node(node).map_or(-1, |n| n.requested[ResourceId::CPU])
 }
 
 #[test]
@@ -177,15 +175,15 @@ fn a_failed_bind_releases_the_numa_hold_and_a_deleted_pod_leaves_none() {
     apply(&mut s, T0, Object::Pod(guaranteed("g")));
     s.run_until_idle(T0);
     assert_eq!(binds(&drain(&mut s)).len(), 1);
-    assert_eq!(s.cluster.numa.cache().assumed_count("n1"), 1);
+    assert_eq!(s.numa().cache().assumed_count("n1"), 1);
     s.handle(T0, failed("g", "n1", BindFailure::Transient));
     assert_eq!(
-        s.cluster.numa.cache().assumed_count("n1"),
+        s.numa().cache().assumed_count("n1"),
         0,
         "Unreserve gave the hold back"
     );
     s.handle(T0, Event::Deleted(key("g")));
-    assert_eq!(s.cluster.numa.cache().assumed_count("n1"), 0);
+    assert_eq!(s.numa().cache().assumed_count("n1"), 0);
 }
 
 #[test]
@@ -216,7 +214,7 @@ fn a_bind_is_confirmed_by_the_watch_before_or_after_its_answer() {
     apply(&mut s, T0, b);
     assert_eq!(state(&s, "b"), Some(PodState::Bound));
     // c: still in flight, and a status update meanwhile keeps it assumed.
-    let c = s.cluster.pod(&key("c")).map(|e| e.info.pod.clone());
+    let c = s.pod(&key("c")).map(|e| e.info.pod.clone());
     let mut c = (*c.expect("c known")).clone();
     c.metadata.resource_version = Some("99".into());
     apply(&mut s, T0, Object::Pod(Arc::new(c)));
@@ -286,7 +284,7 @@ fn a_pod_of_another_scheduler_is_never_scheduled_but_counts_once_bound() {
     s.run_until_idle(T0);
     let effects = drain(&mut s);
     assert!(effects.is_empty(), "left alone, no condition: {effects:?}");
-    assert_eq!(s.counters.attempts, 0);
+    assert_eq!(s.stats().attempts, 0);
     // Its scheduler binds it: it takes the room.
     apply(&mut s, T0, Object::Pod(theirs.node_name("n1").build()));
     assert_eq!(cpu_requested(&s, "n1"), 2000);
@@ -306,15 +304,15 @@ fn the_echo_of_a_condition_patch_leaves_the_pod_in_the_unschedulable_pool() {
         Some("Unschedulable")
     );
     // The driver echoed the condition patch, and the scheduler ran after it: one cycle.
-    assert_eq!(d.scheduler().counters.attempts, 1);
+    assert_eq!(d.scheduler().stats().attempts, 1);
     // A status-only or resourceVersion-only change does not retry it either.
     d.set_phase(&key("big"), "Pending");
     d.modify(&key("big"), |o| {
         o.meta_mut().resource_version = Some("12345".into());
     });
     d.settle();
-    assert_eq!(d.scheduler().counters.attempts, 1);
-    assert_eq!(d.scheduler().counters.replayed, 0);
+    assert_eq!(d.scheduler().stats().attempts, 1);
+    assert_eq!(d.scheduler().stats().replayed, 0);
     // A change the scheduler reads does (and fails the same way).
     d.modify(&key("big"), |o| {
         o.meta_mut()
@@ -324,7 +322,7 @@ fn the_echo_of_a_condition_patch_leaves_the_pod_in_the_unschedulable_pool() {
     });
     d.settle();
     assert_eq!(
-        d.scheduler().counters.attempts + d.scheduler().counters.replayed,
+        d.scheduler().stats().attempts + d.scheduler().stats().replayed,
         2
     );
     assert!(d.violations().is_empty(), "{:?}", d.violations());
@@ -374,9 +372,9 @@ fn nothing_is_scheduled_or_failed_before_every_kind_is_listed() {
     assert!(s.synced());
     s.run_until_idle(T0);
     drain(&mut s);
-    let r = s.cluster.reservations.by_name("r").expect("kept");
+    let r = s.reservation("r").expect("kept");
     assert_eq!(r.phase, ReservationPhase::Available);
-    let n1 = s.cluster.node_by_name("n1").expect("n1");
+    let n1 = s.node("n1").expect("n1");
     assert_eq!(
         n1.reserved[ResourceId::CPU],
         1000,
@@ -420,19 +418,16 @@ fn a_relist_deletes_what_it_no_longer_returns() {
         T0,
         Object::Pod(pod("waiting").req("cpu", "1").build()),
     );
-    assert!(
-        s.cluster.pod(&key("b")).is_some(),
-        "not before the LIST ends"
-    );
+    assert!(s.pod(&key("b")).is_some(), "not before the LIST ends");
     s.handle(T0, Event::Listed(Kind::Pod));
-    assert!(s.cluster.pod(&key("b")).is_none());
+    assert!(s.pod(&key("b")).is_none());
     s.run_until_idle(T0 + 1);
     let placed = binds(&drain(&mut s));
     assert_eq!(placed.first().map(|b| b.0.as_str()), Some("waiting"));
     // Other kinds too: a node the re-list of nodes misses is gone.
     s.handle(T0, Event::ListStarted(Kind::Node));
     s.handle(T0, Event::Listed(Kind::Node));
-    assert_eq!(s.cluster.node_count(), 0);
+    assert_eq!(s.node_count(), 0);
 }
 
 #[test]

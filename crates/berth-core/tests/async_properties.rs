@@ -264,7 +264,7 @@ fn check(w: &World, settled: bool) -> Result<(), TestCaseError> {
     let s = d.scheduler();
     // No pod on two nodes in the cache.
     let mut seen: BTreeSet<String> = BTreeSet::new();
-    for n in s.cluster.nodes() {
+    for n in s.nodes() {
         for p in &n.pods {
             if p.is_reserve_pod() {
                 continue;
@@ -272,7 +272,7 @@ fn check(w: &World, settled: bool) -> Result<(), TestCaseError> {
             prop_assert!(seen.insert(p.key.to_string()), "{} on two nodes", p.key);
         }
     }
-    for r in s.cluster.reservations.iter() {
+    for r in s.reservations() {
         prop_assert!(r.taken().le(&r.allocatable), "{} overallocated", r.name);
     }
     // The API server's view: owners only, allocated the sum of the owners' requests.
@@ -365,7 +365,7 @@ fn check(w: &World, settled: bool) -> Result<(), TestCaseError> {
     }
     // A lost bind answer included: berth-kube reads the pod back before it reports a
     // failure, so the room is never given away while the bind may have landed.
-    for n in s.cluster.nodes() {
+    for n in s.nodes() {
         let mut total = n.requested;
         total.add(&n.reserved);
         prop_assert!(

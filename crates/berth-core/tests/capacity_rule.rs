@@ -504,7 +504,7 @@ fn run_nrt_case(c: &NrtCase) -> Result<(), TestCaseError> {
         );
     }
     prop_assert_eq!(
-        sim.s().cluster.numa.refused_nrt("n").is_some(),
+        sim.s().numa().refused_nrt("n").is_some(),
         refused,
         "explain's reason"
     );

@@ -253,7 +253,7 @@ fn check(w: &World) -> Result<(), TestCaseError> {
     // must have the asked-for count).
     let mut reserved: BTreeMap<String, BTreeSet<u32>> = BTreeMap::new();
     for name in sim.nodes().keys() {
-        let view = sched.cluster.cpusets.node(name);
+        let view = sched.node_cpus(name);
         // A listed CPU the node does not have reserves nothing.
         let r = match w.listed.get(name) {
             Some(l) => l
@@ -324,7 +324,7 @@ fn check(w: &World) -> Result<(), TestCaseError> {
             .and_then(|q| q.0.parse::<usize>().ok())
             .unwrap_or(0);
         prop_assert_eq!(cpus.len(), want, "pod {} cpuset size", name);
-        if let Some(view) = sched.cluster.cpusets.node(&node) {
+        if let Some(view) = sched.node_cpus(&node) {
             for c in &cpus {
                 prop_assert!(
                     view.layout.contains(*c),

@@ -86,7 +86,7 @@ fn requirement(s: &Sim, name: &str) -> Option<NewReservationRequirement> {
 }
 
 fn node_figures(s: &Sim, n: &str) -> (i64, i64, i64) {
-    let info = s.s().cluster.node_by_name(n).expect("node");
+    let info = s.s().node(n).expect("node");
     (
         info.requested[ResourceId::CPU],
         info.reserved[ResourceId::CPU],

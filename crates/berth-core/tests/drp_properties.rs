@@ -271,7 +271,7 @@ fn cpu(text: &str) -> i64 {
 fn check(w: &mut World) -> Result<(), TestCaseError> {
     let s = w.sim.s();
     // No node overcommits, in the scheduler's accounting.
-    for n in s.cluster.nodes() {
+    for n in s.nodes() {
         for id in [ResourceId::CPU, ResourceId::MEMORY] {
             prop_assert!(
                 n.requested[id] + n.reserved[id] <= n.allocatable[id],
@@ -285,7 +285,7 @@ fn check(w: &mut World) -> Result<(), TestCaseError> {
         }
         // What the node holds for reservations is what its reservations hold.
         let mut held = berth_core::resources::Resources::ZERO;
-        for r in s.cluster.reservations.iter() {
+        for r in s.reservations() {
             if r.attached && r.node == Some(n.idx) {
                 held.add(&r.contrib);
             }
@@ -329,7 +329,7 @@ fn check(w: &mut World) -> Result<(), TestCaseError> {
     }
     // No capacity held after a roll-back: every virtual reservation has waiting pods.
     let waiting: BTreeSet<&str> = s.drp_waiting().map(|(_, id)| id).collect();
-    for r in s.cluster.reservations.iter() {
+    for r in s.reservations() {
         if let Some(id) = &r.virtual_id {
             prop_assert!(
                 waiting.contains(&**id),

@@ -135,8 +135,7 @@ impl World {
 
 /// Per-node accounting as a comparable value.
 fn accounting(s: &Scheduler) -> BTreeMap<String, (Vec<i64>, BTreeSet<String>, Vec<String>)> {
-    s.cluster
-        .nodes()
+    s.nodes()
         .map(|n| {
             let pods: BTreeSet<String> = n.pods.iter().map(|p| p.key.to_string()).collect();
             let mut ports: Vec<String> = n
@@ -154,7 +153,7 @@ fn check(w: &World) -> Result<(), TestCaseError> {
     let s = w.d.scheduler();
     prop_assert!(w.d.violations().is_empty(), "{:?}", w.d.violations());
     prop_assert!(s.binds_in_flight().next().is_none(), "binds left in flight");
-    for n in s.cluster.nodes() {
+    for n in s.nodes() {
         // Oracle: recompute from the pods the cache says are on the node.
         let mut cpu = 0;
         let mut mem = 0;
@@ -203,7 +202,7 @@ fn check(w: &World) -> Result<(), TestCaseError> {
     for o in w.d.of_kind(Kind::Pod) {
         let Object::Pod(p) = o else { continue };
         let name = p.metadata.name.as_deref().unwrap_or("");
-        let entry = s.cluster.pod(&ObjectKey::pod("default", name));
+        let entry = s.pod(&ObjectKey::pod("default", name));
         prop_assert!(entry.is_some(), "cache lost pod {}", name);
         if let Some(node) = p.spec.as_ref().and_then(|s| s.node_name.as_ref()) {
             prop_assert_eq!(entry.map(|e| e.state), Some(PodState::Bound));
@@ -212,7 +211,7 @@ fn check(w: &World) -> Result<(), TestCaseError> {
                 .as_ref()
                 .and_then(|s| s.phase.as_deref())
                 .is_some_and(|ph| ph == "Succeeded");
-            if let Some(n) = s.cluster.node_by_name(node) {
+            if let Some(n) = s.node(node) {
                 let on = n.pods.iter().any(|q| &*q.key.name == name);
                 prop_assert_eq!(on, !terminal, "pod {} presence on {}", name, node);
             }
@@ -272,7 +271,6 @@ fn pending_pods_wait_and_do_not_count() {
     });
     let n =
         w.d.scheduler()
-            .cluster
             .nodes()
             .next()
             .map(|n| (n.pods.len(), n.requested[ResourceId::CPU]));

@@ -60,7 +60,7 @@ fn pod(name: &str, cpu: &str) -> Arc<Pod> {
 fn confirm(s: &mut Scheduler) {
     while let Some(e) = s.poll_effect() {
         if let Effect::Bind { pod, node, .. } = e {
-            if let Some(entry) = s.cluster.pod(&pod) {
+            if let Some(entry) = s.pod(&pod) {
                 let mut p = (*entry.info.pod).clone();
                 p.spec.get_or_insert_with(Default::default).node_name = Some(node);
                 s.handle(0, Event::Applied(Object::Pod(Arc::new(p))));

@@ -360,7 +360,7 @@ fn check(w: &World) -> Result<(), TestCaseError> {
         }
     }
     // The scheduler's own view agrees: requested + reserved fit.
-    for n in sim.s().cluster.nodes() {
+    for n in sim.s().nodes() {
         let mut total = n.requested;
         total.add(&n.reserved);
         prop_assert!(
@@ -371,7 +371,7 @@ fn check(w: &World) -> Result<(), TestCaseError> {
             n.allocatable
         );
     }
-    for r in sim.s().cluster.reservations.iter() {
+    for r in sim.s().reservations() {
         prop_assert!(r.taken().le(&r.allocatable));
     }
     let rebuilt = sim.rebuilt();

@@ -28,6 +28,6 @@ fn a_reservation_is_not_placed_on_a_node_with_no_pod_slot_left() {
     );
     sim.settle();
     assert_ne!(sim.phase("r1"), "Available", "placed on a full node");
-    let on_n1 = sim.s().cluster.node_by_name("n1").map(|n| n.pods.len());
+    let on_n1 = sim.s().node("n1").map(|n| n.pods.len());
     assert_eq!(on_n1, Some(1), "the node holds p1 alone");
 }

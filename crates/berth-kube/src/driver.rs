@@ -11,7 +11,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use berth_core::cache::PodState;
 use berth_core::collections::HashMap;
 use berth_core::object::{Kind, Object, ObjectKey};
 use berth_core::scheduler::Counters;
@@ -677,7 +676,7 @@ impl Driver {
     }
 
     fn attempt_metrics(&mut self, elapsed: Duration, cycles: usize) {
-        let c = self.scheduler.counters.clone();
+        let c = self.scheduler.stats();
         if cycles == 0 && c == self.last {
             return;
         }
@@ -727,13 +726,7 @@ impl Driver {
             ("Failed", 0),
         ];
         // Virtual reservations (DRP) are no objects of the API: not counted.
-        for r in self
-            .scheduler
-            .cluster
-            .reservations
-            .iter()
-            .filter(|r| !r.is_virtual())
-        {
+        for r in self.scheduler.reservations().filter(|r| !r.is_virtual()) {
             let name = r.phase.as_str();
             if let Some(slot) = phases.iter_mut().find(|(p, _)| *p == name) {
                 slot.1 += 1;
@@ -798,11 +791,7 @@ impl Driver {
     }
 
     fn assumed(&self) -> usize {
-        self.scheduler
-            .cluster
-            .pods()
-            .filter(|p| p.state == PodState::Assumed)
-            .count()
+        self.scheduler.assumed_pods()
     }
 
     /// After a stop: no new cycles, but everything owed is written before the lease is

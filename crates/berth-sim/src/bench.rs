@@ -183,9 +183,9 @@ pub fn prepare(case: &Case) -> Scheduler {
 /// Schedules `case`'s measured pods on the scheduler [`prepare`] built, timing each cycle.
 pub fn run_prepared(case: &Case, s: &mut Scheduler) -> Report {
     let mut cycles = Vec::with_capacity(case.pods);
-    let filtered0 = s.counters.nodes_filtered;
-    let scheduled0 = s.counters.scheduled;
-    let unschedulable0 = s.counters.unschedulable;
+    let filtered0 = s.stats().nodes_filtered;
+    let scheduled0 = s.stats().scheduled;
+    let unschedulable0 = s.stats().unschedulable;
     let wall = Instant::now();
     let mut allocated = 0;
     let mut now: Time = 0;
@@ -198,7 +198,7 @@ pub fn run_prepared(case: &Case, s: &mut Scheduler) -> Report {
         }
         // Nothing active: measured pods still pending wait for their back-off (a
         // preemptor whose victims are gone); anything else is done.
-        if s.counters.scheduled - scheduled0 >= case.pods as u64 {
+        if s.stats().scheduled - scheduled0 >= case.pods as u64 {
             break;
         }
         match s.poll_timeout() {
@@ -220,14 +220,14 @@ pub fn run_prepared(case: &Case, s: &mut Scheduler) -> Report {
     };
     Report {
         case: case.clone(),
-        scheduled: s.counters.scheduled - scheduled0,
-        unschedulable: s.counters.unschedulable - unschedulable0,
+        scheduled: s.stats().scheduled - scheduled0,
+        unschedulable: s.stats().unschedulable - unschedulable0,
         cycles: cycles.len() as u64,
         cycle_time,
         wall,
         p50: pct(0.50),
         p99: pct(0.99),
-        nodes_filtered: s.counters.nodes_filtered - filtered0,
+        nodes_filtered: s.stats().nodes_filtered - filtered0,
         allocated_from_reservations: allocated,
     }
 }
@@ -248,7 +248,7 @@ fn confirm_effects(s: &mut Scheduler, now: Time) -> u64 {
                 annotations,
                 ..
             } => {
-                let Some(entry) = s.cluster.pod(&pod) else {
+                let Some(entry) = s.pod(&pod) else {
                     continue;
                 };
                 let mut p = (*entry.info.pod).clone();

@@ -235,11 +235,11 @@ impl Driver {
                 self.core.handle_timeout(now);
                 acted = true;
             }
-            let before = self.core.counters.attempts;
+            let before = self.core.stats().attempts;
             let t = Instant::now();
             self.core.run_until_idle(now);
             self.cycle_time += t.elapsed();
-            let ran = self.core.counters.attempts - before;
+            let ran = self.core.stats().attempts - before;
             self.cycles += ran;
             acted |= ran > 0;
             while let Some(e) = self.core.poll_effect() {
@@ -407,7 +407,7 @@ pub fn run_mode(p: &Params, cache: bool) -> Outcome {
         topology_errors: d.errors,
         pending: d.pods.len() as u64,
         cycles: d.cycles,
-        replayed: d.core.counters.replayed,
+        replayed: d.core.stats().replayed,
         requeues: d.core.queue_stats(),
         cycle_time: d.cycle_time,
         wall: wall.elapsed(),

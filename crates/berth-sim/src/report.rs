@@ -56,7 +56,7 @@ pub fn data(sim: &Simulation) -> Result<Value, ReportError> {
             unschedulable.push(json!({"pod": obj.key().to_string(), "message": m}));
         }
     }
-    for r in sim.core().cluster.reservations.iter() {
+    for r in sim.core().reservations() {
         if r.phase.as_str() != "Pending" {
             continue;
         }

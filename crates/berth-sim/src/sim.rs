@@ -202,7 +202,7 @@ impl Simulation {
 
     fn report_progress(&mut self, steps_done: u64) {
         if let Some(p) = self.progress.as_mut() {
-            let pods = self.core.counters.scheduled;
+            let pods = self.core.stats().scheduled;
             p.set(steps_done, format!("{}, {pods} placed", rfc3339(self.now)));
         }
     }

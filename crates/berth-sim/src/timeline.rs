@@ -211,7 +211,7 @@ impl Timeline {
 
     /// Records the cluster now and logs what changed since the last observation.
     pub fn observe(&mut self, now: Time, store: &Store, core: &Scheduler) {
-        let cx = &core.cluster;
+        let cx = core;
         let mut sample = Sample {
             t: now,
             ..Sample::default()
@@ -290,7 +290,7 @@ impl Timeline {
         self.pods = seen;
         // Reservations.
         let mut res_seen = BTreeMap::new();
-        for r in cx.reservations.iter() {
+        for r in cx.reservations() {
             let phase = r.phase.as_str().to_string();
             match &r.phase {
                 ReservationPhase::Pending => sample.reservations.pending += 1,
@@ -371,7 +371,7 @@ impl Timeline {
             ));
         }
         // NUMA.
-        let cache = cx.numa.cache();
+        let cache = cx.numa().cache();
         let mut numa_nodes: Vec<&str> = cache.nrt_nodes().collect();
         numa_nodes.sort_unstable();
         for name in numa_nodes {
@@ -379,7 +379,7 @@ impl Timeline {
                 continue;
             };
             let ix = intern(&mut self.numa_nodes, &mut self.numa_ix, name);
-            let believed = match cx.numa.view(name) {
+            let believed = match cx.numa().view(name) {
                 NodeNumaView::Ready { zones, .. } => Some(zones),
                 _ => None,
             };
@@ -392,7 +392,7 @@ impl Timeline {
                 });
             }
         }
-        let flushes = cx.numa.metrics().cache.flushes;
+        let flushes = cx.numa().metrics().cache.flushes;
         sample.flushes = flushes;
         if flushes > self.last_flushes {
             self.resyncs.push(Resync {

@@ -86,7 +86,7 @@ fn each_nrt_defect_is_refused_whole_with_its_path_and_rule() {
         assert!(message.starts_with(path), "{message}");
         assert!(message.contains(rule), "{message}");
         assert_eq!(
-            sim.core().cluster.numa.refused_nrt(node),
+            sim.core().numa().refused_nrt(node),
             Some(message.as_str()),
             "explain's reason for {node}"
         );

@@ -41,7 +41,7 @@ pub struct Cluster {
     /// (NodeNUMAResource).
     pub cpusets: crate::cpuset::CpusetCluster,
     /// Per-topology-pair counts remembered across cycles (InterPodAffinity).
-    affinity_counts: crate::plugins::interpodaffinity::AffinityCounts,
+    affinity_counts: crate::plugins::interpodaffinity::counting::AffinityCounts,
 }
 
 impl Deref for Cluster {
@@ -76,7 +76,9 @@ impl Cluster {
     }
 
     /// InterPodAffinity's remembered answers (see [`affinity_counts`]).
-    pub(crate) fn affinity_counts(&self) -> &crate::plugins::interpodaffinity::AffinityCounts {
+    pub(crate) fn affinity_counts(
+        &self,
+    ) -> &crate::plugins::interpodaffinity::counting::AffinityCounts {
         &self.affinity_counts
     }
 }

@@ -25,7 +25,7 @@ use berth_api::validate::{Refusal, Rule};
 
 use super::accumulator::take_cpus;
 use super::topology::{CpuLayout, CpuSet};
-use crate::cache::NodeCache;
+use crate::cache::node_cache::NodeCache;
 use crate::collections::HashMap;
 use crate::model::node::{NodeIdx, NodeInfo};
 use crate::model::pod::PodInfo;

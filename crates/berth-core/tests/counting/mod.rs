@@ -51,16 +51,16 @@ pub fn over_cycles(
     mut after: impl FnMut(&mut berth_core::Scheduler),
 ) -> (u64, u64) {
     let mut total = 0;
-    let filtered = s.counters.nodes_filtered;
-    let attempts = s.counters.attempts;
+    let filtered = s.stats().nodes_filtered;
+    let attempts = s.stats().attempts;
     for _ in 0..cycles {
         total += during(|| assert!(s.schedule_next(0)));
         after(s);
     }
     assert_eq!(
-        s.counters.attempts - attempts,
+        s.stats().attempts - attempts,
         cycles as u64,
         "one cycle each"
     );
-    (total, s.counters.nodes_filtered - filtered)
+    (total, s.stats().nodes_filtered - filtered)
 }

@@ -222,7 +222,7 @@ fn pods(sim: &Simulation) -> impl Iterator<Item = &Pod> + '_ {
 
 /// The RESERVATIONS rows.
 fn reservation_rows(sim: &Simulation) -> Vec<Vec<String>> {
-    let cluster = &sim.core().cluster;
+    let core = sim.core();
     sim.store()
         .of_kind(Kind::Reservation)
         .filter_map(|o| match o {
@@ -246,7 +246,7 @@ fn reservation_rows(sim: &Simulation) -> Vec<Vec<String>> {
                 .collect();
             owners.sort();
             let phase = r.phase();
-            let expires = match cluster.reservations.by_name(&name) {
+            let expires = match core.reservation(&name) {
                 _ if phase == ReservationPhase::Succeeded => "-".to_string(),
                 Some(info) => info.expires_at.map_or_else(|| "never".to_string(), rfc3339),
                 None => "-".to_string(),
@@ -274,12 +274,12 @@ fn reservation_rows(sim: &Simulation) -> Vec<Vec<String>> {
 
 /// The NODES rows: per node what pods use, what reservations hold, what is free.
 fn node_rows(sim: &Simulation) -> Vec<Vec<String>> {
-    let cluster = &sim.core().cluster;
+    let core = sim.core();
     sim.store()
         .of_kind(Kind::Node)
         .filter_map(|o| {
             let name = o.meta().name.clone().unwrap_or_default();
-            let info = cluster.node_by_name(&name)?;
+            let info = core.node(&name)?;
             let mut row = vec![name];
             for (resource, id) in [("cpu", ResourceId::CPU), ("memory", ResourceId::MEMORY)] {
                 let allocatable = info.allocatable[id];

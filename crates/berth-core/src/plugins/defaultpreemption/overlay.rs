@@ -8,7 +8,7 @@
 //!
 //! Exact only for victims whose removal changes nothing outside their node but what the
 //! extensions express: the dry run sends a node with a victim holding a reservation share
-//! to [`super::cluster_copy`] ([`lifecycle::holds_share`](crate::reservation::lifecycle)).
+//! to [`super::cluster_copy`] ([`ReservationStore::holds_share`](crate::reservation::ReservationStore::holds_share)).
 
 use std::sync::Arc;
 

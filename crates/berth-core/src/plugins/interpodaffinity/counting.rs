@@ -14,7 +14,7 @@
 //!   `namespaceSelector` reads only those).
 //!
 //! A remembered answer counts every pod of every node, so it is the recount's answer only
-//! when no reservation stand-in is hidden from the pod ([`applies`]); otherwise callers
+//! when no reservation stand-in is hidden from the pod ([`super::counts_apply`]); otherwise callers
 //! recount. The recounts stay as the oracle the property test compares with.
 
 use std::sync::Arc;
@@ -23,7 +23,6 @@ use berth_api::k8s_openapi::api::core::v1::PodAffinityTerm;
 
 use crate::cache::affinity_counts::{CountCache, Tally};
 use crate::cache::node_cache::{Namespaces, NodeCache};
-use crate::framework::CycleState;
 use crate::model::node::NodeInfo;
 use crate::model::pod::PodInfo;
 use crate::model::selector::Labels;
@@ -36,13 +35,6 @@ use super::topology::TopologyCounts;
 
 /// The cluster's remembered InterPodAffinity answers.
 pub(crate) type AffinityCounts = CountCache<Question, PairTally>;
-
-/// Whether the remembered answers are the recount's for `pod`: no reservation stand-in is
-/// hidden from it (it is neither a reservation nor reservation-ignored, and none of the
-/// reservations it matched hides a stand-in).
-pub(super) fn applies(state: &CycleState) -> bool {
-    state.reservation.as_ref().is_none_or(|r| r.hides_nothing())
-}
 
 /// Which count of the incoming pod's own terms.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

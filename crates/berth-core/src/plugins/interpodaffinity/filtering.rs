@@ -70,7 +70,7 @@ pub(super) fn pre_filter(
         // Nothing to check and no existing pod's anti-affinity anywhere: skip the scan.
         return Ok(None);
     }
-    let mut s = if counting::applies(state) {
+    let mut s = if super::counts_apply(state) {
         remembered(cx, pod)
     } else {
         recount(cx, state, pod)

@@ -9,7 +9,7 @@
 //! AddPod/RemovePod extensions update the counts for preemption's dry run.
 
 mod args;
-mod counting;
+pub(crate) mod counting;
 #[cfg(test)]
 mod counting_tests;
 mod filtering;
@@ -20,7 +20,7 @@ pub(crate) mod test_util;
 mod topology;
 
 pub use args::{InterPodAffinityArgs, DEFAULT_HARD_POD_AFFINITY_WEIGHT};
-pub(crate) use counting::AffinityCounts;
+
 pub use filtering::{
     State, ERR_REASON_AFFINITY_RULES_NOT_MATCH, ERR_REASON_ANTI_AFFINITY_RULES_NOT_MATCH,
     ERR_REASON_EXISTING_ANTI_AFFINITY_RULES_NOT_MATCH,
@@ -39,6 +39,13 @@ use crate::plugins::args::decode;
 #[derive(Debug)]
 pub struct InterPodAffinity {
     args: InterPodAffinityArgs,
+}
+
+/// Whether the remembered answers are the recount's for `pod`: no reservation stand-in is
+/// hidden from it (it is neither a reservation nor reservation-ignored, and none of the
+/// reservations it matched hides a stand-in).
+fn counts_apply(state: &CycleState) -> bool {
+    state.reservation.as_ref().is_none_or(|r| r.hides_nothing())
 }
 
 impl InterPodAffinity {

@@ -105,7 +105,7 @@ pub(super) fn pre_score(
         return Err(Status::skip());
     }
     let hard_weight = args.hard_pod_affinity_weight();
-    let s = if counting::applies(state) {
+    let s = if super::counts_apply(state) {
         remembered(cx, pod, hard_weight)
     } else {
         recount(cx, state, pod, hard_weight)

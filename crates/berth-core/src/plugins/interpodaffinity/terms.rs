@@ -22,7 +22,7 @@
 use berth_api::k8s_openapi::api::core::v1::{PodAffinityTerm, WeightedPodAffinityTerm};
 use berth_api::k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
-use crate::cache::Namespaces;
+use crate::cache::node_cache::Namespaces;
 use crate::model::pod::PodInfo;
 use crate::model::selector::{Labels, Selector, SelectorError};
 
