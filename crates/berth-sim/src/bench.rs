@@ -501,7 +501,7 @@ mod tests {
         assert_eq!(r.unschedulable, 5, "{r:?}");
         let mut devices = std::collections::BTreeSet::new();
         let mut allocated = 0;
-        for c in s.cluster.dra.claims.values() {
+        for c in s.dra().claims.values() {
             for d in c.allocation().iter().flat_map(|a| &a.devices.results) {
                 assert!(
                     devices.insert((d.pool.clone(), d.device.clone())),

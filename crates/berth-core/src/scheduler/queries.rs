@@ -75,4 +75,9 @@ impl Scheduler {
     pub fn node_cpus(&self, node: &str) -> Option<&NodeCpus> {
         self.cluster.cpusets.node(node)
     }
+
+    /// The device state: slices, classes, claims and what is allocated or held.
+    pub fn dra(&self) -> &crate::dra::DraState {
+        &self.cluster.dra
+    }
 }
