@@ -866,7 +866,8 @@ impl Simulation {
             let fired = self.fire_due();
             let controlled = self.run_controllers();
             let migrated = self.run_migrations();
-            if !acted && !fired && !controlled && !migrated {
+            let grouped = crate::gangs::sync_pod_groups(&mut self.store);
+            if !acted && !fired && !controlled && !migrated && !grouped {
                 return;
             }
         }
@@ -1630,6 +1631,8 @@ fn meta_mut(obj: &mut Object) -> &mut ObjectMeta {
         Object::DeviceClass(o) => &mut Arc::make_mut(o).metadata,
         Object::ResourceClaim(o) => &mut Arc::make_mut(o).metadata,
         Object::ResourceClaimTemplate(o) => &mut Arc::make_mut(o).metadata,
+        Object::PodGroup(o) => &mut Arc::make_mut(o).metadata,
+        Object::Workload(o) => &mut Arc::make_mut(o).metadata,
     }
 }
 
@@ -1642,6 +1645,8 @@ pub fn api_version_of(kind: Kind) -> &'static str {
             "storage.k8s.io/v1"
         }
         Kind::PriorityClass => "scheduling.k8s.io/v1",
+        Kind::Workload => berth_api::gang::WORKLOAD_API_VERSION,
+        Kind::PodGroup => berth_api::gang::SIGS_API_VERSION,
         Kind::PodDisruptionBudget => "policy/v1",
         Kind::Deployment | Kind::ReplicaSet | Kind::StatefulSet => "apps/v1",
         Kind::ResourceSlice

@@ -518,6 +518,32 @@ impl SchedulingQueue {
     }
 }
 
+impl SchedulingQueue {
+    /// Sends a queued item (active or backing off) back to the unschedulable pool, as if
+    /// `plugins` had just rejected it: a gang rejected as a whole waits for an event that
+    /// may help it, rather than being retried by the room its own members gave back (which
+    /// would reject it again at once, forever). Items in flight or unknown are left alone.
+    pub fn park(&mut self, key: &ObjectKey, plugins: &[&'static str], now: Time) {
+        let Some(e) = self.entries.get_mut(key) else {
+            return;
+        };
+        if e.place == Where::InFlight {
+            return;
+        }
+        let was_pooled = e.place == Where::Unschedulable;
+        let old_slot = e.slot();
+        e.plugins.clear();
+        e.plugins.extend_from_slice(plugins);
+        e.interest = hints::interest(plugins);
+        e.replay = None;
+        e.since = now;
+        if was_pooled {
+            self.pool.remove(old_slot);
+        }
+        self.enter_pool(key);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
