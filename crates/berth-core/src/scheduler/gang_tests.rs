@@ -267,7 +267,7 @@ fn case() -> impl Strategy<Value = Case> {
         prop_oneof![Just(0u32), 1u32..30],
         any::<bool>(),
         any::<bool>(),
-        0i64..200,
+        0i64..90,
         any::<u64>(),
     )
         .prop_map(
@@ -312,7 +312,7 @@ fn run_case(c: &Case) -> Result<(), TestCaseError> {
     d.advance(c.advance_s * SECOND);
     // Past every time-out and back-off: nothing may wait at Permit any more unless it
     // formed again since, and what is bound must be whole gangs.
-    d.advance(11 * 60 * SECOND);
+    d.advance(3 * 60 * SECOND);
     prop_assert!(d.violations().is_empty(), "{:?}", d.violations());
     // No overcommit: what is bound on a node fits its CPU.
     for (i, cap) in c.nodes.iter().enumerate() {
