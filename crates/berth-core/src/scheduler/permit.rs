@@ -166,8 +166,10 @@ impl Scheduler {
             annotations,
             since: now,
         });
-        self.queue
-            .move_matching(now, |k, _| members.contains(k) && *k != pod.key);
+        let _ = now;
+        for k in members.iter().filter(|k| **k != pod.key) {
+            self.queue.activate(k);
+        }
     }
 
     /// After a member was allowed through Permit: the members of its gang waiting there
