@@ -310,8 +310,8 @@ fn run_case(c: &Case) -> Result<(), TestCaseError> {
         d.settle();
     }
     d.advance(c.advance_s * SECOND);
-    // Past every time-out and back-off: nothing may wait at Permit any more unless it
-    // formed again since, and what is bound must be whole gangs.
+    // Past every time-out (at most 60s here) and back-off: what is bound must be whole
+    // gangs, and a strict gang that placed none holds nothing.
     d.advance(3 * 60 * SECOND);
     prop_assert!(d.violations().is_empty(), "{:?}", d.violations());
     // No overcommit: what is bound on a node fits its CPU.

@@ -166,7 +166,6 @@ impl Scheduler {
             annotations,
             since: now,
         });
-        let _ = now;
         for k in members.iter().filter(|k| **k != pod.key) {
             self.queue.activate(k);
         }
