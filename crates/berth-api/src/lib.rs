@@ -9,6 +9,7 @@ pub mod annotations;
 pub mod crd;
 pub mod dra;
 pub mod duration;
+pub mod gang;
 pub mod json_keys;
 pub mod limits;
 pub mod migration;

@@ -16,6 +16,7 @@ pub mod explain;
 #[cfg(any(test, feature = "testing"))]
 pub mod fixtures;
 pub mod framework;
+pub mod gang;
 pub mod migration;
 pub mod model;
 pub mod numa;

@@ -4,6 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use berth_api::dra::{DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice};
+use berth_api::gang::{PodGroup, Workload};
 use berth_api::k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
 use berth_api::k8s_openapi::api::core::v1::{
     Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod,
@@ -63,6 +64,11 @@ pub enum Kind {
     StatefulSet,
     /// `storage.k8s.io/v1` `StorageClass`.
     StorageClass,
+    /// A coscheduling `PodGroup` (`scheduling.sigs.k8s.io` or `scheduling.x-k8s.io`
+    /// `v1alpha1`, namespaced): a gang.
+    PodGroup,
+    /// `scheduling.k8s.io/v1alpha1` `Workload` (namespaced): its gang pod groups.
+    Workload,
 }
 
 impl Kind {
@@ -90,6 +96,8 @@ impl Kind {
             Kind::ResourceSlice => "ResourceSlice",
             Kind::StatefulSet => "StatefulSet",
             Kind::StorageClass => "StorageClass",
+            Kind::PodGroup => "PodGroup",
+            Kind::Workload => "Workload",
         }
     }
 
@@ -106,13 +114,15 @@ impl Kind {
                 | Kind::StatefulSet
                 | Kind::ResourceClaim
                 | Kind::ResourceClaimTemplate
+                | Kind::PodGroup
+                | Kind::Workload
         )
     }
 }
 
 impl Kind {
     /// Every kind, in order.
-    pub const ALL: [Kind; 21] = [
+    pub const ALL: [Kind; 23] = [
         Kind::CsiDriver,
         Kind::CsiNode,
         Kind::CsiStorageCapacity,
@@ -134,6 +144,8 @@ impl Kind {
         Kind::ResourceSlice,
         Kind::StatefulSet,
         Kind::StorageClass,
+        Kind::PodGroup,
+        Kind::Workload,
     ];
 }
 
@@ -230,6 +242,10 @@ pub enum Object {
     ResourceClaim(Arc<ResourceClaim>),
     /// What a pod's claims are made from (DRA; only the simulator's controller reads it).
     ResourceClaimTemplate(Arc<ResourceClaimTemplate>),
+    /// A coscheduling PodGroup (either API group).
+    PodGroup(Arc<PodGroup>),
+    /// A Workload (Kubernetes 1.35, alpha).
+    Workload(Arc<Workload>),
 }
 
 impl Object {
@@ -257,6 +273,8 @@ impl Object {
             Object::DeviceClass(_) => Kind::DeviceClass,
             Object::ResourceClaim(_) => Kind::ResourceClaim,
             Object::ResourceClaimTemplate(_) => Kind::ResourceClaimTemplate,
+            Object::PodGroup(_) => Kind::PodGroup,
+            Object::Workload(_) => Kind::Workload,
         }
     }
 
@@ -284,6 +302,8 @@ impl Object {
             Object::DeviceClass(o) => &o.metadata,
             Object::ResourceClaim(o) => &o.metadata,
             Object::ResourceClaimTemplate(o) => &o.metadata,
+            Object::PodGroup(o) => &o.metadata,
+            Object::Workload(o) => &o.metadata,
         }
     }
 
@@ -314,6 +334,8 @@ impl Object {
             Object::DeviceClass(o) => &mut Arc::make_mut(o).metadata,
             Object::ResourceClaim(o) => &mut Arc::make_mut(o).metadata,
             Object::ResourceClaimTemplate(o) => &mut Arc::make_mut(o).metadata,
+            Object::PodGroup(o) => &mut Arc::make_mut(o).metadata,
+            Object::Workload(o) => &mut Arc::make_mut(o).metadata,
         }
     }
 

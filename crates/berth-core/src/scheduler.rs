@@ -54,7 +54,10 @@ mod dra;
 mod drp;
 mod feedback;
 mod filter_nodes;
+#[cfg(test)]
+mod gang_tests;
 mod intake;
+mod permit;
 mod preemption;
 mod queries;
 #[cfg(test)]
@@ -173,6 +176,10 @@ pub struct Scheduler {
     holds: BTreeMap<String, (ObjectKey, Arc<str>, Arc<str>)>,
     /// VolumeBinding's PreBind: pods waiting for their claims to be bound.
     volumes: volumes::VolumeWaits,
+    /// Gangs: their objects and members.
+    gangs: crate::gang::Gangs,
+    /// Gang members waiting at Permit.
+    permits: permit::Permits,
 }
 
 /// A bind in flight: what kube-scheduler's binding goroutine holds, so that a failure can
@@ -290,6 +297,8 @@ impl Scheduler {
             drp: drp::DrpState::default(),
             holds: BTreeMap::new(),
             volumes: volumes::VolumeWaits::default(),
+            gangs: crate::gang::Gangs::default(),
+            permits: permit::Permits::default(),
         }
     }
 
@@ -350,7 +359,11 @@ impl Scheduler {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
-        match (t, self.volume_next_timeout()) {
+        let t = match (t, self.volume_next_timeout()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        match (t, self.permit_next_timeout()) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         }

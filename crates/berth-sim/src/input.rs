@@ -588,7 +588,7 @@ enum Decoded {
 }
 
 /// The kinds berth simulate reads, as `(apiVersion, kind)`.
-const KNOWN: [(&str, &str); 24] = [
+const KNOWN: [(&str, &str); 27] = [
     ("v1", "Node"),
     ("v1", "Pod"),
     ("scheduling.koordinator.sh/v1alpha1", "Reservation"),
@@ -613,6 +613,9 @@ const KNOWN: [(&str, &str); 24] = [
     ("resource.k8s.io/v1", "ResourceClaimTemplate"),
     ("v1", "List"),
     (scenario::API_VERSION, scenario::KIND),
+    (berth_api::gang::SIGS_API_VERSION, "PodGroup"),
+    (berth_api::gang::X_K8S_API_VERSION, "PodGroup"),
+    (berth_api::gang::WORKLOAD_API_VERSION, "Workload"),
 ];
 
 /// A pod's `priorityClassName`, checked once every document is read.
@@ -709,6 +712,7 @@ impl Decoder {
             }
             ("v1", "Pod") => {
                 normalize_meta(&mut value, true, &mut self.generated)?;
+                crate::gangs::carry_workload_ref(&mut value)?;
                 strict::check(Schema::Pod, &value)?;
                 if let Some(spec) = value.get("spec") {
                     check_pod_spec(spec, Quantities::Validated).map_err(|e| e.within("spec"))?;
@@ -861,6 +865,14 @@ impl Decoder {
                     "kind",
                     "a Scenario must be a document of its own, not inside a List or a step",
                 ))
+            }
+            (
+                berth_api::gang::SIGS_API_VERSION | berth_api::gang::X_K8S_API_VERSION,
+                "PodGroup",
+            )
+            | (berth_api::gang::WORKLOAD_API_VERSION, "Workload") => {
+                normalize_meta(&mut value, true, &mut self.generated)?;
+                Item::Object(crate::gangs::decode(&kind, &value)?)
             }
             (v, k) => return Err(unknown_kind(v, k)),
         };
@@ -1026,6 +1038,8 @@ pub fn kind_from_name(kind: &str) -> Option<Kind> {
         "DeviceClass" => Kind::DeviceClass,
         "ResourceClaim" => Kind::ResourceClaim,
         "ResourceClaimTemplate" => Kind::ResourceClaimTemplate,
+        "PodGroup" => Kind::PodGroup,
+        "Workload" => Kind::Workload,
         _ => return None,
     })
 }

@@ -17,6 +17,7 @@ pub mod cpu_agent;
 pub mod cpu_budget;
 pub mod error;
 pub mod explain;
+mod gangs;
 pub mod input;
 pub mod migration;
 pub mod numa_agent;

@@ -88,6 +88,8 @@ pub(crate) fn meta_mut(obj: &mut Object) -> &mut ObjectMeta {
         Object::DeviceClass(o) => &mut Arc::make_mut(o).metadata,
         Object::ResourceClaim(o) => &mut Arc::make_mut(o).metadata,
         Object::ResourceClaimTemplate(o) => &mut Arc::make_mut(o).metadata,
+        Object::PodGroup(o) => &mut Arc::make_mut(o).metadata,
+        Object::Workload(o) => &mut Arc::make_mut(o).metadata,
     }
 }
 
@@ -100,6 +102,8 @@ pub fn api_version_of(kind: Kind) -> &'static str {
             "storage.k8s.io/v1"
         }
         Kind::PriorityClass => "scheduling.k8s.io/v1",
+        Kind::Workload => berth_api::gang::WORKLOAD_API_VERSION,
+        Kind::PodGroup => berth_api::gang::SIGS_API_VERSION,
         Kind::PodDisruptionBudget => "policy/v1",
         Kind::Deployment | Kind::ReplicaSet | Kind::StatefulSet => "apps/v1",
         Kind::ResourceSlice

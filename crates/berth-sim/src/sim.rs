@@ -856,7 +856,8 @@ impl Simulation {
             let fired = self.fire_due();
             let controlled = self.run_controllers();
             let migrated = self.run_migrations();
-            if !acted && !fired && !controlled && !migrated {
+            let grouped = crate::gangs::sync_pod_groups(&mut self.store);
+            if !acted && !fired && !controlled && !migrated && !grouped {
                 return;
             }
         }

@@ -518,6 +518,49 @@ impl SchedulingQueue {
     }
 }
 
+impl SchedulingQueue {
+    /// Moves a waiting item (unschedulable or backing off) to active at once, its
+    /// back-off notwithstanding: kube-scheduler's `handle.Activate`, which a gang member
+    /// waiting at Permit uses so that its siblings are tried now.
+    pub fn activate(&mut self, key: &ObjectKey) {
+        let waiting = self
+            .entries
+            .get(key)
+            .is_some_and(|e| matches!(e.place, Where::Unschedulable | Where::Backoff));
+        if waiting {
+            self.push_active(key);
+        }
+    }
+
+    /// Sends a queued item (active or backing off) back to the unschedulable pool, as if
+    /// `plugins` had just rejected it: a gang rejected as a whole waits for an event that
+    /// may help it, rather than being retried by the room its own members gave back (which
+    /// would reject it again at once, forever); once moved, it waits out its back-off in
+    /// full (never popped early). Items in flight or unknown are left alone.
+    pub fn park(&mut self, key: &ObjectKey, plugins: &[&'static str], now: Time) {
+        let Some(e) = self.entries.get_mut(key) else {
+            return;
+        };
+        if e.place == Where::InFlight {
+            return;
+        }
+        let was_pooled = e.place == Where::Unschedulable;
+        let old_slot = e.slot();
+        e.plugins.clear();
+        e.plugins.extend_from_slice(plugins);
+        e.interest = hints::interest(plugins);
+        e.replay = None;
+        e.since = now;
+        // Its back-off is waited out in full: two gangs that cannot both fit would
+        // otherwise free room for each other and be retried at the same instant forever.
+        e.errored = true;
+        if was_pooled {
+            self.pool.remove(old_slot);
+        }
+        self.enter_pool(key);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -72,6 +72,9 @@ impl Scheduler {
             self.queue.done(&key);
             return;
         };
+        if self.gang_turns_away(now, &pod) {
+            return;
+        }
         if let Some(step) = self.queue.replayable(&key, self.epoch) {
             // Nothing changed since this pod failed: the cycle would fail the same way, with
             // the same message (so no new condition or event) and the same random draws.
@@ -104,6 +107,7 @@ impl Scheduler {
                     let mut d = Diagnosis::default();
                     d.error = Some(status.message());
                     self.fail(now, &pod, d, None);
+                    self.gang_member_failed(now, &pod);
                 }
             }
             Outcome::Unfit(_, diag) | Outcome::Failed(diag) => {
@@ -112,6 +116,9 @@ impl Scheduler {
                     .is_some_and(|r| matches!(r.nomination, Nomination::Node(_)));
                 changed = diag.error.is_some() || preempting || fed;
                 self.fail(now, &pod, diag, post_filter);
+                if !preempting {
+                    self.gang_member_failed(now, &pod);
+                }
             }
         }
         let unchanged = !changed
@@ -551,7 +558,15 @@ impl Scheduler {
             self.unreserve_and_forget(profile, state, pod, node);
             return Err(st);
         }
+        // Permit: a gang member waits there until its gang has its minimum assumed.
+        if plan.is_none() && !pod.is_reserve_pod() {
+            if let Some((gang, policy)) = self.permit_must_wait(pod) {
+                self.wait_at_permit(profile, state, pod, node, now, annotations, gang, policy);
+                return Ok(());
+            }
+        }
         self.start_binding(profile, state, pod, node, now, plan.as_ref(), annotations);
+        self.allow_waiting(now, pod);
         Ok(())
     }
 
@@ -559,7 +574,7 @@ impl Scheduler {
     /// queue and its nomination, and its binding cycle starts (the bind asked for, or held
     /// back for its DRP reservation or its volumes); a reservation's stand-in is placed.
     #[allow(clippy::too_many_arguments)]
-    fn start_binding(
+    pub(super) fn start_binding(
         &mut self,
         profile: usize,
         state: &mut CycleState,

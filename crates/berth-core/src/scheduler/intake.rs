@@ -16,12 +16,14 @@ impl Scheduler {
             || due(self.cluster.numa.next_resync())
             || due(self.drp_next_timeout())
             || due(self.volume_next_timeout())
+            || due(self.permit_next_timeout())
         {
             self.epoch += 1;
         }
         self.queue.flush(now);
         self.drp_timeouts(now);
         self.volume_timeouts(now);
+        self.permit_timeouts(now);
         self.cluster
             .reservations
             .on_timeout(&mut self.cluster.cache, now, &mut self.effects);
@@ -107,6 +109,18 @@ impl Scheduler {
                 self.cluster.namespaces.insert(name, ns);
             }
             Object::NodeResourceTopology(nrt) => self.apply_nrt(now, &nrt),
+            Object::PodGroup(pg) => {
+                let key = Object::PodGroup(pg.clone()).key();
+                let ns = key.namespace.clone();
+                self.gangs.apply_pod_group(key, pg);
+                self.gang_object_changed(now, &ns);
+            }
+            Object::Workload(w) => {
+                let key = Object::Workload(w.clone()).key();
+                let ns = key.namespace.clone();
+                self.gangs.apply_workload(key, w);
+                self.gang_object_changed(now, &ns);
+            }
             // Workloads: kube-controller-manager's business, not the scheduler's.
             Object::Deployment(_)
             | Object::ReplicaSet(_)
@@ -352,6 +366,8 @@ impl Scheduler {
                 if let Some(b) = self.in_flight.remove(&key) {
                     self.unassume(now, b);
                 }
+                self.permit_pod_deleted(now, &key);
+                self.gangs.pod_deleted(&key);
                 self.drp_pod_deleted(now, &key);
                 self.volume_pod_deleted(now, &key);
                 self.queue.delete(&key);
@@ -391,6 +407,10 @@ impl Scheduler {
             }
             Kind::Namespace => {
                 self.cluster.namespaces.remove(&*key.name);
+            }
+            Kind::PodGroup | Kind::Workload => {
+                self.gangs.delete(&key);
+                self.gang_object_changed(now, &key.namespace);
             }
             Kind::Deployment | Kind::ReplicaSet | Kind::StatefulSet | Kind::PodMigrationJob => {}
             Kind::Reservation => {
@@ -474,6 +494,7 @@ impl Scheduler {
             | Kind::DeviceClass
             | Kind::ResourceClaim
             | Kind::ResourceClaimTemplate => super::dra::keys(&cx.dra, kind),
+            Kind::PodGroup | Kind::Workload => self.gangs.keys(kind),
             Kind::Deployment | Kind::ReplicaSet | Kind::StatefulSet | Kind::PodMigrationJob => {
                 Vec::new()
             }
@@ -513,6 +534,7 @@ impl Scheduler {
         };
         let attempts = b.attempts;
         self.unassume(now, b);
+        self.gang_member_unreserved(now, &pod);
         if class == BindFailure::NotFound {
             return;
         }
@@ -653,6 +675,7 @@ impl Scheduler {
         self.drp_settle(now, &info);
         self.volume_settle(now, &info);
         self.settle_bind(now, &info);
+        self.gang_pod_applied(now, &info);
         let assigned = info.node_name.is_some();
         let prev = self.cluster.apply_pod(info.clone());
         if let Err(why) = self.cluster.cpusets.pod_applied(&info) {
@@ -708,7 +731,8 @@ impl Scheduler {
         // queued pod where it is, in the unschedulable pool included.
         let updated = prev_info.is_none_or(|p| pod_updated(&p.pod, &info.pod));
         if updated || !self.queue.contains(&key) {
-            self.queue.add(key, info.priority, info.created, now);
+            let created = self.queue_created(&info);
+            self.queue.add(key, info.priority, created, now);
         } else if self.nominator.node_of(&key) == nominated.as_ref() {
             self.quiet = true;
         }

@@ -932,6 +932,8 @@ fn object_json(o: &Object) -> serde_json::Value {
         Object::DeviceClass(x) => serde_json::to_value(&**x),
         Object::ResourceClaim(x) => serde_json::to_value(&**x),
         Object::ResourceClaimTemplate(x) => serde_json::to_value(&**x),
+        Object::PodGroup(x) => serde_json::to_value(&**x),
+        Object::Workload(x) => serde_json::to_value(&**x),
     };
     v.unwrap_or(serde_json::Value::Null)
 }

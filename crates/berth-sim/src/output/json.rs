@@ -167,6 +167,8 @@ fn object(obj: &Object, buf: &mut Vec<u8>) -> Result<(), OutputError> {
         Object::DeviceClass(o) => checked(&**o, buf, ITEM_DEPTH),
         Object::ResourceClaim(o) => checked(&**o, buf, ITEM_DEPTH),
         Object::ResourceClaimTemplate(o) => checked(&**o, buf, ITEM_DEPTH),
+        Object::PodGroup(o) => checked(&**o, buf, ITEM_DEPTH),
+        Object::Workload(o) => checked(&**o, buf, ITEM_DEPTH),
     }?;
     Ok(())
 }

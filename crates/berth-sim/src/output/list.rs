@@ -208,6 +208,8 @@ fn object_element<Q: SerializeSeq>(seq: &mut Q, obj: &Object) -> Result<(), Q::E
         Object::DeviceClass(o) => element(seq, &**o),
         Object::ResourceClaim(o) => element(seq, &**o),
         Object::ResourceClaimTemplate(o) => element(seq, &**o),
+        Object::PodGroup(o) => element(seq, &**o),
+        Object::Workload(o) => element(seq, &**o),
     }
 }
 

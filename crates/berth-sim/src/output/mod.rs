@@ -162,6 +162,8 @@ pub fn list(sim: &Simulation) -> Result<Value, serde_json::Error> {
             Object::DeviceClass(o) => serde_json::to_value(&**o)?,
             Object::ResourceClaim(o) => serde_json::to_value(&**o)?,
             Object::ResourceClaimTemplate(o) => serde_json::to_value(&**o)?,
+            Object::PodGroup(o) => serde_json::to_value(&**o)?,
+            Object::Workload(o) => serde_json::to_value(&**o)?,
         };
         items.push((
             key.kind.as_str(),
