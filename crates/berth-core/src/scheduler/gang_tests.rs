@@ -330,8 +330,11 @@ fn run_case(c: &Case) -> Result<(), TestCaseError> {
     for (g, &(size, min, _, strict, _)) in c.gangs.iter().enumerate() {
         let names: Vec<String> = (0..size).map(|i| format!("g{g}-{i}")).collect();
         let bound = names.iter().filter(|n| d.bound(n).is_some()).count() as u32;
+        // A refused bind gives its room back while the rest of its gang is bound already
+        // (the API has no unbind): another pod may take it, leaving the gang short. Whole
+        // gangs are promised only where every bind is answered.
         prop_assert!(
-            bound == 0 || bound >= min.min(size).max(1) && min <= size,
+            c.refuse_pct > 0 || bound == 0 || bound >= min.min(size).max(1) && min <= size,
             "gang g{g} (min {min} of {size}) has {bound} bound"
         );
         if bound == 0 && strict {
