@@ -3,11 +3,9 @@
 //! (UIDs, times, metadata), how it names kinds, and what it reads back off pods. They sit
 //! below everything else so that no lower module reaches up into [`crate::sim`].
 
-use std::sync::Arc;
-
 use berth_api::annotations::keys::ANNOTATION_RESERVATION_ALLOCATED;
 use berth_api::k8s_openapi::api::core::v1::{Event as CoreEvent, Pod};
-use berth_api::k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time as MetaTime};
+use berth_api::k8s_openapi::apimachinery::pkg::apis::meta::v1::Time as MetaTime;
 use berth_api::k8s_openapi::jiff::Timestamp;
 use berth_core::time::Time;
 use berth_core::{Kind, Object};
@@ -62,35 +60,6 @@ pub fn pod_scheduled_message(p: &Pod) -> Option<String> {
         .find(|c| c.type_ == "PodScheduled")?
         .message
         .clone()
-}
-
-/// The metadata of any object, to fill in as the API server does on create.
-pub(crate) fn meta_mut(obj: &mut Object) -> &mut ObjectMeta {
-    match obj {
-        Object::Pod(o) => &mut Arc::make_mut(o).metadata,
-        Object::Node(o) => &mut Arc::make_mut(o).metadata,
-        Object::Reservation(o) => &mut Arc::make_mut(o).metadata,
-        Object::NodeResourceTopology(o) => &mut Arc::make_mut(o).metadata,
-        Object::PersistentVolumeClaim(o) => &mut Arc::make_mut(o).metadata,
-        Object::CsiNode(o) => &mut Arc::make_mut(o).metadata,
-        Object::PriorityClass(o) => &mut Arc::make_mut(o).metadata,
-        Object::PodDisruptionBudget(o) => &mut Arc::make_mut(o).metadata,
-        Object::Namespace(o) => &mut Arc::make_mut(o).metadata,
-        Object::PersistentVolume(o) => &mut Arc::make_mut(o).metadata,
-        Object::StorageClass(o) => &mut Arc::make_mut(o).metadata,
-        Object::CsiDriver(o) => &mut Arc::make_mut(o).metadata,
-        Object::CsiStorageCapacity(o) => &mut Arc::make_mut(o).metadata,
-        Object::Deployment(o) => &mut Arc::make_mut(o).metadata,
-        Object::ReplicaSet(o) => &mut Arc::make_mut(o).metadata,
-        Object::StatefulSet(o) => &mut Arc::make_mut(o).metadata,
-        Object::PodMigrationJob(o) => &mut Arc::make_mut(o).metadata,
-        Object::ResourceSlice(o) => &mut Arc::make_mut(o).metadata,
-        Object::DeviceClass(o) => &mut Arc::make_mut(o).metadata,
-        Object::ResourceClaim(o) => &mut Arc::make_mut(o).metadata,
-        Object::ResourceClaimTemplate(o) => &mut Arc::make_mut(o).metadata,
-        Object::PodGroup(o) => &mut Arc::make_mut(o).metadata,
-        Object::Workload(o) => &mut Arc::make_mut(o).metadata,
-    }
 }
 
 /// The `apiVersion` of a kind, for `involvedObject`.

@@ -23,7 +23,6 @@ use berth_core::{
     BindFailure, Config, Effect, Event, Kind, Object, ObjectKey, Profile, Record, Scheduler,
 };
 
-use crate::objects::meta_mut;
 pub use crate::objects::{
     allocated_reservation, api_version_of, derive_uid, meta_time, pod_scheduled_message,
     EVENT_COMPONENT,
@@ -352,7 +351,7 @@ impl Simulation {
         let existing = self.store.get(&key).cloned();
         let old_meta = existing.as_ref().map(|o| o.meta().clone());
         {
-            let meta = meta_mut(&mut obj);
+            let meta = obj.meta_mut();
             let (ns, name) = (key.namespace.to_string(), key.name.to_string());
             self.fill_meta(meta, key.kind.as_str(), &ns, &name, old_meta.as_ref());
         }

@@ -75,6 +75,9 @@ impl Scheduler {
         if self.gang_turns_away(now, &pod) {
             return;
         }
+        if self.dra_gates(now, &pod) {
+            return;
+        }
         if let Some(step) = self.queue.replayable(&key, self.epoch) {
             // Nothing changed since this pod failed: the cycle would fail the same way, with
             // the same message (so no new condition or event) and the same random draws.
