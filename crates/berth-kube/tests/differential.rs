@@ -13,35 +13,18 @@
 //! has; every claim is the pod's own): placements may differ among equal-score nodes,
 //! outcomes may not.
 
-use std::collections::BTreeMap;
-use std::process::{Child, Command, Stdio};
+mod support;
+
 use std::time::{Duration, Instant};
 
-use berth_kube::{RunOptions, Settings};
 use berth_testcluster::{Options, Provisioner, TestCluster};
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::{Api, ListParams, PostParams};
 use serde_json::{json, Value};
+use support::{settle, unschedulable, Gen, Outcome, Settle};
 
 const NAMESPACE: &str = "diff";
-
-/// A tiny deterministic generator (SplitMix64), so a failing seed can be rerun.
-struct Gen(u64);
-
-impl Gen {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 /// One generated cluster: nodes, storage (classes, volumes, claims) and pods as API objects.
 struct Generated {
@@ -201,9 +184,6 @@ fn generate(seed: u64) -> Generated {
     }
 }
 
-/// Per pod: `Ok(())` when bound, `Err(message)` when its PodScheduled condition is False.
-type Outcome = BTreeMap<String, Result<(), String>>;
-
 async fn create_all(cluster: &TestCluster, gen: &Generated) {
     cluster
         .create_namespace(NAMESPACE)
@@ -268,61 +248,6 @@ async fn create_all(cluster: &TestCluster, gen: &Generated) {
     }
 }
 
-/// Waits until every pod is bound or marked unschedulable, and the messages have stayed
-/// the same for a while.
-async fn outcome(cluster: &TestCluster, want: usize) -> Outcome {
-    let api: Api<Pod> = Api::namespaced(cluster.client(), NAMESPACE);
-    let deadline = Instant::now() + Duration::from_secs(90);
-    let mut last: Option<Outcome> = None;
-    let mut stable = 0;
-    loop {
-        let mut out = Outcome::new();
-        for p in api.list(&ListParams::default()).await.expect("list").items {
-            let name = p.metadata.name.clone().unwrap_or_default();
-            let bound = p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some();
-            let failed = p
-                .status
-                .as_ref()
-                .and_then(|s| s.conditions.as_ref())
-                .and_then(|cs| {
-                    cs.iter()
-                        .find(|c| c.type_ == "PodScheduled" && c.status == "False")
-                })
-                .map(|c| c.message.clone().unwrap_or_default());
-            if bound {
-                out.insert(name, Ok(()));
-            } else if let Some(m) = failed {
-                out.insert(name, Err(m));
-            }
-        }
-        if out.len() == want && last.as_ref() == Some(&out) {
-            stable += 1;
-            if stable >= 3 {
-                return out;
-            }
-        } else {
-            stable = 0;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "pods never settled: {out:#?}\n{}",
-            cluster.log_tails(40)
-        );
-        last = Some(out);
-        tokio::time::sleep(Duration::from_millis(700)).await;
-    }
-}
-
-/// Kills the scheduler process when the test ends, however it ends.
-struct Reaped(Child);
-
-impl Drop for Reaped {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// A cluster with the PersistentVolume controller (and the protection controllers, which
 /// lift the finalizers admission puts on claims and volumes).
 fn start_cluster() -> TestCluster {
@@ -334,42 +259,28 @@ fn start_cluster() -> TestCluster {
     .unwrap_or_else(|e| panic!("{e}"))
 }
 
+/// Waits until every pod is bound or marked unschedulable, and the messages have stayed
+/// the same for a while.
+async fn outcome(cluster: &TestCluster, pods: usize) -> Outcome {
+    let how = Settle {
+        pods,
+        within: Duration::from_secs(90),
+        stable: 3,
+        kept_out: None,
+    };
+    settle(cluster, NAMESPACE, &how).await
+}
+
 async fn with_kube_scheduler(gen: &Generated) -> Outcome {
     let cluster = start_cluster();
     let _provisioner = Provisioner::start(cluster.client());
-    let log = std::fs::File::create(cluster.dir().join("kube-scheduler.log")).expect("log");
-    let config = cluster.dir().join("kube-scheduler-config.yaml");
-    std::fs::write(
-        &config,
-        KUBE_SCHEDULER_CONFIG.replace(
-            "KUBECONFIG",
-            &cluster.kubeconfig_path().display().to_string(),
-        ),
-    )
-    .expect("config");
-    let _scheduler = Reaped(
-        Command::new(cluster.bin_dir().join("kube-scheduler"))
-            .arg(format!("--config={}", config.display()))
-            .arg(format!(
-                "--authentication-kubeconfig={}",
-                cluster.kubeconfig_path().display()
-            ))
-            .arg(format!(
-                "--authorization-kubeconfig={}",
-                cluster.kubeconfig_path().display()
-            ))
-            .arg("--secure-port=0")
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("kube-scheduler"),
-    );
+    let _scheduler = support::kube_scheduler(&cluster, KUBE_SCHEDULER_CONFIG);
     create_all(&cluster, gen).await;
     outcome(&cluster, gen.pods.len()).await
 }
 
-/// kube-scheduler's default profile without DynamicResources, which berth does not have yet
-/// (its PostFilter adds `no new claims to deallocate, ` before preemption's text).
+/// kube-scheduler's default profile without DynamicResources (whose PostFilter adds `no new
+/// claims to deallocate, ` before preemption's text; berth's DynamicResources has no PostFilter).
 const KUBE_SCHEDULER_CONFIG: &str = "apiVersion: kubescheduler.config.k8s.io/v1
 kind: KubeSchedulerConfiguration
 clientConnection: {kubeconfig: KUBECONFIG}
@@ -382,55 +293,20 @@ profiles:
           - name: DynamicResources
 ";
 
-/// berth's profile with kube-scheduler's plugins only (and kube-scheduler's preemption).
-const BERTH_CONFIG: &str = "apiVersion: kubescheduler.config.k8s.io/v1
-kind: KubeSchedulerConfiguration
-profiles:
-  - schedulerName: default-scheduler
-    plugins:
-      multiPoint:
-        disabled:
-          - name: Reservation
-          - name: NodeResourceTopologyMatch
-          - name: NodeNUMAResource
-    pluginConfig:
-      - name: DefaultPreemption
-        args: {reservationBacked: false}
-";
-
 async fn with_berth(gen: &Generated) -> Outcome {
     let cluster = start_cluster();
     let _provisioner = Provisioner::start(cluster.client());
-    let file = cluster.dir().join("berth-config.yaml");
-    std::fs::write(&file, BERTH_CONFIG).expect("config");
-    let mut settings = Settings::load(&file.display().to_string()).expect("settings");
-    settings.leader_election.leader_elect = false;
-    let handle = berth_kube::driver::start(cluster.client(), RunOptions::new(settings))
-        .await
-        .expect("start");
+    let handle = support::berth(&cluster).await;
     create_all(&cluster, gen).await;
     let out = outcome(&cluster, gen.pods.len()).await;
     handle.stop().await.expect("stop");
     out
 }
 
-fn unschedulable(o: &Outcome) -> BTreeMap<&str, &str> {
-    o.iter()
-        .filter_map(|(k, v)| v.as_ref().err().map(|m| (k.as_str(), m.as_str())))
-        .collect()
-}
-
 #[test]
 fn kube_scheduler_and_berth_leave_the_same_pods_unschedulable_with_the_same_messages() {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let seeds: Vec<u64> = std::env::var("BERTH_DIFF_SEEDS")
-        .ok()
-        .map(|s| s.split(',').filter_map(|x| x.trim().parse().ok()).collect())
-        .unwrap_or_else(|| vec![1, 2, 3]);
+    let runtime = support::runtime();
+    let (seeds, defaults) = support::seeds();
     let mut messages = Vec::new();
     for seed in &seeds {
         let seed = *seed;
@@ -454,7 +330,7 @@ fn kube_scheduler_and_berth_leave_the_same_pods_unschedulable_with_the_same_mess
     }
     // The default seeds reach every volume reason the generator can produce (a change to
     // the generator that loses one shows here rather than silently testing less).
-    if std::env::var("BERTH_DIFF_SEEDS").is_err() {
+    if defaults {
         for reason in [
             "node(s) didn't match PersistentVolume's node affinity",
             "node(s) didn't find available persistent volumes to bind",

@@ -15,9 +15,7 @@
 //! at most), so every pod that fits anywhere fits there whatever the others took.
 //!
 //! A pod whose named claim does not exist is kept out of scheduling by kube-scheduler's
-//! DynamicResources PreEnqueue with no PodScheduled condition; berth has no PreEnqueue yet
-//! and marks it unschedulable (`resourceclaim.resource.k8s.io "..." not found`), so seeds
-//! generating such a pod show that difference until it has.
+//! DynamicResources PreEnqueue with no PodScheduled condition, and by berth's.
 //!
 //! One known difference is normalised: kube-scheduler's DynamicResources PostFilter adds
 //! `no new claims to deallocate, ` or `still not schedulable, ` before preemption's text;
@@ -27,35 +25,19 @@
 //! ResourceClaim) and write claims' status; set `BERTH_DIFF_DRA_KUBE_ONLY=1` to run the
 //! kube-scheduler half alone (allocations still checked).
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+mod support;
 
-use berth_kube::{RunOptions, Settings};
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
 use berth_testcluster::{Options, TestCluster};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, PostParams};
 use serde_json::{json, Value};
+use support::{settle, Gen, Outcome, Settle};
 
 const NAMESPACE: &str = "diff-dra";
 const DRIVER: &str = "gpu.example.com";
-
-/// A tiny deterministic generator (SplitMix64), so a failing seed can be rerun.
-struct Gen(u64);
-
-impl Gen {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 /// A generated device: (node, name, model, root).
 #[derive(Debug, Clone)]
@@ -274,57 +256,21 @@ async fn create_all(cluster: &TestCluster, gen: &Generated) {
     }
 }
 
-/// Per pod: `Ok(node)` when bound, `Err(message)` when its PodScheduled condition is False,
-/// `Err(`[`KEPT_OUT`]`)` when it has no such condition (kube-scheduler's DynamicResources
-/// PreEnqueue keeps a pod whose claim does not exist out of scheduling, without a word).
-type Outcome = BTreeMap<String, Result<String, String>>;
-
-/// What a pod that is neither bound nor marked unschedulable shows.
+/// What a pod that is neither bound nor marked unschedulable shows (kube-scheduler's
+/// DynamicResources PreEnqueue keeps a pod whose claim does not exist out of scheduling,
+/// without a word, and so does berth's).
 const KEPT_OUT: &str = "(not scheduled, no PodScheduled condition)";
 
 /// Waits until every pod is bound, marked unschedulable or kept out, and that has stayed so
 /// a while.
-async fn outcome(cluster: &TestCluster, want: usize) -> Outcome {
-    let api: Api<Pod> = Api::namespaced(cluster.client(), NAMESPACE);
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let mut last: Option<Outcome> = None;
-    let mut stable = 0;
-    loop {
-        let mut out = Outcome::new();
-        for p in api.list(&ListParams::default()).await.expect("list").items {
-            let name = p.metadata.name.clone().unwrap_or_default();
-            let node = p.spec.as_ref().and_then(|s| s.node_name.clone());
-            let failed = p
-                .status
-                .as_ref()
-                .and_then(|s| s.conditions.as_ref())
-                .and_then(|cs| {
-                    cs.iter()
-                        .find(|c| c.type_ == "PodScheduled" && c.status == "False")
-                })
-                .map(|c| c.message.clone().unwrap_or_default());
-            if let Some(n) = node {
-                out.insert(name, Ok(n));
-            } else {
-                out.insert(name, Err(failed.unwrap_or_else(|| KEPT_OUT.to_string())));
-            }
-        }
-        if out.len() == want && last.as_ref() == Some(&out) {
-            stable += 1;
-            if stable >= 6 {
-                return out;
-            }
-        } else {
-            stable = 0;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "pods never settled: {out:#?}\n{}",
-            cluster.log_tails(40)
-        );
-        last = Some(out);
-        tokio::time::sleep(Duration::from_millis(700)).await;
-    }
+async fn outcome(cluster: &TestCluster, pods: usize) -> Outcome {
+    let how = Settle {
+        pods,
+        within: Duration::from_secs(120),
+        stable: 6,
+        kept_out: Some(KEPT_OUT),
+    };
+    settle(cluster, NAMESPACE, &how).await
 }
 
 /// Every claim's allocation, by the pod it is reserved for: (pod, claim JSON).
@@ -432,16 +378,6 @@ fn normalised(o: &Outcome) -> BTreeMap<String, String> {
         .collect()
 }
 
-/// Kills the scheduler process when the test ends, however it ends.
-struct Reaped(Child);
-
-impl Drop for Reaped {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 fn start_cluster() -> TestCluster {
     TestCluster::start_with(Options::new().controller_manager_with(&[
         "resourceclaim-controller",
@@ -451,67 +387,18 @@ fn start_cluster() -> TestCluster {
     .unwrap_or_else(|e| panic!("{e}"))
 }
 
-const KUBE_SCHEDULER_CONFIG: &str = "apiVersion: kubescheduler.config.k8s.io/v1
-kind: KubeSchedulerConfiguration
-clientConnection: {kubeconfig: KUBECONFIG}
-leaderElection: {leaderElect: false}
-";
-
 async fn with_kube_scheduler(gen: &Generated) -> (Outcome, Vec<(String, Value)>) {
     let cluster = start_cluster();
-    let log = std::fs::File::create(cluster.dir().join("kube-scheduler.log")).expect("log");
-    let config = cluster.dir().join("kube-scheduler-config.yaml");
-    std::fs::write(
-        &config,
-        KUBE_SCHEDULER_CONFIG.replace(
-            "KUBECONFIG",
-            &cluster.kubeconfig_path().display().to_string(),
-        ),
-    )
-    .expect("config");
-    let kubeconfig = cluster.kubeconfig_path().display().to_string();
-    let _scheduler = Reaped(
-        Command::new(cluster.bin_dir().join("kube-scheduler"))
-            .arg(format!("--config={}", config.display()))
-            .arg(format!("--authentication-kubeconfig={kubeconfig}"))
-            .arg(format!("--authorization-kubeconfig={kubeconfig}"))
-            .arg("--secure-port=0")
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("kube-scheduler"),
-    );
+    let _scheduler = support::kube_scheduler(&cluster, support::KUBE_SCHEDULER_CONFIG);
     create_all(&cluster, gen).await;
     let out = outcome(&cluster, gen.pods.len()).await;
     let claims = allocations(&cluster).await;
     (out, claims)
 }
 
-/// berth's profile with kube-scheduler's plugins only (and kube-scheduler's preemption).
-const BERTH_CONFIG: &str = "apiVersion: kubescheduler.config.k8s.io/v1
-kind: KubeSchedulerConfiguration
-profiles:
-  - schedulerName: default-scheduler
-    plugins:
-      multiPoint:
-        disabled:
-          - name: Reservation
-          - name: NodeResourceTopologyMatch
-          - name: NodeNUMAResource
-    pluginConfig:
-      - name: DefaultPreemption
-        args: {reservationBacked: false}
-";
-
 async fn with_berth(gen: &Generated) -> (Outcome, Vec<(String, Value)>) {
     let cluster = start_cluster();
-    let file = cluster.dir().join("berth-config.yaml");
-    std::fs::write(&file, BERTH_CONFIG).expect("config");
-    let mut settings = Settings::load(&file.display().to_string()).expect("settings");
-    settings.leader_election.leader_elect = false;
-    let handle = berth_kube::driver::start(cluster.client(), RunOptions::new(settings))
-        .await
-        .expect("start");
+    let handle = support::berth(&cluster).await;
     create_all(&cluster, gen).await;
     let out = outcome(&cluster, gen.pods.len()).await;
     let claims = allocations(&cluster).await;
@@ -521,15 +408,8 @@ async fn with_berth(gen: &Generated) -> (Outcome, Vec<(String, Value)>) {
 
 #[test]
 fn kube_scheduler_and_berth_agree_on_generated_dra_clusters() {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let seeds: Vec<u64> = std::env::var("BERTH_DIFF_SEEDS")
-        .ok()
-        .map(|s| s.split(',').filter_map(|x| x.trim().parse().ok()).collect())
-        .unwrap_or_else(|| vec![1, 2, 3]);
+    let runtime = support::runtime();
+    let (seeds, defaults) = support::seeds();
     let kube_only = std::env::var("BERTH_DIFF_DRA_KUBE_ONLY").is_ok();
     let mut messages = Vec::new();
     for seed in &seeds {
@@ -560,7 +440,7 @@ fn kube_scheduler_and_berth_agree_on_generated_dra_clusters() {
         );
     }
     // The default seeds reach every DRA reason the generator can produce.
-    if std::env::var("BERTH_DIFF_SEEDS").is_err() {
+    if defaults {
         for reason in [
             "cannot allocate all claims",
             "device class tpu does not exist",

@@ -1,0 +1,185 @@
+//! What the differential tests share: a deterministic generator, kube-scheduler 1.35.4 and
+//! `berth run` started on a test cluster, and waiting for the pods of a namespace to settle.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use berth_kube::{Handle, RunOptions, Settings};
+use berth_testcluster::TestCluster;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, ListParams};
+
+/// A tiny deterministic generator (SplitMix64), so a failing seed can be rerun.
+pub struct Gen(pub u64);
+
+impl Gen {
+    pub fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// The seeds to run: `BERTH_DIFF_SEEDS` (comma-separated) or 1, 2 and 3. The second value
+/// says whether they are the defaults, whose coverage a test may assert.
+pub fn seeds() -> (Vec<u64>, bool) {
+    match std::env::var("BERTH_DIFF_SEEDS") {
+        Ok(s) => (
+            s.split(',').filter_map(|x| x.trim().parse().ok()).collect(),
+            false,
+        ),
+        Err(_) => (vec![1, 2, 3], true),
+    }
+}
+
+/// The runtime both halves run on.
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+/// Kills the scheduler process when the test ends, however it ends.
+pub struct Reaped(Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts the real kube-scheduler on `cluster` with `config` (a KubeSchedulerConfiguration
+/// whose `KUBECONFIG` is replaced by the cluster's), logging to the cluster's directory.
+pub fn kube_scheduler(cluster: &TestCluster, config: &str) -> Reaped {
+    let kubeconfig = cluster.kubeconfig_path().display().to_string();
+    let log = std::fs::File::create(cluster.dir().join("kube-scheduler.log")).expect("log");
+    let file = cluster.dir().join("kube-scheduler-config.yaml");
+    std::fs::write(&file, config.replace("KUBECONFIG", &kubeconfig)).expect("config");
+    Reaped(
+        Command::new(cluster.bin_dir().join("kube-scheduler"))
+            .arg(format!("--config={}", file.display()))
+            .arg(format!("--authentication-kubeconfig={kubeconfig}"))
+            .arg(format!("--authorization-kubeconfig={kubeconfig}"))
+            .arg("--secure-port=0")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("kube-scheduler"),
+    )
+}
+
+/// kube-scheduler's default profile, as a file [`kube_scheduler`] completes.
+pub const KUBE_SCHEDULER_CONFIG: &str = "apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+clientConnection: {kubeconfig: KUBECONFIG}
+leaderElection: {leaderElect: false}
+";
+
+/// berth's profile with kube-scheduler's plugins only (and kube-scheduler's preemption).
+pub const BERTH_CONFIG: &str = "apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+profiles:
+  - schedulerName: default-scheduler
+    plugins:
+      multiPoint:
+        disabled:
+          - name: Reservation
+          - name: NodeResourceTopologyMatch
+          - name: NodeNUMAResource
+    pluginConfig:
+      - name: DefaultPreemption
+        args: {reservationBacked: false}
+";
+
+/// Starts `berth run` in this process on `cluster` with [`BERTH_CONFIG`], a single replica.
+pub async fn berth(cluster: &TestCluster) -> Handle {
+    let file = cluster.dir().join("berth-config.yaml");
+    std::fs::write(&file, BERTH_CONFIG).expect("config");
+    let mut settings = Settings::load(&file.display().to_string()).expect("settings");
+    settings.leader_election.leader_elect = false;
+    berth_kube::driver::start(cluster.client(), RunOptions::new(settings))
+        .await
+        .expect("start")
+}
+
+/// Per pod: `Ok(node)` when bound, `Err(message)` when its PodScheduled condition is False.
+pub type Outcome = BTreeMap<String, Result<String, String>>;
+
+/// How [`settle`] waits.
+pub struct Settle {
+    /// The pods expected in the namespace.
+    pub pods: usize,
+    /// How long at most.
+    pub within: Duration,
+    /// How many polls in a row (700 ms apart) must see the same outcome.
+    pub stable: u32,
+    /// What a pod neither bound nor marked unschedulable counts as; `None`: not settled yet.
+    pub kept_out: Option<&'static str>,
+}
+
+/// Waits until every pod of `namespace` is bound or marked unschedulable (or counts as kept
+/// out), and that has stayed so for `stable` polls.
+pub async fn settle(cluster: &TestCluster, namespace: &str, how: &Settle) -> Outcome {
+    let api: Api<Pod> = Api::namespaced(cluster.client(), namespace);
+    let deadline = Instant::now() + how.within;
+    let mut last: Option<Outcome> = None;
+    let mut stable = 0;
+    loop {
+        let mut out = Outcome::new();
+        for p in api.list(&ListParams::default()).await.expect("list").items {
+            if let Some(o) = pod_outcome(&p, how.kept_out) {
+                out.insert(p.metadata.name.clone().unwrap_or_default(), o);
+            }
+        }
+        if out.len() == how.pods && last.as_ref() == Some(&out) {
+            stable += 1;
+            if stable >= how.stable {
+                return out;
+            }
+        } else {
+            stable = 0;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "pods never settled: {out:#?}\n{}",
+            cluster.log_tails(40)
+        );
+        last = Some(out);
+        tokio::time::sleep(Duration::from_millis(700)).await;
+    }
+}
+
+fn pod_outcome(p: &Pod, kept_out: Option<&str>) -> Option<Result<String, String>> {
+    if let Some(n) = p.spec.as_ref().and_then(|s| s.node_name.clone()) {
+        return Some(Ok(n));
+    }
+    let failed = p
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|cs| {
+            cs.iter()
+                .find(|c| c.type_ == "PodScheduled" && c.status == "False")
+        })
+        .map(|c| c.message.clone().unwrap_or_default());
+    failed.or(kept_out.map(str::to_string)).map(Err)
+}
+
+/// The unschedulable pods and their messages.
+pub fn unschedulable(o: &Outcome) -> BTreeMap<&str, &str> {
+    o.iter()
+        .filter_map(|(k, v)| v.as_ref().err().map(|m| (k.as_str(), m.as_str())))
+        .collect()
+}
