@@ -442,11 +442,12 @@ mod tests {
         assert_eq!(d.bound("big").as_deref(), Some("n1"));
         assert_eq!(d.bound("small").as_deref(), Some("n2"));
         assert_eq!(d.bound("huge"), None);
-        // DefaultPreemption's verdict follows, as kube-scheduler appends it: 3 CPUs exceed
+        // DynamicResources' and DefaultPreemption's PostFilter words follow, as kube-scheduler
+        // 1.35 appends them: 3 CPUs exceed
         // both nodes' allocatable, so no eviction could help.
         assert_eq!(
             d.condition("huge").map(|c| c.1).as_deref(),
-            Some("0/2 nodes are available: 2 Insufficient cpu. preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling.")
+            Some("0/2 nodes are available: 2 Insufficient cpu. no new claims to deallocate, preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling.")
         );
         assert_eq!(requested_cpu(&d, "n1"), Some(2000));
     }

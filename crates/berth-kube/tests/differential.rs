@@ -274,24 +274,10 @@ async fn outcome(cluster: &TestCluster, pods: usize) -> Outcome {
 async fn with_kube_scheduler(gen: &Generated) -> Outcome {
     let cluster = start_cluster();
     let _provisioner = Provisioner::start(cluster.client());
-    let _scheduler = support::kube_scheduler(&cluster, KUBE_SCHEDULER_CONFIG);
+    let _scheduler = support::kube_scheduler(&cluster, support::KUBE_SCHEDULER_CONFIG);
     create_all(&cluster, gen).await;
     outcome(&cluster, gen.pods.len()).await
 }
-
-/// kube-scheduler's default profile without DynamicResources (whose PostFilter adds `no new
-/// claims to deallocate, ` before preemption's text; berth's DynamicResources has no PostFilter).
-const KUBE_SCHEDULER_CONFIG: &str = "apiVersion: kubescheduler.config.k8s.io/v1
-kind: KubeSchedulerConfiguration
-clientConnection: {kubeconfig: KUBECONFIG}
-leaderElection: {leaderElect: false}
-profiles:
-  - schedulerName: default-scheduler
-    plugins:
-      multiPoint:
-        disabled:
-          - name: DynamicResources
-";
 
 async fn with_berth(gen: &Generated) -> Outcome {
     let cluster = start_cluster();

@@ -151,7 +151,7 @@ mod tests {
                 "[2024-01-01T00:00:00Z] spec.steps[0] (apply) of <stdin>: apply Pod default/p",
                 "[2024-01-01T00:00:00Z] scheduled pod default/p on n1",
                 "[2024-01-01T00:00:00Z] spec.steps[1] (apply) of <stdin>: apply Pod default/q",
-                "[2024-01-01T00:00:00Z] unschedulable pod default/q: 0/1 nodes are available: 1 Insufficient cpu. preemption: 0/1 nodes are available: 1 No preemption victims found for incoming pod.",
+                "[2024-01-01T00:00:00Z] unschedulable pod default/q: 0/1 nodes are available: 1 Insufficient cpu. no new claims to deallocate, preemption: 0/1 nodes are available: 1 No preemption victims found for incoming pod.",
                 "[2024-01-01T00:00:00Z] spec.steps[2] (advance) of <stdin>: advance 2m",
                 "[2024-01-01T00:01:00Z] reservation r1 expired",
                 "[2024-01-01T00:01:00Z] scheduled pod default/q on n1",

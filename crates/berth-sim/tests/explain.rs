@@ -31,12 +31,13 @@ fn explain_pod(sim: &Simulation, name: &str) -> Explanation {
 }
 
 /// `(count, reason)` pairs of a `0/N nodes are available: 2 Insufficient cpu, ...` message,
-/// without the preemption part; a PreFilter message (no counts) gives count 0.
+/// without the PostFilter part (after the first `. `); a PreFilter message (no counts) gives
+/// count 0.
 fn message_reasons(message: &str) -> Vec<(u32, String)> {
     let Some((_, rest)) = message.split_once("nodes are available: ") else {
         return Vec::new();
     };
-    let rest = rest.split(" preemption: ").next().unwrap_or("");
+    let rest = rest.split(". ").next().unwrap_or("");
     let rest = rest.trim_end().trim_end_matches('.');
     let mut out = Vec::new();
     for part in split_reasons(rest) {

@@ -56,6 +56,9 @@ pub struct CycleState {
     pub volume_zone: Option<Box<plugins::volumezone::State>>,
     /// DynamicResources' PreFilter/Reserve state.
     pub dynamic_resources: Option<Box<plugins::dynamicresources::State>>,
+    /// DynamicResources' PreFilter ran (an earlier PreFilter may have rejected the pod
+    /// first); its PostFilter fails without it, as kube-scheduler's does.
+    pub dynamic_resources_ran: bool,
 }
 
 impl CycleState {

@@ -110,6 +110,9 @@ pub struct PostFilterResult {
     /// With [`Nomination::Node`]: hold the freed capacity for the pod with a reservation it
     /// owns, living this many milliseconds (reservation-backed preemption).
     pub hold: Option<crate::time::Time>,
+    /// The plugin failed (kube-scheduler's `Error` status): PostFilter stops at it, its
+    /// message alone is appended, and the nomination stays as it was.
+    pub error: bool,
 }
 
 /// What a PostFilter plugin may read: the cycle that failed and a way to re-run the

@@ -26,6 +26,7 @@ use berth_api::reservation::ReservationAllocatePolicy;
 use crate::cache::Cluster;
 use crate::dra::allocator::{self, ClaimPlan, Failure};
 use crate::dra::reserved::{self, Access, DeviceAllocated, HeldClaim};
+use crate::framework::plugin::{PostFilterContext, PostFilterResult};
 use crate::framework::{CycleState, Plugin, Points, Status};
 use crate::model::node::{NodeIdx, NodeInfo};
 use crate::model::pod::{PodInfo, PodKind};
@@ -39,6 +40,12 @@ pub const NAME: &str = super::names::DYNAMIC_RESOURCES;
 pub const CANNOT_ALLOCATE: &str = "cannot allocate all claims";
 /// An allocated claim's node selector excludes the node.
 pub const NOT_AVAILABLE: &str = "resourceclaim not available on the node";
+/// PostFilter for a pod without claims.
+pub const NO_CLAIMS_TO_DEALLOCATE: &str = "no new claims to deallocate";
+/// PostFilter for a pod with claims, none of which it could deallocate.
+pub const STILL_NOT_SCHEDULABLE: &str = "still not schedulable";
+/// PostFilter without PreFilter's state: kube-scheduler's cycle-state read error.
+pub const STATE_NOT_FOUND: &str = "not found";
 
 /// PreFilter's findings for the pod.
 #[derive(Debug, Clone, Default)]
@@ -265,11 +272,16 @@ impl Plugin for DynamicResources {
     }
 
     fn points(&self) -> Points {
-        Points::PRE_FILTER | Points::FILTER | Points::RESERVE | Points::PRE_BIND
+        Points::PRE_FILTER
+            | Points::FILTER
+            | Points::POST_FILTER
+            | Points::RESERVE
+            | Points::PRE_BIND
     }
 
     fn pre_filter(&self, cx: &Cluster, state: &mut CycleState, pod: &PodInfo) -> Status {
         state.dynamic_resources = None;
+        state.dynamic_resources_ran = true;
         match Self::prepare(cx, pod) {
             Ok(None) => Status::skip(),
             Ok(Some(s)) => {
@@ -298,6 +310,40 @@ impl Plugin for DynamicResources {
             Ok(_) => Status::success(),
             Err(st) => st,
         }
+    }
+
+    /// kube-scheduler 1.35.4's PostFilter, whose words start every unschedulable pod's
+    /// PostFilter message in its default profile: `no new claims to deallocate` for a pod
+    /// without claims, `still not schedulable` for one with claims. Without PreFilter's state
+    /// (an earlier PreFilter rejected the pod) it fails with the state's `not found`, which
+    /// ends PostFilter before preemption. It does not deallocate a claim allocated for a node
+    /// the pod cannot use (upstream's rare third case; docs/differences.md).
+    fn post_filter(
+        &self,
+        cx: &mut PostFilterContext<'_>,
+        _pod: &PodInfo,
+    ) -> Option<PostFilterResult> {
+        if !cx.state.dynamic_resources_ran {
+            return Some(PostFilterResult {
+                message: Some(STATE_NOT_FOUND.into()),
+                error: true,
+                ..PostFilterResult::default()
+            });
+        }
+        let claims = cx
+            .state
+            .dynamic_resources
+            .as_deref()
+            .is_some_and(|s| !s.claims.is_empty() || !s.plans.is_empty());
+        let message = if claims {
+            STILL_NOT_SCHEDULABLE
+        } else {
+            NO_CLAIMS_TO_DEALLOCATE
+        };
+        Some(PostFilterResult {
+            message: Some(message.into()),
+            ..PostFilterResult::default()
+        })
     }
 
     fn reserve(

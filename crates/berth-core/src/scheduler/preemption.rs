@@ -36,6 +36,12 @@ impl Scheduler {
             let Some(mut r) = prof.plugins[i].post_filter(&mut cx, pod) else {
                 continue;
             };
+            if r.error {
+                messages.clear();
+                messages.extend(r.message.take());
+                result = None;
+                break;
+            }
             if matches!(r.nomination, Nomination::Node(_)) {
                 messages.clear();
                 messages.extend(r.message.take());

@@ -157,6 +157,7 @@ impl DefaultPreemption {
             victims: c.victims.iter().map(|p| p.key.clone()).collect(),
             message: None,
             hold: self.args.reservation_backed.then(|| self.args.ttl_millis()),
+            error: false,
         }
     }
 }

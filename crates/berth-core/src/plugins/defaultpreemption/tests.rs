@@ -1057,11 +1057,11 @@ fn a_pod_that_cannot_preempt_says_why_and_evicts_nothing() {
     };
     assert_eq!(
         message("polite").as_deref(),
-        Some("0/1 nodes are available: 1 Insufficient cpu. preemption: not eligible due to preemptionPolicy=Never.")
+        Some("0/1 nodes are available: 1 Insufficient cpu. no new claims to deallocate, preemption: not eligible due to preemptionPolicy=Never.")
     );
     assert_eq!(
         message("peer").as_deref(),
-        Some("0/1 nodes are available: 1 Insufficient cpu. preemption: 0/1 nodes are available: 1 No preemption victims found for incoming pod.")
+        Some("0/1 nodes are available: 1 Insufficient cpu. no new claims to deallocate, preemption: 0/1 nodes are available: 1 No preemption victims found for incoming pod.")
     );
     assert!(!effects
         .iter()

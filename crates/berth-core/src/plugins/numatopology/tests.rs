@@ -237,9 +237,9 @@ fn filter_reasons_are_scheduler_plugins_fixed_strings_counted_per_node() {
         let effects = run(&mut s, T0);
         assert_eq!(bound(&s, &name), None, "{scope} {name}");
         let got = message(&effects, &name).unwrap_or_default();
-        // The filter histogram, then preemption's own sentence.
+        // The filter histogram, then DynamicResources' and preemption's PostFilter words.
         assert!(
-            got.starts_with(&format!("{want} preemption:")),
+            got.starts_with(&format!("{want} no new claims to deallocate, preemption:")),
             "{scope} {name}: {got}"
         );
         let cx = s.cluster();
