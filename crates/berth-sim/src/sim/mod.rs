@@ -18,7 +18,7 @@ use berth_core::collections::HashMap;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use berth_api::k8s_openapi::api::core::v1::{Pod, PodCondition, PodStatus};
+use berth_api::k8s_openapi::api::core::v1::{Pod, PodStatus};
 use berth_api::k8s_openapi::api::scheduling::v1::PriorityClass;
 use berth_api::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use berth_api::reservation::ReservationPhase;
