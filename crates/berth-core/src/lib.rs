@@ -5,6 +5,7 @@
 //! kube-scheduler's extension points, [`plugins`] holds the in-tree plugins, and the
 //! domain modules ([`numa`], reservations) are usable on their own.
 
+pub mod apply;
 pub mod cache;
 pub mod collections;
 pub mod cpuset;

@@ -14,8 +14,10 @@ use berth_api::reservation::{condition, ReservationPhase};
 use crate::cache::Cluster;
 use crate::model::node::NodeIdx;
 use crate::model::pod::PodInfo;
-use crate::reservation::affinity::{self, Mismatch, PodReservationPrefs};
+use crate::plugins::reservation::decision::{self, Rejection};
+use crate::reservation::affinity::{Mismatch, PodReservationPrefs};
 use crate::reservation::{allocate, ReservationInfo};
+use crate::resources::Resources;
 use crate::time::rfc3339;
 
 use super::NodeExplanation;
@@ -84,142 +86,175 @@ pub(super) fn matches(
     by_idx: &BTreeMap<NodeIdx, usize>,
     best: &[String],
 ) -> Vec<ReservationMatch> {
-    let store = &cx.reservations;
     let prefs = PodReservationPrefs::from_pod(pod);
-    let ignored = is_true(Some(&pod.labels), LABEL_RESERVATION_IGNORED);
-    let has_affinity = prefs.as_ref().is_ok_and(|p| p.affinity.is_some());
-    let pod_mask = allocate::mask(&pod.requests);
     let mut out: Vec<(ReservationMatch, Option<(NodeIdx, &ReservationInfo)>)> = Vec::new();
-    for r in store.iter() {
+    for r in cx.reservations.iter() {
         if !r.owners.matches(pod) {
             continue;
         }
-        let node_name = r.node_name.as_ref().map(|n| n.to_string());
-        let mut m = ReservationMatch {
+        let (verdict, why) = judge(cx, pod, &prefs, r, nodes, by_idx);
+        let m = ReservationMatch {
             name: r.name.to_string(),
             phase: r.phase.as_str().to_string(),
-            node: node_name.clone(),
-            verdict: ReservationVerdict::Usable,
-            why: String::new(),
+            node: r.node_name.as_ref().map(|n| n.to_string()),
+            verdict,
+            why,
         };
-        let mut set = |v: ReservationVerdict, why: String| {
-            m.verdict = v;
-            m.why = why;
-        };
-        let node = r.node.and_then(|i| cx.node(i));
-        if let Some(p) = &r.problem {
-            set(ReservationVerdict::Invalid, p.clone());
-        } else if ignored {
-            set(
-                ReservationVerdict::NotConsidered,
-                format!(
-                    "the pod is labelled {LABEL_RESERVATION_IGNORED}=true: it ignores reservations"
-                ),
-            );
-        } else if let Err(e) = &prefs {
-            set(ReservationVerdict::Affinity, e.clone());
-        } else if let Some(v) = phase_verdict(r) {
-            set(v.0, v.1);
-        } else if r.allocate_once && !r.owner_pods.is_empty() {
-            let owners: Vec<String> = r.owner_pods.keys().map(|k| k.to_string()).collect();
-            set(
-                ReservationVerdict::AllocateOnceConsumed,
-                format!("allocateOnce: already allocated to {}", owners.join(", ")),
-            );
-        } else if let (Some(n), Ok(p)) = (node, &prefs) {
-            match affinity::check(p, pod, r, &n.labels, &cx.names) {
-                Err(mismatch) => {
-                    let (v, why) = mismatch_text(&mismatch, r);
-                    set(v, why);
-                }
-                Ok(()) => {
-                    if !allocate::considered(pod_mask, r, has_affinity) {
-                        let why = if pod_mask & r.names == 0 {
-                            "the pod requests none of the resources it holds".to_string()
-                        } else {
-                            "nothing is left of the resources the pod requests".to_string()
-                        };
-                        set(ReservationVerdict::NotConsidered, why);
-                    } else {
-                        let free = allocate::node_free(n);
-                        let fit = allocate::fit(&pod.requests, &free, r);
-                        let others = by_idx
-                            .get(&n.idx)
-                            .map(|&j| &nodes[j])
-                            .map(|ne| {
-                                ne.rejections
-                                    .iter()
-                                    .filter(|x| {
-                                        x.plugin != crate::plugins::names::RESERVATION
-                                            && x.plugin != crate::plugins::names::NODE_RESOURCES_FIT
-                                    })
-                                    .map(|x| format!("{}: {}", x.plugin, x.reasons.join(", ")))
-                                    .collect::<Vec<_>>()
-                            })
-                            .unwrap_or_default();
-                        if fit.reservation_short != 0 {
-                            let parts: Vec<String> = allocate::bits(fit.reservation_short)
-                                .map(|id| {
-                                    let name = cx.names.name(id);
-                                    format!(
-                                        "{name} requested {}, {} left in it",
-                                        format_resource(name, pod.requests[id]),
-                                        format_resource(name, r.usable()[id].max(0))
-                                    )
-                                })
-                                .collect();
-                            set(
-                                ReservationVerdict::Policy,
-                                format!(
-                                    "allocatePolicy Restricted: the pod must take these from the reservation alone: {}",
-                                    parts.join("; ")
-                                ),
-                            );
-                        } else if fit.node_short != 0 {
-                            let usable = r.usable();
-                            let parts: Vec<String> = allocate::bits(fit.node_short)
-                                .map(|id| {
-                                    let name = cx.names.name(id);
-                                    let have = usable[id].max(0).saturating_add(free[id].max(0));
-                                    format!(
-                                        "{name} requested {}, {} left in it + {} free on the node = {} (short by {})",
-                                        format_resource(name, pod.requests[id]),
-                                        format_resource(name, usable[id].max(0)),
-                                        format_resource(name, free[id].max(0)),
-                                        format_resource(name, have),
-                                        format_resource(name, pod.requests[id] - have)
-                                    )
-                                })
-                                .collect();
-                            set(ReservationVerdict::Capacity, parts.join("; "));
-                        } else if !others.is_empty() {
-                            set(
-                                ReservationVerdict::NodeRejected,
-                                format!("its node {} is rejected: {}", n.name, others.join("; ")),
-                            );
-                        } else {
-                            set(ReservationVerdict::Usable, String::new());
-                        }
-                    }
-                }
-            }
-        } else {
-            set(
-                ReservationVerdict::NotAvailable,
-                "its node is not known to the scheduler".into(),
-            );
-        }
         let usable = (m.verdict == ReservationVerdict::Usable)
             .then(|| r.node.map(|i| (i, r)))
             .flatten();
         out.push((m, usable));
     }
-    // On each node, the one the pod would take: the nomination order of the Reservation
-    // plugin (order label, then most allocated after the pod, then earliest created); of
-    // several reusable ones without an order, only the earliest created takes part.
+    let chosen = chosen(pod, &out);
+    let mut result: Vec<ReservationMatch> = out
+        .into_iter()
+        .map(|(m, u)| would_use(m, u, &chosen, best))
+        .collect();
+    result.sort_by(|a, b| a.name.cmp(&b.name));
+    result
+}
+
+/// What became of one owner-matched reservation: the Reservation plugin's decision
+/// ([`decision::matching`], [`decision::fitting`]) rendered, then its node's rejections by
+/// other plugins.
+fn judge(
+    cx: &Cluster,
+    pod: &PodInfo,
+    prefs: &Result<PodReservationPrefs, String>,
+    r: &ReservationInfo,
+    nodes: &[NodeExplanation],
+    by_idx: &BTreeMap<NodeIdx, usize>,
+) -> (ReservationVerdict, String) {
+    if let Some(p) = &r.problem {
+        return (ReservationVerdict::Invalid, p.clone());
+    }
+    if is_true(Some(&pod.labels), LABEL_RESERVATION_IGNORED) {
+        return (
+            ReservationVerdict::NotConsidered,
+            format!(
+                "the pod is labelled {LABEL_RESERVATION_IGNORED}=true: it ignores reservations"
+            ),
+        );
+    }
+    let prefs = match prefs {
+        Ok(p) => p,
+        Err(e) => return (ReservationVerdict::Affinity, e.clone()),
+    };
+    let node = match decision::matching(cx, prefs, pod, r) {
+        Ok(n) => n,
+        Err(rejection) => return render(cx, pod, r, None, &rejection),
+    };
+    let free = allocate::node_free(node);
+    let pod_mask = allocate::mask(&pod.requests);
+    if let Err(rejection) = decision::fitting(pod_mask, prefs.affinity.is_some(), pod, &free, r) {
+        return render(cx, pod, r, Some(&free), &rejection);
+    }
+    let others: Vec<String> = by_idx
+        .get(&node.idx)
+        .map(|&j| &nodes[j])
+        .map(|ne| {
+            ne.rejections
+                .iter()
+                .filter(|x| {
+                    x.plugin != crate::plugins::names::RESERVATION
+                        && x.plugin != crate::plugins::names::NODE_RESOURCES_FIT
+                })
+                .map(|x| format!("{}: {}", x.plugin, x.reasons.join(", ")))
+                .collect()
+        })
+        .unwrap_or_default();
+    if others.is_empty() {
+        (ReservationVerdict::Usable, String::new())
+    } else {
+        (
+            ReservationVerdict::NodeRejected,
+            format!("its node {} is rejected: {}", node.name, others.join("; ")),
+        )
+    }
+}
+
+/// A [`Rejection`] for a person. `free`: the node's free capacity, for a capacity one.
+fn render(
+    cx: &Cluster,
+    pod: &PodInfo,
+    r: &ReservationInfo,
+    free: Option<&Resources>,
+    rejection: &Rejection,
+) -> (ReservationVerdict, String) {
+    let names = &cx.cache.names;
+    match rejection {
+        Rejection::Phase => phase_verdict(r),
+        Rejection::UsedUp => {
+            let owners: Vec<String> = r.owner_pods.keys().map(|k| k.to_string()).collect();
+            (
+                ReservationVerdict::AllocateOnceConsumed,
+                format!("allocateOnce: already allocated to {}", owners.join(", ")),
+            )
+        }
+        Rejection::NodeUnknown => (
+            ReservationVerdict::NotAvailable,
+            "its node is not known to the scheduler".into(),
+        ),
+        Rejection::Mismatch(m) => mismatch_text(m, r),
+        Rejection::NotConsidered => {
+            let why = if allocate::mask(&pod.requests) & r.names == 0 {
+                "the pod requests none of the resources it holds"
+            } else {
+                "nothing is left of the resources the pod requests"
+            };
+            (ReservationVerdict::NotConsidered, why.to_string())
+        }
+        Rejection::Short(fit) if fit.reservation_short != 0 => {
+            let parts: Vec<String> = allocate::bits(fit.reservation_short)
+                .map(|id| {
+                    let name = names.name(id);
+                    format!(
+                        "{name} requested {}, {} left in it",
+                        format_resource(name, pod.requests[id]),
+                        format_resource(name, r.usable()[id].max(0))
+                    )
+                })
+                .collect();
+            (
+                ReservationVerdict::Policy,
+                format!(
+                    "allocatePolicy Restricted: the pod must take these from the reservation alone: {}",
+                    parts.join("; ")
+                ),
+            )
+        }
+        Rejection::Short(fit) => {
+            let usable = r.usable();
+            let free = free.copied().unwrap_or_default();
+            let parts: Vec<String> = allocate::bits(fit.node_short)
+                .map(|id| {
+                    let name = names.name(id);
+                    let have = usable[id].max(0).saturating_add(free[id].max(0));
+                    format!(
+                        "{name} requested {}, {} left in it + {} free on the node = {} (short by {})",
+                        format_resource(name, pod.requests[id]),
+                        format_resource(name, usable[id].max(0)),
+                        format_resource(name, free[id].max(0)),
+                        format_resource(name, have),
+                        format_resource(name, pod.requests[id] - have)
+                    )
+                })
+                .collect();
+            (ReservationVerdict::Capacity, parts.join("; "))
+        }
+    }
+}
+
+/// On each node, the one the pod would take: the nomination order of the Reservation
+/// plugin (order label, then most allocated after the pod, then earliest created); of
+/// several reusable ones without an order, only the earliest created takes part.
+fn chosen(
+    pod: &PodInfo,
+    out: &[(ReservationMatch, Option<(NodeIdx, &ReservationInfo)>)],
+) -> BTreeMap<NodeIdx, (allocate::NominationKey, String)> {
     let mut chosen: BTreeMap<NodeIdx, (allocate::NominationKey, String)> = BTreeMap::new();
     let mut earliest_reusable: BTreeMap<NodeIdx, (i64, String)> = BTreeMap::new();
-    for (_, u) in &out {
+    for (_, u) in out {
         if let Some((idx, r)) = u {
             if !r.allocate_once && r.order.is_none() {
                 let k = (r.created, r.name.to_string());
@@ -230,7 +265,7 @@ pub(super) fn matches(
             }
         }
     }
-    for (_, u) in &out {
+    for (_, u) in out {
         if let Some((idx, r)) = u {
             if !r.allocate_once
                 && r.order.is_none()
@@ -244,58 +279,57 @@ pub(super) fn matches(
             }
         }
     }
-    let mut result = Vec::new();
-    for (mut m, u) in out {
-        if let Some((idx, r)) = u {
-            let node = m.node.clone().unwrap_or_default();
-            match chosen.get(&idx) {
-                Some((_, name)) if **name == *r.name => {
-                    if best.is_empty() || best.contains(&node) {
-                        m.verdict = ReservationVerdict::WouldUse;
-                        m.why = format!("the pod would allocate from it on {node}");
-                    } else {
-                        m.why = format!(
-                            "usable on {node}, but {} scores higher for the pod",
-                            best.join(", ")
-                        );
-                    }
-                }
-                Some((_, name)) => {
-                    m.why = format!("usable, but {name} on the same node is taken first");
-                }
-                None => m.why = "usable".into(),
+    chosen
+}
+
+/// A usable reservation's final word: the one the pod would allocate from, or why not.
+fn would_use(
+    mut m: ReservationMatch,
+    usable: Option<(NodeIdx, &ReservationInfo)>,
+    chosen: &BTreeMap<NodeIdx, (allocate::NominationKey, String)>,
+    best: &[String],
+) -> ReservationMatch {
+    let Some((idx, r)) = usable else {
+        return m;
+    };
+    let node = m.node.clone().unwrap_or_default();
+    match chosen.get(&idx) {
+        Some((_, name)) if **name == *r.name => {
+            if best.is_empty() || best.contains(&node) {
+                m.verdict = ReservationVerdict::WouldUse;
+                m.why = format!("the pod would allocate from it on {node}");
+            } else {
+                m.why = format!(
+                    "usable on {node}, but {} scores higher for the pod",
+                    best.join(", ")
+                );
             }
         }
-        result.push(m);
+        Some((_, name)) => {
+            m.why = format!("usable, but {name} on the same node is taken first");
+        }
+        None => m.why = "usable".into(),
     }
-    result.sort_by(|a, b| a.name.cmp(&b.name));
-    result
+    m
 }
 
 /// A verdict from the phase alone, for reservations that are not Available.
-fn phase_verdict(r: &ReservationInfo) -> Option<(ReservationVerdict, String)> {
+fn phase_verdict(r: &ReservationInfo) -> (ReservationVerdict, String) {
     let ready_false = r
         .conditions
         .iter()
         .find(|c| c.type_ == condition::READY && c.status == condition::FALSE);
     match &r.phase {
-        ReservationPhase::Available => {
-            if r.terminating {
-                return Some((
-                    ReservationVerdict::Unschedulable,
-                    "it is being deleted".into(),
-                ));
-            }
-            None
-        }
-        ReservationPhase::Pending => Some((
+        // Not a phase [`Rejection::Phase`] is given for.
+        ReservationPhase::Available => (ReservationVerdict::Usable, String::new()),
+        ReservationPhase::Pending => (
             ReservationVerdict::NotAvailable,
             "Pending: not placed on a node yet".into(),
-        )),
-        ReservationPhase::Waiting => Some((
+        ),
+        ReservationPhase::Waiting => (
             ReservationVerdict::NotAvailable,
             "Waiting: placed, waiting for room (pre-allocation)".into(),
-        )),
+        ),
         ReservationPhase::Succeeded if r.allocate_once => {
             let mut owners: Vec<String> = r
                 .obj
@@ -315,7 +349,7 @@ fn phase_verdict(r: &ReservationInfo) -> Option<(ReservationVerdict, String)> {
             owners.extend(r.owner_pods.keys().map(|k| k.to_string()));
             owners.sort();
             owners.dedup();
-            Some((
+            (
                 ReservationVerdict::AllocateOnceConsumed,
                 if owners.is_empty() {
                     "allocateOnce: already used by an owner (Succeeded)".to_string()
@@ -325,29 +359,29 @@ fn phase_verdict(r: &ReservationInfo) -> Option<(ReservationVerdict, String)> {
                         owners.join(", ")
                     )
                 },
-            ))
+            )
         }
-        ReservationPhase::Succeeded => Some((ReservationVerdict::Succeeded, "Succeeded".into())),
+        ReservationPhase::Succeeded => (ReservationVerdict::Succeeded, "Succeeded".into()),
         ReservationPhase::Failed => match ready_false {
-            Some(c) if c.reason == condition::REASON_EXPIRED => Some((
+            Some(c) if c.reason == condition::REASON_EXPIRED => (
                 ReservationVerdict::Expired,
                 match r.expires_at {
                     Some(t) => format!("expired at {}", rfc3339(t)),
                     None => format!("expired: {}", c.message),
                 },
-            )),
-            Some(c) => Some((
+            ),
+            Some(c) => (
                 ReservationVerdict::Failed,
                 format!("Failed: {} {}", c.reason, c.message)
                     .trim()
                     .to_string(),
-            )),
-            None => Some((ReservationVerdict::Failed, "Failed".into())),
+            ),
+            None => (ReservationVerdict::Failed, "Failed".into()),
         },
-        ReservationPhase::Other(p) => Some((
+        ReservationPhase::Other(p) => (
             ReservationVerdict::NotAvailable,
             format!("phase {p:?} is not one berth uses"),
-        )),
+        ),
     }
 }
 

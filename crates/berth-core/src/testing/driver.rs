@@ -19,9 +19,12 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 
-use berth_api::k8s_openapi::api::core::v1::{Pod, PodCondition, PodStatus};
+use berth_api::k8s_openapi::api::core::v1::{Pod, PodStatus};
+use berth_api::k8s_openapi::apimachinery::pkg::apis::meta::v1::Time as MetaTime;
+use berth_api::k8s_openapi::jiff::Timestamp;
 use berth_api::reservation::{Reservation, ReservationPhase};
 
+use crate::apply::Write;
 use crate::effect::{Effect, Record};
 use crate::event::{BindFailure, Event};
 use crate::object::{Kind, Object, ObjectKey};
@@ -345,15 +348,9 @@ impl FakeDriver {
         let Some(old) = self.store.get(key).cloned() else {
             return false;
         };
-        let mut obj = old.clone();
+        let mut obj = old;
         f(&mut obj);
-        if same(&old, &obj) {
-            return true;
-        }
-        let rv = self.next_resource_version();
-        obj.meta_mut().resource_version = Some(rv);
-        self.store.insert(key.clone(), obj.clone());
-        self.watch.push_back(Event::Applied(obj));
+        self.write(obj);
         true
     }
 
@@ -519,222 +516,148 @@ impl FakeDriver {
         }
     }
 
-    /// Carries an effect out.
+    /// Carries an effect out: the write as the API server makes it ([`crate::apply`]),
+    /// shown by the watch; a bind waits in flight.
     fn execute(&mut self, effect: Effect) {
-        match effect {
+        let effect = match effect {
             Effect::Bind {
                 pod,
                 uid,
                 node,
                 annotations,
             } => {
-                self.stats.binds += 1;
-                let id = (pod.clone(), uid.clone());
-                if self.outstanding.contains(&id) {
-                    self.violations.push(format!(
-                        "bind of {pod} to {node} while another bind of it is in flight"
-                    ));
-                }
-                if self.shown_bound.contains(&id) {
-                    self.violations.push(format!(
-                        "bind of {pod} to {node}, which the scheduler was shown bound"
-                    ));
-                }
-                self.outstanding.insert(id);
-                self.binds.push_back(PendingBind {
+                self.send_bind(PendingBind {
                     pod,
                     uid,
                     node,
                     annotations,
                 });
-                if !self.cfg.shuffle {
-                    // Synchronous: the bind lands before the scheduler runs again.
-                    if let Some(b) = self.binds.pop_back() {
-                        self.perform_bind(b);
+                return;
+            }
+            other => other,
+        };
+        let now = self.stamp();
+        match crate::apply::write(effect, |k| self.store.get(k), &now) {
+            Write::Object(obj) => self.write(obj),
+            Write::Delete(key) => {
+                self.delete(&key);
+            }
+            Write::Refused(answer) => self.answers.push_back(answer),
+            Write::Missing(_) | Write::Stale => {}
+            Write::Other(effect) => match effect {
+                // VolumeBinding's PreBind writes, as the API server takes them (no PV
+                // controller here: a test plays it by applying the bound objects).
+                Effect::BindVolume { volume, .. } => self.apply(Object::PersistentVolume(volume)),
+                Effect::ProvisionClaim { claim, .. } => {
+                    self.apply(Object::PersistentVolumeClaim(claim))
+                }
+                Effect::UpdateClaimStatus { claim, .. } => self.apply(Object::ResourceClaim(claim)),
+                Effect::CreateReservation(r) => {
+                    let obj = Object::Reservation(Arc::new(*r));
+                    if !self.store.contains_key(&obj.key()) {
+                        self.apply(obj);
                     }
                 }
-            }
-            Effect::PodCondition {
-                pod,
-                status,
-                reason,
-                message,
-            } => {
-                let now = self.now;
-                self.modify(&pod, |o| {
-                    if let Object::Pod(p) = o {
-                        set_pod_scheduled(
-                            Arc::make_mut(p),
-                            status,
-                            Some(reason),
-                            Some(message),
-                            now,
-                        );
-                    }
-                });
-            }
-            // VolumeBinding's PreBind writes, as the API server takes them (no PV
-            // controller here: a test plays it by applying the bound objects).
-            Effect::BindVolume { volume, .. } => self.apply(Object::PersistentVolume(volume)),
-            Effect::ProvisionClaim { claim, .. } => {
-                self.apply(Object::PersistentVolumeClaim(claim))
-            }
-            Effect::UpdateClaimStatus { claim, .. } => self.apply(Object::ResourceClaim(claim)),
-            Effect::NominatePod { pod, node } => {
-                self.modify(&pod, |o| {
-                    if let Object::Pod(p) = o {
-                        Arc::make_mut(p)
-                            .status
-                            .get_or_insert_with(PodStatus::default)
-                            .nominated_node_name = node;
-                    }
-                });
-            }
-            Effect::ReservationStatus { name, uid, status } => {
-                let key = ObjectKey::cluster(Kind::Reservation, &name);
-                let matches = self
-                    .store
-                    .get(&key)
-                    .is_some_and(|o| o.meta().uid.as_deref() == Some(uid.as_str()));
-                if matches {
-                    self.modify(&key, |o| {
-                        if let Object::Reservation(r) = o {
-                            Arc::make_mut(r).status = Some(status);
-                        }
-                    });
-                }
-            }
-            Effect::AnnotateReservation {
-                name,
-                uid,
-                annotations,
-            } => {
-                let key = ObjectKey::cluster(Kind::Reservation, &name);
-                let matches = self
-                    .store
-                    .get(&key)
-                    .is_some_and(|o| o.meta().uid.as_deref() == Some(uid.as_str()));
-                if matches {
-                    self.modify(&key, |o| {
-                        if let Object::Reservation(r) = o {
-                            Arc::make_mut(r)
-                                .metadata
-                                .annotations
-                                .get_or_insert_with(Default::default)
-                                .extend(annotations);
-                        }
-                    });
-                }
-            }
-            Effect::CreateReservation(r) => {
-                let obj = Object::Reservation(Arc::new(*r));
-                if !self.store.contains_key(&obj.key()) {
-                    self.apply(obj);
-                }
-            }
-            Effect::Delete {
-                key,
-                uid,
-                resource_version,
-                ..
-            } => {
-                let ok = self.store.get(&key).is_some_and(|o| {
-                    (uid.is_empty() || o.meta().uid.as_deref() == Some(uid.as_str()))
-                        && resource_version
-                            .as_ref()
-                            .is_none_or(|rv| o.meta().resource_version.as_ref() == Some(rv))
-                });
-                if ok {
-                    self.delete(&key);
-                }
-            }
-            Effect::AnnotatePod { pod, annotations } => {
-                self.modify(&pod, |o| {
-                    if let Object::Pod(p) = o {
-                        Arc::make_mut(p)
-                            .metadata
-                            .annotations
-                            .get_or_insert_with(Default::default)
-                            .extend(annotations);
-                    }
-                });
-            }
-            Effect::Record(r) => self.events.push(r),
+                Effect::Record(r) => self.events.push(r),
+                _ => {}
+            },
         }
     }
 
-    /// The API server's side of a bind: the UID precondition, the pod not yet bound; then
-    /// PreBind's annotations and `spec.nodeName` are written and the watch shows the pod.
-    fn perform_bind(&mut self, b: PendingBind) {
-        let failed = |class, message: String| Event::BindFailed {
-            pod: b.pod.clone(),
-            uid: b.uid.clone(),
-            node: b.node.clone(),
-            class,
-            message,
-        };
-        let current = match self.store.get(&b.pod) {
-            Some(Object::Pod(p)) => p.clone(),
-            _ => {
-                self.stats.not_found += 1;
-                let message = format!("pods \"{}\" not found", b.pod.name);
-                self.answers
-                    .push_back(failed(BindFailure::NotFound, message));
-                return;
-            }
-        };
-        if current.metadata.uid.as_deref() != Some(b.uid.as_str()) {
-            self.stats.conflicts += 1;
-            let message = format!(
-                "Operation cannot be fulfilled on pods/binding \"{}\": the UID in the precondition does not match",
-                b.pod.name
-            );
-            self.answers
-                .push_back(failed(BindFailure::Conflict, message));
-            return;
-        }
-        if let Some(n) = current.spec.as_ref().and_then(|s| s.node_name.as_ref()) {
-            self.stats.conflicts += 1;
-            let message = format!(
-                "Operation cannot be fulfilled on pods/binding \"{}\": pod {} is already assigned to node \"{n}\"",
-                b.pod.name, b.pod.name
-            );
-            self.answers
-                .push_back(failed(BindFailure::Conflict, message));
-            return;
-        }
-        if self.rng.below(100) < u64::from(self.cfg.refuse_pct) {
-            self.stats.refused += 1;
-            self.answers.push_back(failed(
-                BindFailure::Transient,
-                "the server was unable to return a response in the time allotted".into(),
+    /// A bind the scheduler asked for: checked against what it was shown, then in flight
+    /// (or, synchronously, landed at once).
+    fn send_bind(&mut self, b: PendingBind) {
+        self.stats.binds += 1;
+        let id = (b.pod.clone(), b.uid.clone());
+        if self.outstanding.contains(&id) {
+            self.violations.push(format!(
+                "bind of {} to {} while another bind of it is in flight",
+                b.pod, b.node
             ));
+        }
+        if self.shown_bound.contains(&id) {
+            self.violations.push(format!(
+                "bind of {} to {}, which the scheduler was shown bound",
+                b.pod, b.node
+            ));
+        }
+        self.outstanding.insert(id);
+        self.binds.push_back(b);
+        if !self.cfg.shuffle {
+            // Synchronous: the bind lands before the scheduler runs again.
+            if let Some(b) = self.binds.pop_back() {
+                self.perform_bind(b);
+            }
+        }
+    }
+
+    /// The API server's clock as it stamps objects (whole seconds).
+    fn stamp(&self) -> MetaTime {
+        crate::reservation::status::meta_time(self.now).unwrap_or(MetaTime(Timestamp::UNIX_EPOCH))
+    }
+
+    /// Stores a written object: a write that leaves it as it was writes nothing and shows
+    /// nothing, as the API server does; otherwise a new resourceVersion and a watch event.
+    fn write(&mut self, mut obj: Object) {
+        let key = obj.key();
+        if self.store.get(&key).is_some_and(|old| same(old, &obj)) {
             return;
         }
-        let now = self.now;
+        let rv = self.next_resource_version();
+        obj.meta_mut().resource_version = Some(rv);
+        self.store.insert(key, obj.clone());
+        self.watch.push_back(Event::Applied(obj));
+    }
+
+    /// The API server's side of a bind ([`crate::apply`]): the UID precondition, the pod
+    /// not yet bound; then PreBind's annotations and `spec.nodeName` are written and the
+    /// watch shows the pod. A transient failure may refuse it first.
+    fn perform_bind(&mut self, b: PendingBind) {
         let PendingBind {
-            node, annotations, ..
-        } = b.clone();
-        self.modify(&b.pod, |o| {
-            if let Object::Pod(p) = o {
-                let p = Arc::make_mut(p);
-                if !annotations.is_empty() {
-                    p.metadata
-                        .annotations
-                        .get_or_insert_with(Default::default)
-                        .extend(annotations);
+            pod,
+            uid,
+            node,
+            annotations,
+        } = b;
+        let effect = Effect::Bind {
+            pod: pod.clone(),
+            uid: uid.clone(),
+            node: node.clone(),
+            annotations,
+        };
+        let now = self.stamp();
+        match crate::apply::write(effect, |k| self.store.get(k), &now) {
+            Write::Refused(answer) => {
+                match &answer {
+                    Event::BindFailed {
+                        class: BindFailure::NotFound,
+                        ..
+                    } => self.stats.not_found += 1,
+                    _ => self.stats.conflicts += 1,
                 }
-                p.spec.get_or_insert_with(Default::default).node_name = Some(node);
-                if let Some(s) = p.status.as_mut() {
-                    s.nominated_node_name = None;
-                }
-                set_pod_scheduled(p, "True", None, None, now);
+                self.answers.push_back(answer);
             }
-        });
-        self.stats.bound += 1;
-        if self.rng.below(100) < u64::from(self.cfg.lose_answer_pct) {
-            // Read back by the adapter and found bound: nothing is reported.
-            self.stats.lost_answers += 1;
+            Write::Object(obj) => {
+                if self.rng.below(100) < u64::from(self.cfg.refuse_pct) {
+                    self.stats.refused += 1;
+                    self.answers.push_back(Event::BindFailed {
+                        pod,
+                        uid,
+                        node,
+                        class: BindFailure::Transient,
+                        message: "the server was unable to return a response in the time allotted"
+                            .into(),
+                    });
+                    return;
+                }
+                self.write(obj);
+                self.stats.bound += 1;
+                if self.rng.below(100) < u64::from(self.cfg.lose_answer_pct) {
+                    // Read back by the adapter and found bound: nothing is reported.
+                    self.stats.lost_answers += 1;
+                }
+            }
+            _ => {}
         }
     }
 
@@ -936,37 +859,4 @@ fn object_json(o: &Object) -> serde_json::Value {
         Object::Workload(x) => serde_json::to_value(&**x),
     };
     v.unwrap_or(serde_json::Value::Null)
-}
-
-/// Sets the pod's `PodScheduled` condition, keeping the transition time when the status
-/// stays the same (as the scheduler's status patch does).
-fn set_pod_scheduled(
-    pod: &mut Pod,
-    status: &str,
-    reason: Option<String>,
-    message: Option<String>,
-    now: Time,
-) {
-    let conditions = pod
-        .status
-        .get_or_insert_with(PodStatus::default)
-        .conditions
-        .get_or_insert_with(Vec::new);
-    let old = conditions.iter().position(|c| c.type_ == "PodScheduled");
-    let transition = match old.map(|i| &conditions[i]) {
-        Some(c) if c.status == status => c.last_transition_time.clone(),
-        _ => crate::reservation::status::meta_time(now),
-    };
-    let cond = PodCondition {
-        type_: "PodScheduled".to_string(),
-        status: status.to_string(),
-        reason,
-        message,
-        last_transition_time: transition,
-        ..Default::default()
-    };
-    match old {
-        Some(i) => conditions[i] = cond,
-        None => conditions.push(cond),
-    }
 }

@@ -16,8 +16,10 @@
 
 pub mod args;
 mod by_node;
+pub mod decision;
 
 use by_node::ByNode;
+use decision::Rejection;
 
 use crate::collections::HashMap;
 use std::borrow::Cow;
@@ -38,7 +40,7 @@ use crate::framework::{CycleState, Plugin, Points, Status};
 use crate::model::node::{NodeIdx, NodeInfo};
 use crate::model::pod::{HostPort, PodInfo, PodKind};
 use crate::object::ObjectKey;
-use crate::reservation::affinity::{self, Mismatch, PodReservationPrefs};
+use crate::reservation::affinity::{Mismatch, PodReservationPrefs};
 use crate::reservation::{allocate, RIdx, ReservationInfo, Settings};
 use crate::resources::Resources;
 
@@ -347,16 +349,16 @@ impl Reservation {
             if !r.owners.matches(pod) {
                 continue;
             }
-            let Some(node) = r.node else { continue };
-            let Some(n) = cx.node(node) else { continue };
-            st.diag.owner_matched += 1;
-            match affinity::check(&prefs, pod, r, &n.labels, &cx.names) {
-                Ok(()) => {
+            let node = match decision::matching(cx, &prefs, pod, r) {
+                Ok(n) => {
+                    st.diag.owner_matched += 1;
                     if st.named.is_some() {
                         st.diag.name_matched += 1;
                     }
+                    n.idx
                 }
-                Err(m) => {
+                Err(Rejection::Mismatch(m)) => {
+                    st.diag.owner_matched += 1;
                     match m {
                         Mismatch::Name => st.diag.name_unmatched += 1,
                         Mismatch::Unschedulable => st.diag.unschedulable += 1,
@@ -366,7 +368,9 @@ impl Reservation {
                     }
                     continue;
                 }
-            }
+                // Not matchable: left out by the candidates above already.
+                Err(_) => continue,
+            };
             let ns = st.nodes.entry_or_default(node);
             ns.matched.push(idx);
             // `usable` is 0 outside the reservation's resources and `restore` never
@@ -484,15 +488,12 @@ impl Reservation {
         let mut considered = 0;
         for &idx in &ns.matched {
             let Some(r) = store.get(idx) else { continue };
-            let Some(fit) =
-                allocate::considered_fit(st.pod_mask, &pod.requests, &free, r, st.has_affinity)
-            else {
-                continue;
+            let fit = match decision::fitting(st.pod_mask, st.has_affinity, pod, &free, r) {
+                Ok(()) => return Status::success(),
+                Err(Rejection::Short(fit)) => fit,
+                Err(_) => continue,
             };
             considered += 1;
-            if fit.fits() {
-                return Status::success();
-            }
             node_short |= fit.node_short;
             let detailed = st.named.as_deref() == Some(&*r.name);
             for id in allocate::bits(fit.reservation_short) {
@@ -572,9 +573,8 @@ fn nominate(
         // An allocate-once reservation with an owner is used up (until the controller
         // marks it Succeeded it is still in `matched`).
         let used_up = r.allocate_once && !r.owner_pods.is_empty();
-        let usable = !used_up
-            && allocate::considered_fit(st.pod_mask, &pod.requests, &free, r, st.has_affinity)
-                .is_some_and(|f| f.fits());
+        let usable =
+            !used_up && decision::fitting(st.pod_mask, st.has_affinity, pod, &free, r).is_ok();
         usable.then_some((idx, r))
     });
     // Seed 002: of several reusable reservations the pod could use here, only the
