@@ -269,10 +269,11 @@ impl Scheduler {
                     .collect()
             })
             .collect();
+        let queue = SchedulingQueue::new(hints::QueueingHints::for_profiles(&profiles));
         Self {
             cluster,
             profiles,
-            queue: SchedulingQueue::default(),
+            queue,
             effects: VecDeque::new(),
             rng: SplitMix64::new(config.seed),
             next_start: 0,
@@ -371,7 +372,7 @@ impl Scheduler {
 
     /// Moves the unschedulable items `event` may help out of the pool (queueing hints).
     fn requeue(&mut self, now: Time, event: ClusterEvent) {
-        hints::requeue(&mut self.queue, &self.cluster, &self.profiles, now, &event);
+        self.queue.move_on_event(&self.cluster, now, &event);
     }
 
     /// Why queued items left the unschedulable pool (events or the maximum wait).

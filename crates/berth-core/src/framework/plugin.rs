@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use crate::cache::Cluster;
 use crate::framework::cycle_state::CycleState;
 use crate::framework::diagnosis::Diagnosis;
+use crate::framework::events::EventsToRegister;
 use crate::framework::nominator::Nominator;
 use crate::framework::profile::Profile;
 use crate::framework::status::Status;
@@ -148,6 +149,15 @@ pub trait Plugin: std::fmt::Debug + Send + Sync {
 
     /// The extension points this plugin implements.
     fn points(&self) -> Points;
+
+    /// The cluster events that can turn this plugin's rejection into a pass, with their
+    /// queueing hints (kube-scheduler's `EnqueueExtensions.EventsToRegister`): a pod the
+    /// plugin rejected leaves the unschedulable pool on such an event only. The default,
+    /// for a plugin that does not say (and the Reservation plugin, whose verdicts depend on
+    /// reservations, pods and nodes alike), is every event but NUMA ones.
+    fn events_to_register(&self) -> EventsToRegister {
+        EventsToRegister::EVERY_EVENT_BUT_NUMA
+    }
 
     /// Sets up what the plugin keeps in the cluster across cycles (a cache the scheduler
     /// feeds with events), once, when the scheduler is built.

@@ -26,6 +26,7 @@ use berth_api::reservation::ReservationAllocatePolicy;
 use crate::cache::Cluster;
 use crate::dra::allocator::{self, ClaimPlan, Failure};
 use crate::dra::reserved::{self, Access, DeviceAllocated, HeldClaim};
+use crate::framework::events::{kind, EventsToRegister};
 use crate::framework::{CycleState, Plugin, Points, Status};
 use crate::model::node::{NodeIdx, NodeInfo};
 use crate::model::pod::{PodInfo, PodKind};
@@ -266,6 +267,11 @@ impl Plugin for DynamicResources {
 
     fn points(&self) -> Points {
         Points::PRE_FILTER | Points::FILTER | Points::RESERVE | Points::PRE_BIND
+    }
+
+    fn events_to_register(&self) -> EventsToRegister {
+        // Devices come from slices and classes and go back when claims are deallocated.
+        EventsToRegister::on(&[(kind::NODE_ADD | kind::NODE_LABEL | kind::DRA, None)])
     }
 
     fn pre_filter(&self, cx: &Cluster, state: &mut CycleState, pod: &PodInfo) -> Status {
