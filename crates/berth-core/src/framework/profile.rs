@@ -17,6 +17,9 @@ pub struct Profile {
     pub percentage_of_nodes_to_score: Option<u32>,
     /// Plugin instances; the lists below index into it.
     pub plugins: Vec<Box<dyn Plugin>>,
+    /// PreEnqueue plugins in order: every instance that has the point, wherever the
+    /// configuration enabled it (PreEnqueue has no plugin set of its own here).
+    pub pre_enqueue: Vec<usize>,
     /// PreFilter plugins in order.
     pub pre_filter: Vec<usize>,
     /// Filter plugins in order.
@@ -211,6 +214,9 @@ impl Profile {
             score: lists[4].clone(),
             reserve: idx(&lists[5]),
             pre_bind: idx(&lists[6]),
+            pre_enqueue: (0..instances.len())
+                .filter(|&i| instances[i].points().contains(Points::PRE_ENQUEUE))
+                .collect(),
             plugins: instances,
         })
     }
