@@ -182,6 +182,13 @@ pub struct Scheduler {
     permits: permit::Permits,
 }
 
+/// Whether `pod` names a scheduler none of `profiles` is.
+fn is_foreign(profiles: &[Profile], pod: &PodInfo) -> bool {
+    !profiles
+        .iter()
+        .any(|p| *p.scheduler_name == *pod.scheduler_name)
+}
+
 /// A bind in flight: what kube-scheduler's binding goroutine holds, so that a failure can
 /// run Unreserve with the state of the decision.
 #[derive(Debug)]
@@ -318,10 +325,7 @@ impl Scheduler {
     /// Whether `pod` names a scheduler none of the profiles is (the NUMA cache treats the
     /// nodes such pods land on as foreign-touched).
     fn is_foreign(&self, pod: &PodInfo) -> bool {
-        !self
-            .profiles
-            .iter()
-            .any(|p| *p.scheduler_name == *pod.scheduler_name)
+        is_foreign(&self.profiles, pod)
     }
 
     /// Pods nominated to nodes by preemption, waiting for their victims to leave.
