@@ -182,6 +182,13 @@ pub struct Scheduler {
     permits: permit::Permits,
 }
 
+/// Whether `pod` names a scheduler none of `profiles` is.
+fn is_foreign(profiles: &[Profile], pod: &PodInfo) -> bool {
+    !profiles
+        .iter()
+        .any(|p| *p.scheduler_name == *pod.scheduler_name)
+}
+
 /// A bind in flight: what kube-scheduler's binding goroutine holds, so that a failure can
 /// run Unreserve with the state of the decision.
 #[derive(Debug)]
@@ -269,10 +276,11 @@ impl Scheduler {
                     .collect()
             })
             .collect();
+        let queue = SchedulingQueue::new(hints::QueueingHints::for_profiles(&profiles));
         Self {
             cluster,
             profiles,
-            queue: SchedulingQueue::default(),
+            queue,
             effects: VecDeque::new(),
             rng: SplitMix64::new(config.seed),
             next_start: 0,
@@ -317,10 +325,7 @@ impl Scheduler {
     /// Whether `pod` names a scheduler none of the profiles is (the NUMA cache treats the
     /// nodes such pods land on as foreign-touched).
     fn is_foreign(&self, pod: &PodInfo) -> bool {
-        !self
-            .profiles
-            .iter()
-            .any(|p| *p.scheduler_name == *pod.scheduler_name)
+        is_foreign(&self.profiles, pod)
     }
 
     /// Pods nominated to nodes by preemption, waiting for their victims to leave.
@@ -371,7 +376,7 @@ impl Scheduler {
 
     /// Moves the unschedulable items `event` may help out of the pool (queueing hints).
     fn requeue(&mut self, now: Time, event: ClusterEvent) {
-        hints::requeue(&mut self.queue, &self.cluster, &self.profiles, now, &event);
+        self.queue.move_on_event(&self.cluster, now, &event);
     }
 
     /// Why queued items left the unschedulable pool (events or the maximum wait).

@@ -15,6 +15,9 @@ use std::sync::Arc;
 use berth_api::k8s_openapi::api::core::v1::Node;
 
 use crate::model::node::{NodeError, NodeIdx};
+use crate::model::pod::PodInfo;
+use crate::object::ObjectKey;
+use crate::time::Time;
 
 pub mod affinity_counts;
 pub mod assumed_volumes;
@@ -24,6 +27,17 @@ pub mod images;
 pub mod node_cache;
 
 pub use node_cache::{AffinityTotals, Namespaces, NodeCache, PodEntry, PodState};
+
+/// What [`Cluster::node_applied`] did.
+#[derive(Debug)]
+pub struct NodeApplied {
+    /// The node's slot.
+    pub idx: NodeIdx,
+    /// Pods holding exclusive CPUs the node now reserves (to be told to leave).
+    pub evictions: Vec<crate::cpuset::Eviction>,
+    /// The CPUs the node keeps from exclusive-CPU pods changed.
+    pub cpus_changed: bool,
+}
 
 /// The node cache and the domain stores beside it.
 ///
@@ -73,6 +87,93 @@ impl Cluster {
     /// there is nothing to check against.
     pub fn check_reserved_cpus(&mut self, idx: NodeIdx) {
         self.cpusets.check_reserved_cpus(&mut self.cache, idx);
+    }
+
+    /// A node was added or replaced: the node cache takes it (its CPU reservation checked
+    /// against its CPU layout), reservations waiting for it attach, and the exclusive CPUs
+    /// it keeps from pods are worked out again.
+    pub fn node_applied(&mut self, node: Arc<Node>) -> Result<NodeApplied, NodeError> {
+        let name = node.metadata.name.clone().unwrap_or_default();
+        let idx = self.apply_node(node)?;
+        self.reservations.node_applied(&mut self.cache, idx);
+        let cpus_before = self.cpusets.node(&name).map(|c| c.excluded.clone());
+        let evictions = self.cpusets.refresh(&self.cache, &name);
+        let cpus_after = self.cpusets.node(&name).map(|c| c.excluded.clone());
+        Ok(NodeApplied {
+            idx,
+            evictions,
+            cpus_changed: cpus_before != cpus_after,
+        })
+    }
+
+    /// A node was deleted: the node cache and the NUMA cache forget it, and its
+    /// reservations fail.
+    pub fn node_deleted(&mut self, name: &str, now: Time) {
+        let idx = self.cache.node_idx(name);
+        self.cache.delete_node(name);
+        self.numa.delete_node(name);
+        self.reservations
+            .node_deleted(&mut self.cache, idx, name, now);
+    }
+
+    /// A pod was added or replaced: the node cache takes it, then the exclusive CPUs it
+    /// holds (its `resource-status`, which may be unreadable: the error) and the NUMA cache
+    /// follow. `foreign`: another scheduler's pod. Returns the entry it replaced. The
+    /// reservation store hears of it through [`Cluster::pod_settled`], once the scheduler's
+    /// own bookkeeping of the pod is done.
+    pub fn pod_applied(
+        &mut self,
+        info: Arc<PodInfo>,
+        foreign: bool,
+        now: Time,
+    ) -> (Option<PodEntry>, Result<(), String>) {
+        let prev = self.cache.apply_pod(info.clone());
+        let cpus = self.cpusets.pod_applied(&info);
+        self.numa
+            .pod_applied(&self.cache, prev.as_ref(), &info, foreign, now);
+        (prev, cpus)
+    }
+
+    /// The reservation store's part of a pod input (applied, refused as unreadable or
+    /// deleted): the reservation it owns a share of follows what the cache now holds.
+    pub fn pod_settled(&mut self, key: &ObjectKey, now: Time) {
+        self.reservations.pod_changed(&mut self.cache, key, now);
+    }
+
+    /// A pod was deleted: the node cache drops it, its exclusive CPUs and NUMA hold are
+    /// given back (`foreign` says whether it was another scheduler's) and the reservation
+    /// it owned a share of gets the share back. Returns the cache's entry (`None`: not
+    /// known).
+    pub fn pod_deleted(
+        &mut self,
+        key: &ObjectKey,
+        foreign: impl FnOnce(&PodInfo) -> bool,
+        now: Time,
+    ) -> Option<PodEntry> {
+        let removed = self.cache.remove_pod(key);
+        if let Some(e) = &removed {
+            self.cpusets.release(&e.info.uid);
+            let foreign = foreign(&e.info);
+            self.numa.pod_deleted(&self.cache, e, foreign, now);
+        }
+        self.reservations.pod_removed(&mut self.cache, key);
+        removed
+    }
+
+    /// A Reservation was deleted: its exclusive CPUs, its share of nodes and the devices
+    /// it held are given back.
+    pub fn reservation_deleted(&mut self, name: &str) {
+        if let Some(uid) = self.reservations.by_name(name).map(|r| r.uid.clone()) {
+            self.cpusets.release(&uid);
+        }
+        self.reservations.delete(&mut self.cache, name);
+        self.cache.dra.release(name);
+    }
+
+    /// A NodeResourceTopology was deleted: the node has no NUMA data nor CPU layout.
+    pub fn nrt_deleted(&mut self, node: &str) {
+        self.numa.delete_nrt(node);
+        self.cpusets.delete_nrt(node);
     }
 
     /// InterPodAffinity's remembered answers (see [`affinity_counts`]).

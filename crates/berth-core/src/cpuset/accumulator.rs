@@ -48,78 +48,11 @@ pub fn take_cpus(
     }
     let full = policy != CpuBindPolicy::SpreadByPcpus;
     let per_core = layout.cpus_per_core();
-    if full || per_core == 1 {
-        if acc.needed <= layout.cpus_per_node() {
-            if let Some(cpus) = acc
-                .free_cores_by(|p| p.node, true)
-                .into_iter()
-                .find(|c| c.len() >= acc.needed)
-            {
-                acc.take(&cpus[..acc.needed]);
-                return Some(acc.result);
-            }
-        }
-        if acc.needed <= layout.cpus_per_socket() {
-            if let Some(cpus) = acc
-                .free_cores_by(|p| p.socket, false)
-                .into_iter()
-                .find(|c| c.len() >= acc.needed)
-            {
-                acc.take(&cpus[..acc.needed]);
-                return Some(acc.result);
-            }
-        }
-        // Wider than a socket, or every socket partly used: whole sockets' worth of free
-        // cores from the sockets with the most, then core by core from the fewest.
-        let mut sockets = acc.free_cores_by(|p| p.socket, false);
-        sockets.sort_by_key(|c| std::cmp::Reverse(c.len()));
-        let mut unsatisfied = Vec::new();
-        for cpus in sockets {
-            if acc.needed < cpus.len() {
-                unsatisfied.push(cpus);
-            } else {
-                acc.take(&cpus);
-                if acc.needed == 0 {
-                    return Some(acc.result);
-                }
-            }
-        }
-        if acc.needed >= per_core {
-            unsatisfied.sort_by_key(|c| c.len());
-            'sockets: for cpus in unsatisfied {
-                for chunk in cpus.chunks(per_core) {
-                    acc.take(chunk);
-                    if acc.needed == 0 {
-                        return Some(acc.result);
-                    }
-                    if acc.needed < per_core {
-                        break 'sockets;
-                    }
-                }
-            }
-        }
+    if (full || per_core == 1) && take_whole_cores(&mut acc, per_core) {
+        return Some(acc.result);
     }
-    if !full {
-        for one_per_core in [true, false] {
-            if acc.needed <= layout.cpus_per_node() {
-                let groups = acc.free_cpus_by(|p| p.node, one_per_core);
-                if let Some(cpus) = groups.into_iter().find(|c| c.len() >= acc.needed) {
-                    let cpus = spread(layout, &cpus);
-                    acc.take(&cpus[..acc.needed]);
-                    return Some(acc.result);
-                }
-            }
-        }
-        for one_per_core in [true, false] {
-            if acc.needed <= layout.cpus_per_socket() {
-                let groups = acc.free_cpus_by(|p| p.socket, one_per_core);
-                if let Some(cpus) = groups.into_iter().find(|c| c.len() >= acc.needed) {
-                    let cpus = spread(layout, &cpus);
-                    acc.take(&cpus[..acc.needed]);
-                    return Some(acc.result);
-                }
-            }
-        }
+    if !full && take_spread_within_one(&mut acc) {
+        return Some(acc.result);
     }
     for cpu in spread(layout, &acc.free_cpus_near_result()) {
         acc.take(&[cpu]);
@@ -128,6 +61,90 @@ pub fn take_cpus(
         }
     }
     None
+}
+
+/// Whole free cores: within one NUMA node if they fit, else one socket, else whole
+/// sockets' worth from the sockets with the most, then core by core from the fewest.
+/// Returns whether `acc` has what it needs.
+fn take_whole_cores(acc: &mut Acc<'_>, per_core: usize) -> bool {
+    let layout = acc.layout;
+    if acc.needed <= layout.cpus_per_node() {
+        if let Some(cpus) = acc
+            .free_cores_by(|p| p.node, true)
+            .into_iter()
+            .find(|c| c.len() >= acc.needed)
+        {
+            acc.take(&cpus[..acc.needed]);
+            return true;
+        }
+    }
+    if acc.needed <= layout.cpus_per_socket() {
+        if let Some(cpus) = acc
+            .free_cores_by(|p| p.socket, false)
+            .into_iter()
+            .find(|c| c.len() >= acc.needed)
+        {
+            acc.take(&cpus[..acc.needed]);
+            return true;
+        }
+    }
+    // Wider than a socket, or every socket partly used: whole sockets' worth of free
+    // cores from the sockets with the most, then core by core from the fewest.
+    let mut sockets = acc.free_cores_by(|p| p.socket, false);
+    sockets.sort_by_key(|c| std::cmp::Reverse(c.len()));
+    let mut unsatisfied = Vec::new();
+    for cpus in sockets {
+        if acc.needed < cpus.len() {
+            unsatisfied.push(cpus);
+        } else {
+            acc.take(&cpus);
+            if acc.needed == 0 {
+                return true;
+            }
+        }
+    }
+    if acc.needed >= per_core {
+        unsatisfied.sort_by_key(|c| c.len());
+        'sockets: for cpus in unsatisfied {
+            for chunk in cpus.chunks(per_core) {
+                acc.take(chunk);
+                if acc.needed == 0 {
+                    return true;
+                }
+                if acc.needed < per_core {
+                    break 'sockets;
+                }
+            }
+        }
+    }
+    false
+}
+
+/// `SpreadByPcpus`: CPUs spread across cores within one NUMA node if they fit (one per
+/// core first), else within one socket. Returns whether `acc` has what it needs.
+fn take_spread_within_one(acc: &mut Acc<'_>) -> bool {
+    let layout = acc.layout;
+    for one_per_core in [true, false] {
+        if acc.needed <= layout.cpus_per_node() {
+            let groups = acc.free_cpus_by(|p| p.node, one_per_core);
+            if let Some(cpus) = groups.into_iter().find(|c| c.len() >= acc.needed) {
+                let cpus = spread(layout, &cpus);
+                acc.take(&cpus[..acc.needed]);
+                return true;
+            }
+        }
+    }
+    for one_per_core in [true, false] {
+        if acc.needed <= layout.cpus_per_socket() {
+            let groups = acc.free_cpus_by(|p| p.socket, one_per_core);
+            if let Some(cpus) = groups.into_iter().find(|c| c.len() >= acc.needed) {
+                let cpus = spread(layout, &cpus);
+                acc.take(&cpus[..acc.needed]);
+                return true;
+            }
+        }
+    }
+    false
 }
 
 struct Acc<'a> {

@@ -4,6 +4,7 @@
 pub mod config;
 pub mod cycle_state;
 pub mod diagnosis;
+pub mod events;
 pub mod filter_plan;
 pub mod nominator;
 pub mod plugin;

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use crate::cache::Cluster;
 use crate::framework::cycle_state::CycleState;
 use crate::framework::diagnosis::Diagnosis;
+use crate::framework::events::EventsToRegister;
 use crate::framework::nominator::Nominator;
 use crate::framework::profile::Profile;
 use crate::framework::status::Status;
@@ -69,6 +70,8 @@ impl Points {
     /// Filter has a verdict-only fast path ([`Plugin::passes`]). Not a kube-scheduler
     /// extension point.
     pub const FILTER_FAST: Points = Points(1 << 12);
+    /// PreEnqueue ([`Plugin::pre_enqueue`]).
+    pub const PRE_ENQUEUE: Points = Points(1 << 13);
 
     /// Whether every point of `other` is in `self`.
     pub const fn contains(self, other: Points) -> bool {
@@ -136,6 +139,27 @@ pub struct PostFilterContext<'a> {
     pub rng: &'a mut SplitMix64,
 }
 
+/// What a PreEnqueue plugin may read.
+#[derive(Debug, Clone, Copy)]
+pub struct PreEnqueueContext<'a> {
+    /// The cluster.
+    pub cluster: &'a Cluster,
+    /// Gangs: their objects and members.
+    pub gangs: &'a crate::gang::Gangs,
+}
+
+/// A PreEnqueue plugin's refusal: the pod is not tried, and waits in the unschedulable
+/// pool as rejected by `plugin` (so only the events that plugin registered move it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PreEnqueueRejection {
+    /// The plugin named as the pod's rejector.
+    pub plugin: &'static str,
+    /// What the pod's `PodScheduled=False` condition and `FailedScheduling` event say (the
+    /// attempt then counts as unschedulable). `None`: the pod waits without a condition or
+    /// event, as kube-scheduler 1.35's PreEnqueue rejections do.
+    pub message: Option<String>,
+}
+
 /// A scheduling plugin.
 ///
 /// Filter and Score read only the cluster and the cycle state they are given, never
@@ -151,6 +175,26 @@ pub trait Plugin: std::fmt::Debug + Send + Sync {
 
     /// The extension points this plugin implements.
     fn points(&self) -> Points;
+
+    /// The cluster events that can turn this plugin's rejection into a pass, with their
+    /// queueing hints (kube-scheduler's `EnqueueExtensions.EventsToRegister`): a pod the
+    /// plugin rejected leaves the unschedulable pool on such an event only. The default,
+    /// for a plugin that does not say (and the Reservation plugin, whose verdicts depend on
+    /// reservations, pods and nodes alike), is every event but NUMA ones.
+    fn events_to_register(&self) -> EventsToRegister {
+        EventsToRegister::EVERY_EVENT_BUT_NUMA
+    }
+
+    /// PreEnqueue (kube-scheduler's `PreEnqueuePlugin`): whether the pod may be tried at
+    /// all (only with [`Points::PRE_ENQUEUE`]). Asked before each of the pod's cycles; a
+    /// refused pod runs no cycle.
+    fn pre_enqueue(
+        &self,
+        _cx: &PreEnqueueContext<'_>,
+        _pod: &PodInfo,
+    ) -> Result<(), PreEnqueueRejection> {
+        Ok(())
+    }
 
     /// Sets up what the plugin keeps in the cluster across cycles (a cache the scheduler
     /// feeds with events), once, when the scheduler is built.

@@ -2,7 +2,9 @@
 
 use std::collections::BTreeMap;
 
-use crate::framework::config::{ConfigError, KubeSchedulerConfiguration, PluginSet, ProfileConfig};
+use crate::framework::config::{
+    ConfigError, KubeSchedulerConfiguration, PluginSet, PluginsConfig, ProfileConfig,
+};
 use crate::framework::plugin::{Plugin, Points};
 use crate::plugins;
 
@@ -17,6 +19,9 @@ pub struct Profile {
     pub percentage_of_nodes_to_score: Option<u32>,
     /// Plugin instances; the lists below index into it.
     pub plugins: Vec<Box<dyn Plugin>>,
+    /// PreEnqueue plugins in order: every instance that has the point, wherever the
+    /// configuration enabled it (PreEnqueue has no plugin set of its own here).
+    pub pre_enqueue: Vec<usize>,
     /// PreFilter plugins in order.
     pub pre_filter: Vec<usize>,
     /// Filter plugins in order.
@@ -111,32 +116,11 @@ impl Profile {
                 ));
             }
         }
-        // Args by plugin name, with the entry's index: an error in them is reported at
-        // `pluginConfig[i].args`, never where the plugin happens to be enabled.
-        let mut args: BTreeMap<&str, (usize, &serde_json::Value)> = BTreeMap::new();
-        for (i, c) in pc.plugin_config.iter().enumerate() {
-            if !plugins::is_known(&c.name) {
-                return Err(ConfigError::new(
-                    format!("pluginConfig[{i}].name"),
-                    format!("unknown plugin {:?}", c.name),
-                ));
-            }
-            if args.insert(&c.name, (i, &c.args)).is_some() {
-                return Err(ConfigError::new(
-                    format!("pluginConfig[{i}].name"),
-                    format!("repeated config for plugin {:?}", c.name),
-                ));
-            }
-        }
-        let args_error = |name: &str, e: ConfigError| match args.get(name) {
-            Some((i, _)) => e.within(&format!("pluginConfig[{i}].args")),
-            // Default args are valid; should that ever change, blame the plugin's name.
-            None => e.within(&format!("pluginConfig[{name}]")),
-        };
+        let args = plugin_args(pc)?;
         // kube-scheduler decodes and validates every pluginConfig entry, whether or not the
         // plugin is enabled: a typo in the args of a disabled plugin is still an error.
         for (name, (_, a)) in &args {
-            plugins::build(name, Some(a)).map_err(|e| args_error(name, e))?;
+            plugins::build(name, Some(a)).map_err(|e| args_error(&args, name, e))?;
         }
         // multiPoint: defaults, minus disabled, plus enabled (with weights).
         let mut multi: Vec<(String, Option<i64>)> = plugins::DEFAULT_MULTI_POINT
@@ -145,54 +129,17 @@ impl Profile {
             .collect();
         let plugins_cfg = pc.plugins.clone().unwrap_or_default();
         apply_set(&mut multi, &plugins_cfg.multi_point, "plugins.multiPoint")?;
-
-        let mut instances: Vec<Box<dyn Plugin>> = Vec::new();
-        let mut index: BTreeMap<String, usize> = BTreeMap::new();
-        let mut instance =
-            |instances: &mut Vec<Box<dyn Plugin>>, name: &str| -> Result<usize, ConfigError> {
-                if let Some(i) = index.get(name) {
-                    return Ok(*i);
-                }
-                let p = plugins::build(name, args.get(name).map(|(_, a)| *a))
-                    .map_err(|e| args_error(name, e))?;
-                instances.push(p);
-                index.insert(name.to_string(), instances.len() - 1);
-                Ok(instances.len() - 1)
-            };
+        let mut instances = Instances {
+            args: &args,
+            plugins: Vec::new(),
+            index: BTreeMap::new(),
+        };
         let mut multi_idx = Vec::new();
         for (name, w) in &multi {
-            multi_idx.push((instance(&mut instances, name)?, *w));
+            multi_idx.push((instances.get(name)?, *w));
         }
-        let sets = [
-            (Points::PRE_FILTER, &plugins_cfg.pre_filter, "preFilter"),
-            (Points::FILTER, &plugins_cfg.filter, "filter"),
-            (Points::POST_FILTER, &plugins_cfg.post_filter, "postFilter"),
-            (Points::PRE_SCORE, &plugins_cfg.pre_score, "preScore"),
-            (Points::SCORE, &plugins_cfg.score, "score"),
-            (Points::RESERVE, &plugins_cfg.reserve, "reserve"),
-            (Points::PRE_BIND, &plugins_cfg.pre_bind, "preBind"),
-            (Points::QUEUE_SORT, &plugins_cfg.queue_sort, "queueSort"),
-            (Points::BIND, &plugins_cfg.bind, "bind"),
-            (Points::PERMIT, &plugins_cfg.permit, "permit"),
-            (Points::POST_BIND, &plugins_cfg.post_bind, "postBind"),
-        ];
-        let mut lists: Vec<Vec<(usize, i64)>> = Vec::new();
-        for (point, set, field) in sets {
-            // Names the multiPoint list enables at this point, then the point's own set.
-            let mut names: Vec<(String, Option<i64>)> = multi
-                .iter()
-                .zip(&multi_idx)
-                .filter(|(_, (i, _))| instances[*i].points().contains(point))
-                .map(|((n, w), _)| (n.clone(), *w))
-                .collect();
-            apply_set(&mut names, set, &format!("plugins.{field}"))?;
-            let mut list = Vec::new();
-            for (name, w) in &names {
-                let i = instance(&mut instances, name)?;
-                list.push((i, w.unwrap_or(1)));
-            }
-            lists.push(list);
-        }
+        let lists = point_lists(&mut instances, &multi, &multi_idx, &plugins_cfg)?;
+        let instances = instances.plugins;
         let idx = |l: &Vec<(usize, i64)>| l.iter().map(|(i, _)| *i).collect::<Vec<_>>();
         Ok(Self {
             scheduler_name: pc
@@ -211,6 +158,9 @@ impl Profile {
             score: lists[4].clone(),
             reserve: idx(&lists[5]),
             pre_bind: idx(&lists[6]),
+            pre_enqueue: (0..instances.len())
+                .filter(|&i| instances[i].points().contains(Points::PRE_ENQUEUE))
+                .collect(),
             plugins: instances,
         })
     }
@@ -222,6 +172,103 @@ impl Profile {
             .find(|p| p.name() == name)
             .map(|b| b.as_ref())
     }
+}
+
+/// Plugin args by plugin name, with the `pluginConfig` entry's index.
+type Args<'a> = BTreeMap<&'a str, (usize, &'a serde_json::Value)>;
+
+/// The profile's `pluginConfig` by plugin name: an unknown or repeated name is an error
+/// at `pluginConfig[i].name`.
+fn plugin_args(pc: &ProfileConfig) -> Result<Args<'_>, ConfigError> {
+    let mut args: Args<'_> = BTreeMap::new();
+    for (i, c) in pc.plugin_config.iter().enumerate() {
+        if !plugins::is_known(&c.name) {
+            return Err(ConfigError::new(
+                format!("pluginConfig[{i}].name"),
+                format!("unknown plugin {:?}", c.name),
+            ));
+        }
+        if args.insert(&c.name, (i, &c.args)).is_some() {
+            return Err(ConfigError::new(
+                format!("pluginConfig[{i}].name"),
+                format!("repeated config for plugin {:?}", c.name),
+            ));
+        }
+    }
+    Ok(args)
+}
+
+/// An error in `name`'s args, reported at `pluginConfig[i].args`, never where the plugin
+/// happens to be enabled.
+fn args_error(args: &Args<'_>, name: &str, e: ConfigError) -> ConfigError {
+    match args.get(name) {
+        Some((i, _)) => e.within(&format!("pluginConfig[{i}].args")),
+        // Default args are valid; should that ever change, blame the plugin's name.
+        None => e.within(&format!("pluginConfig[{name}]")),
+    }
+}
+
+/// The profile's plugin instances, one per name, built on first use with their args.
+struct Instances<'a> {
+    args: &'a Args<'a>,
+    plugins: Vec<Box<dyn Plugin>>,
+    index: BTreeMap<String, usize>,
+}
+
+impl Instances<'_> {
+    /// The instance of `name`, built if it is not yet.
+    fn get(&mut self, name: &str) -> Result<usize, ConfigError> {
+        if let Some(i) = self.index.get(name) {
+            return Ok(*i);
+        }
+        let p = plugins::build(name, self.args.get(name).map(|(_, a)| *a))
+            .map_err(|e| args_error(self.args, name, e))?;
+        self.plugins.push(p);
+        self.index.insert(name.to_string(), self.plugins.len() - 1);
+        Ok(self.plugins.len() - 1)
+    }
+}
+
+/// Each extension point's plugins with weights (PreFilter, Filter, PostFilter, PreScore,
+/// Score, Reserve, PreBind, then the points berth only checks): the names the multiPoint
+/// list enables at the point, then the point's own set applied.
+fn point_lists(
+    instances: &mut Instances<'_>,
+    multi: &[(String, Option<i64>)],
+    multi_idx: &[(usize, Option<i64>)],
+    plugins_cfg: &PluginsConfig,
+) -> Result<Vec<Vec<(usize, i64)>>, ConfigError> {
+    let sets = [
+        (Points::PRE_FILTER, &plugins_cfg.pre_filter, "preFilter"),
+        (Points::FILTER, &plugins_cfg.filter, "filter"),
+        (Points::POST_FILTER, &plugins_cfg.post_filter, "postFilter"),
+        (Points::PRE_SCORE, &plugins_cfg.pre_score, "preScore"),
+        (Points::SCORE, &plugins_cfg.score, "score"),
+        (Points::RESERVE, &plugins_cfg.reserve, "reserve"),
+        (Points::PRE_BIND, &plugins_cfg.pre_bind, "preBind"),
+        (Points::QUEUE_SORT, &plugins_cfg.queue_sort, "queueSort"),
+        (Points::BIND, &plugins_cfg.bind, "bind"),
+        (Points::PERMIT, &plugins_cfg.permit, "permit"),
+        (Points::POST_BIND, &plugins_cfg.post_bind, "postBind"),
+    ];
+    let mut lists: Vec<Vec<(usize, i64)>> = Vec::new();
+    for (point, set, field) in sets {
+        // Names the multiPoint list enables at this point, then the point's own set.
+        let mut names: Vec<(String, Option<i64>)> = multi
+            .iter()
+            .zip(multi_idx)
+            .filter(|(_, (i, _))| instances.plugins[*i].points().contains(point))
+            .map(|((n, w), _)| (n.clone(), *w))
+            .collect();
+        apply_set(&mut names, set, &format!("plugins.{field}"))?;
+        let mut list = Vec::new();
+        for (name, w) in &names {
+            let i = instances.get(name)?;
+            list.push((i, w.unwrap_or(1)));
+        }
+        lists.push(list);
+    }
+    Ok(lists)
 }
 
 fn apply_set(

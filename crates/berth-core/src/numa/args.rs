@@ -207,7 +207,32 @@ impl NodeResourceTopologyMatchArgs {
     /// Validates and applies defaults. Every invalid field is reported.
     pub fn validate(&self) -> Result<NumaPluginConfig, ArgsError> {
         let mut errors = Vec::new();
+        let scoring = self.scoring(&mut errors);
+        let (cache, informer_mode) = self.cache_config(&mut errors);
+        let preemption = parse_enum(
+            &mut errors,
+            "preemptionMode",
+            self.preemption_mode.as_deref(),
+            PreemptionMode::Disabled,
+            &[
+                ("Disabled", PreemptionMode::Disabled),
+                ("Enabled", PreemptionMode::Enabled),
+            ],
+        );
 
+        if !errors.is_empty() {
+            return Err(ArgsError { errors });
+        }
+        Ok(NumaPluginConfig {
+            scoring,
+            cache,
+            informer_mode,
+            preemption,
+        })
+    }
+
+    /// `scoringStrategy`: its type and resource weights.
+    fn scoring(&self, errors: &mut Vec<FieldError>) -> ScoringStrategy {
         let kind = match self.scoring_strategy.as_ref().and_then(|s| s.type_.as_deref()) {
             None => ScoringStrategyType::LeastAllocated,
             Some(t) => ScoringStrategyType::parse(t).unwrap_or_else(|| {
@@ -253,6 +278,12 @@ impl NodeResourceTopologyMatchArgs {
             scoring.weights = weights;
         }
 
+        scoring
+    }
+
+    /// The reserve cache's settings (`cacheResyncPeriodSeconds`, `discardReservedNodes`,
+    /// `cache.*`), and the informer mode.
+    fn cache_config(&self, errors: &mut Vec<FieldError>) -> (CacheConfig, InformerMode) {
         let period_s = self
             .cache_resync_period_seconds
             .unwrap_or(DEFAULT_CACHE_RESYNC_PERIOD_SECONDS);
@@ -265,7 +296,7 @@ impl NodeResourceTopologyMatchArgs {
         };
         let cache_args = self.cache.clone().unwrap_or_default();
         let foreign_pods_detect = parse_enum(
-            &mut errors,
+            errors,
             "cache.foreignPodsDetect",
             cache_args.foreign_pods_detect.as_deref(),
             ForeignPodsDetect::All,
@@ -279,7 +310,7 @@ impl NodeResourceTopologyMatchArgs {
             ],
         );
         let resync_method = parse_enum(
-            &mut errors,
+            errors,
             "cache.resyncMethod",
             cache_args.resync_method.as_deref(),
             ResyncMethod::Autodetect,
@@ -293,7 +324,7 @@ impl NodeResourceTopologyMatchArgs {
             ],
         );
         let informer_mode = parse_enum(
-            &mut errors,
+            errors,
             "cache.informerMode",
             cache_args.informer_mode.as_deref(),
             InformerMode::Dedicated,
@@ -303,7 +334,7 @@ impl NodeResourceTopologyMatchArgs {
             ],
         );
         let resync_scope = parse_enum(
-            &mut errors,
+            errors,
             "cache.resyncScope",
             cache_args.resync_scope.as_deref(),
             ResyncScope::All,
@@ -324,33 +355,15 @@ impl NodeResourceTopologyMatchArgs {
                 1
             }
         };
-        let preemption = parse_enum(
-            &mut errors,
-            "preemptionMode",
-            self.preemption_mode.as_deref(),
-            PreemptionMode::Disabled,
-            &[
-                ("Disabled", PreemptionMode::Disabled),
-                ("Enabled", PreemptionMode::Enabled),
-            ],
-        );
-
-        if !errors.is_empty() {
-            return Err(ArgsError { errors });
-        }
-        Ok(NumaPluginConfig {
-            scoring,
-            cache: CacheConfig {
-                mode,
-                resync_period_ms: period_s.max(0).saturating_mul(1000),
-                resync_method,
-                resync_scope,
-                foreign_pods_detect,
-                filtered_out_threshold,
-            },
-            informer_mode,
-            preemption,
-        })
+        let cache = CacheConfig {
+            mode,
+            resync_period_ms: period_s.max(0).saturating_mul(1000),
+            resync_method,
+            resync_scope,
+            foreign_pods_detect,
+            filtered_out_threshold,
+        };
+        (cache, informer_mode)
     }
 }
 

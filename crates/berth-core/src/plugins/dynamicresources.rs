@@ -26,7 +26,10 @@ use berth_api::reservation::ReservationAllocatePolicy;
 use crate::cache::Cluster;
 use crate::dra::allocator::{self, ClaimPlan, Failure};
 use crate::dra::reserved::{self, Access, DeviceAllocated, HeldClaim};
-use crate::framework::plugin::{PostFilterContext, PostFilterResult};
+use crate::framework::events::{kind, EventsToRegister};
+use crate::framework::plugin::{
+    PostFilterContext, PostFilterResult, PreEnqueueContext, PreEnqueueRejection,
+};
 use crate::framework::{CycleState, Plugin, Points, Status};
 use crate::model::node::{NodeIdx, NodeInfo};
 use crate::model::pod::{PodInfo, PodKind};
@@ -272,11 +275,53 @@ impl Plugin for DynamicResources {
     }
 
     fn points(&self) -> Points {
-        Points::PRE_FILTER
+        Points::PRE_ENQUEUE
+            | Points::PRE_FILTER
             | Points::FILTER
             | Points::POST_FILTER
             | Points::RESERVE
             | Points::PRE_BIND
+    }
+
+    /// A pod whose claims do not all exist yet (a named claim not created, a template's
+    /// claim not yet made by the claim controller) is not tried. As in kube-scheduler 1.35
+    /// it waits without a `PodScheduled` condition or event, and is tried again when a
+    /// ResourceClaim arrives.
+    fn pre_enqueue(
+        &self,
+        cx: &PreEnqueueContext<'_>,
+        pod: &PodInfo,
+    ) -> Result<(), PreEnqueueRejection> {
+        if pod.is_reserve_pod() {
+            return Ok(());
+        }
+        let has_claims = pod
+            .pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.resource_claims.as_ref())
+            .is_some_and(|c| !c.is_empty());
+        if !has_claims {
+            return Ok(());
+        }
+        let missing = match pod_claims(&pod.pod) {
+            Err(_) => true,
+            Ok(claims) => claims
+                .iter()
+                .any(|(_, key)| !cx.cluster.dra.claims.contains_key(key)),
+        };
+        if missing {
+            return Err(PreEnqueueRejection {
+                plugin: NAME,
+                message: None,
+            });
+        }
+        Ok(())
+    }
+
+    fn events_to_register(&self) -> EventsToRegister {
+        // Devices come from slices and classes and go back when claims are deallocated.
+        EventsToRegister::on(&[(kind::NODE_ADD | kind::NODE_LABEL | kind::DRA, None)])
     }
 
     fn pre_filter(&self, cx: &Cluster, state: &mut CycleState, pod: &PodInfo) -> Status {

@@ -8,6 +8,7 @@ use crate::framework::plugin::Plugin;
 pub mod args;
 pub mod defaultpreemption;
 pub mod dynamicresources;
+pub mod gangscheduling;
 pub mod imagelocality;
 pub mod interpodaffinity;
 pub mod names;

@@ -20,6 +20,7 @@ use serde::Deserialize;
 
 use crate::cache::Cluster;
 use crate::framework::config::ConfigError;
+use crate::framework::events::{kind, EventsToRegister};
 use crate::framework::plugin::default_normalize;
 use crate::framework::{CycleState, Plugin, Points, Status};
 use crate::model::node::{NodeIdx, NodeInfo};
@@ -248,6 +249,11 @@ impl Plugin for NodeAffinity {
 
     fn points(&self) -> Points {
         Points::PRE_FILTER | Points::FILTER | Points::PRE_SCORE | Points::SCORE
+    }
+
+    fn events_to_register(&self) -> EventsToRegister {
+        // Upstream: node add and label changes.
+        EventsToRegister::node_local(&[(kind::NODE_ADD | kind::NODE_LABEL, None)])
     }
 
     fn pre_filter(&self, cx: &Cluster, state: &mut CycleState, pod: &PodInfo) -> Status {

@@ -4,6 +4,7 @@
 //! filter matters for reserve pods pinned by `template.spec.nodeName` and for preemption.
 
 use crate::cache::Cluster;
+use crate::framework::events::{kind, EventsToRegister};
 use crate::framework::{CycleState, Plugin, Points, Status};
 use crate::model::node::NodeInfo;
 use crate::model::pod::PodInfo;
@@ -21,6 +22,11 @@ impl Plugin for NodeName {
     }
     fn points(&self) -> Points {
         Points::FILTER | Points::FILTER_FAST
+    }
+
+    fn events_to_register(&self) -> EventsToRegister {
+        // Upstream: node add.
+        EventsToRegister::node_local(&[(kind::NODE_ADD, None)])
     }
 
     fn passes(&self, _cx: &Cluster, _state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> bool {

@@ -33,6 +33,7 @@ use serde::Deserialize;
 use crate::cache::Cluster;
 use crate::cpuset::{take_cpus, CpuSet, NodeCpus, ERR_NOT_ENOUGH_CPUS};
 use crate::framework::config::ConfigError;
+use crate::framework::events::{kind, EventsToRegister};
 use crate::framework::{CycleState, Plugin, Points, Status};
 use crate::model::node::{NodeIdx, NodeInfo};
 use crate::model::pod::PodInfo;
@@ -302,6 +303,20 @@ impl Plugin for NodeNumaResource {
             | Points::SCORE
             | Points::RESERVE
             | Points::PRE_BIND
+    }
+
+    fn events_to_register(&self) -> EventsToRegister {
+        // Cores come back when a pod or reservation leaves, a node's CPU topology or
+        // reservation changes (NRT, node annotation) or a node's bind-policy label does.
+        EventsToRegister::on(&[(
+            kind::NODE_ADD
+                | kind::NODE_ALLOCATABLE
+                | kind::NODE_LABEL
+                | kind::ASSIGNED_POD_DELETE
+                | kind::RESERVATION
+                | kind::NODE_TOPOLOGY,
+            None,
+        )])
     }
 
     fn pre_filter(&self, _cx: &Cluster, state: &mut CycleState, pod: &PodInfo) -> Status {

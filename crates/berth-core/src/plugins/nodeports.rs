@@ -8,6 +8,7 @@
 //! PreFilter only decides whether Filter runs at all.
 
 use crate::cache::Cluster;
+use crate::framework::events::{kind, EventsToRegister};
 use crate::framework::{CycleState, Plugin, Points, Status};
 use crate::model::node::NodeInfo;
 use crate::model::pod::{HostPort, PodInfo};
@@ -41,6 +42,14 @@ impl Plugin for NodePorts {
 
     fn points(&self) -> Points {
         Points::PRE_FILTER | Points::FILTER
+    }
+
+    fn events_to_register(&self) -> EventsToRegister {
+        // Upstream: pod deletion and node add; reservations hold ports the way pods do.
+        EventsToRegister::node_local(&[(
+            kind::NODE_ADD | kind::ASSIGNED_POD_DELETE | kind::RESERVATION,
+            None,
+        )])
     }
 
     fn pre_filter(&self, _cx: &Cluster, _state: &mut CycleState, pod: &PodInfo) -> Status {

@@ -2,6 +2,7 @@
 //! `node.kubernetes.io/unschedulable:NoSchedule`.
 
 use crate::cache::Cluster;
+use crate::framework::events::{kind, EventsToRegister};
 use crate::framework::{CycleState, Plugin, Points, Status};
 use crate::model::node::NodeInfo;
 use crate::model::pod::PodInfo;
@@ -21,6 +22,11 @@ impl Plugin for NodeUnschedulable {
     }
     fn points(&self) -> Points {
         Points::FILTER | Points::FILTER_FAST
+    }
+
+    fn events_to_register(&self) -> EventsToRegister {
+        // Upstream: node add and taint changes (`spec.unschedulable` included).
+        EventsToRegister::node_local(&[(kind::NODE_ADD | kind::NODE_TAINT, None)])
     }
 
     fn passes(&self, _cx: &Cluster, _state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> bool {

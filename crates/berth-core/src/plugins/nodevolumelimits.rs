@@ -15,6 +15,7 @@ use berth_api::k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use smallvec::SmallVec;
 
 use crate::cache::Cluster;
+use crate::framework::events::{kind, EventsToRegister};
 use crate::framework::{CycleState, Plugin, Points, Status};
 use crate::model::node::NodeInfo;
 use crate::model::pod::PodInfo;
@@ -70,6 +71,20 @@ impl Plugin for NodeVolumeLimits {
 
     fn points(&self) -> Points {
         Points::PRE_FILTER | Points::FILTER
+    }
+
+    fn events_to_register(&self) -> EventsToRegister {
+        // Upstream: pod deletion, node add, claims and CSINodes; reservations hold claims
+        // the way pods do.
+        EventsToRegister::node_local(&[(
+            kind::NODE_ADD
+                | kind::NODE_ALLOCATABLE
+                | kind::ASSIGNED_POD_DELETE
+                | kind::RESERVATION
+                | kind::PVC
+                | kind::CSI_NODE,
+            None,
+        )])
     }
 
     fn pre_filter(&self, cx: &Cluster, state: &mut CycleState, pod: &PodInfo) -> Status {

@@ -8,6 +8,7 @@
 use berth_api::k8s_openapi::api::core::v1::{Taint, Toleration};
 
 use crate::cache::Cluster;
+use crate::framework::events::{kind, EventsToRegister};
 use crate::framework::plugin::{default_normalize, score_each};
 use crate::framework::{CycleState, Plugin, Points, Status};
 use crate::model::node::{NodeIdx, NodeInfo};
@@ -97,6 +98,11 @@ impl Plugin for TaintToleration {
 
     fn points(&self) -> Points {
         Points::FILTER | Points::FILTER_FAST | Points::PRE_SCORE | Points::SCORE
+    }
+
+    fn events_to_register(&self) -> EventsToRegister {
+        // Upstream: node add and taint changes.
+        EventsToRegister::node_local(&[(kind::NODE_ADD | kind::NODE_TAINT, None)])
     }
 
     /// An untainted node (most of a cluster) tolerates every pod.

@@ -9,6 +9,7 @@
 use berth_api::k8s_openapi::api::core::v1::{Pod, Volume};
 
 use crate::cache::Cluster;
+use crate::framework::events::{kind, EventsToRegister};
 use crate::framework::{CycleState, Plugin, Points, Status};
 use crate::model::node::NodeInfo;
 use crate::model::pod::PodInfo;
@@ -145,6 +146,14 @@ impl Plugin for VolumeRestrictions {
 
     fn points(&self) -> Points {
         Points::PRE_FILTER | Points::FILTER
+    }
+
+    fn events_to_register(&self) -> EventsToRegister {
+        // Upstream: pod deletion, node add and claims; reservations hold claims the way pods do.
+        EventsToRegister::on(&[(
+            kind::NODE_ADD | kind::ASSIGNED_POD_DELETE | kind::RESERVATION | kind::PVC,
+            None,
+        )])
     }
 
     fn pre_filter(&self, cx: &Cluster, state: &mut CycleState, pod: &PodInfo) -> Status {

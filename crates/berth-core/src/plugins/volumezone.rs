@@ -5,6 +5,7 @@
 //! VolumeBinding.
 
 use crate::cache::Cluster;
+use crate::framework::events::{kind, EventsToRegister};
 use crate::framework::{CycleState, Plugin, Points, Status};
 use crate::model::node::NodeInfo;
 use crate::model::pod::PodInfo;
@@ -122,6 +123,18 @@ impl Plugin for VolumeZone {
         Points::PRE_FILTER | Points::FILTER
     }
 
+    fn events_to_register(&self) -> EventsToRegister {
+        // With queueing hints (GA), node taint changes are not registered. A claim event
+        // concerns only pods that use the claim (ephemeral ones are not read here).
+        EventsToRegister::on(&[
+            (
+                kind::NODE_ADD | kind::NODE_LABEL | kind::PV_TOPOLOGY | kind::STORAGE_CLASS_WFFC,
+                None,
+            ),
+            (kind::PVC, Some(uses_changed_claim)),
+        ])
+    }
+
     fn pre_filter(&self, cx: &Cluster, state: &mut CycleState, pod: &PodInfo) -> Status {
         match pv_by_pod(cx, pod) {
             Err(st) => st,
@@ -151,6 +164,16 @@ impl Plugin for VolumeZone {
         }
         Status::success()
     }
+}
+
+/// VolumeZone's hint for claim events: the pod uses the claim (ephemeral ones are not
+/// read by this plugin).
+fn uses_changed_claim(
+    _cx: &Cluster,
+    event: &crate::framework::events::ClusterEvent,
+    pod: &PodInfo,
+) -> bool {
+    crate::plugins::volumebinding::claims::uses_claim(event, pod, false)
 }
 
 #[cfg(test)]

@@ -118,9 +118,21 @@ pub struct SchedulingQueue {
     seq: u64,
     gen: u64,
     stats: QueueStats,
+    /// What the profiles' plugins registered: which events can help which item.
+    hints: hints::QueueingHints,
 }
 
 impl SchedulingQueue {
+    /// An empty queue that asks `hints` which events can help an item (kube-scheduler
+    /// builds its queue with the profiles' `queueingHintMap`). A queue built with
+    /// `default()` knows no plugin: any rejection waits for every event but NUMA ones.
+    pub fn new(hints: hints::QueueingHints) -> Self {
+        Self {
+            hints,
+            ..Self::default()
+        }
+    }
+
     /// Adds a new item to active, or refreshes an existing one (an update to a queued pod
     /// moves it out of the unschedulable pool, as kube-scheduler does).
     pub fn add(&mut self, key: ObjectKey, priority: i32, created: Time, now: Time) {
@@ -242,7 +254,7 @@ impl SchedulingQueue {
         };
         e.plugins.clear();
         e.plugins.extend_from_slice(plugins);
-        e.interest = hints::interest(plugins);
+        e.interest = self.hints.interest(plugins);
         e.replay = None;
         e.last_attempt = now;
         e.since = now;
@@ -291,6 +303,32 @@ impl SchedulingQueue {
         self.move_candidates(now, candidates, &mut hint)
     }
 
+    /// Moves to back-off or active the unschedulable items `event` may help: only items
+    /// whose rejecting plugins registered one of its kinds are looked at, and the plugins'
+    /// hints decide ([`hints::QueueingHints::worth_requeuing`]). Returns how many moved.
+    pub fn move_on_event(
+        &mut self,
+        cx: &crate::cache::Cluster,
+        now: Time,
+        event: &hints::ClusterEvent,
+    ) -> usize {
+        if event.kinds == 0 {
+            return 0;
+        }
+        let candidates = self.pool.concerned(event.kinds);
+        let (hints, entries) = (&self.hints, &self.entries);
+        let keys: Vec<ObjectKey> = candidates
+            .into_iter()
+            .filter(|(_, k)| {
+                entries
+                    .get(k)
+                    .is_some_and(|e| hints.worth_requeuing(cx, event, k, &e.plugins))
+            })
+            .map(|(_, k)| k)
+            .collect();
+        self.requeue_all(keys, now)
+    }
+
     /// Requeues the `candidates` (in arrival order: the order decides back-off ties, and
     /// runs must be deterministic) that `hint` accepts.
     fn move_candidates(
@@ -304,6 +342,11 @@ impl SchedulingQueue {
             .filter(|(_, k)| self.entries.get(k).is_some_and(|e| hint(k, &e.plugins)))
             .map(|(_, k)| k)
             .collect();
+        self.requeue_all(keys, now)
+    }
+
+    /// Requeues `keys`, moved by an event.
+    fn requeue_all(&mut self, keys: Vec<ObjectKey>, now: Time) -> usize {
         for k in &keys {
             self.requeue(k, now);
         }
@@ -548,7 +591,7 @@ impl SchedulingQueue {
         let old_slot = e.slot();
         e.plugins.clear();
         e.plugins.extend_from_slice(plugins);
-        e.interest = hints::interest(plugins);
+        e.interest = self.hints.interest(plugins);
         e.replay = None;
         e.since = now;
         // Its back-off is waited out in full: two gangs that cannot both fit would
@@ -644,7 +687,8 @@ mod tests {
     #[test]
     fn an_event_looks_only_at_items_a_rejecting_plugin_registered_it_for() {
         use crate::plugins::names;
-        let mut q = SchedulingQueue::default();
+        let profiles = [crate::framework::Profile::default_profile()];
+        let mut q = SchedulingQueue::new(hints::QueueingHints::for_profiles(&profiles));
         for (name, plugins) in [
             ("fit", &[names::NODE_RESOURCES_FIT][..]),
             ("spread", &[names::POD_TOPOLOGY_SPREAD][..]),

@@ -4,7 +4,7 @@
 //! walking the whole queue on each of them made a run O(pending²). The pool keeps its items
 //! apart from the active and back-off ones, ordered by arrival (the order requeues happen
 //! in, which decides back-off ties), by entry time (for the five-minute flush), and by the
-//! event kinds their rejecting plugins registered ([`super::hints::registered`]), so an
+//! event kinds their rejecting plugins registered ([`super::hints::QueueingHints::interest`]), so an
 //! event visits only the items it can concern: a bind never touches a pod only
 //! NodeResourcesFit rejected, since only freed resources can help that pod.
 

@@ -19,7 +19,8 @@ use berth_api::annotations::{
     LABEL_POD_IS_PRE_ALLOCATABLE, LABEL_PRE_ALLOCATION_REQUIRED,
 };
 use berth_api::reservation::{
-    condition, PreAllocationMode, Reservation, ReservationPhase, SchedulerProblem, DEFAULT_TTL,
+    condition, PreAllocationMode, Reservation, ReservationPhase, ReservationSpec, SchedulerProblem,
+    DEFAULT_TTL,
 };
 use berth_api::GoDuration;
 use smallvec::SmallVec;
@@ -87,6 +88,117 @@ fn orphan_name_key(name: &str) -> Arc<str> {
     format!("/name/{name}").into()
 }
 
+/// The reservation's owner matcher; none (the owner matches no pod) is a problem.
+fn owner_matcher(spec: &ReservationSpec, problems: &mut Vec<String>) -> OwnerMatcher {
+    if spec.owners.is_empty() {
+        problems.push(SchedulerProblem::MissingOwners.to_string());
+        return OwnerMatcher::default();
+    }
+    match OwnerMatcher::new(&spec.owners) {
+        Ok(m) => m,
+        Err(e) => {
+            problems.push(format!("{e}; the owner matches no pod"));
+            OwnerMatcher::default()
+        }
+    }
+}
+
+/// Expiry, as Koordinator's controller decides it (`isReservationNeedExpiration`): `ttl: 0`
+/// disables expiry altogether; otherwise `expires` is checked first and then `ttl` from
+/// creation, so whichever comes first expires the reservation. Both may be set: the CRD
+/// defaults `ttl` to 24h even when `expires` is given, so an object read back from an API
+/// server always carries a ttl.
+fn expires_at(spec: &ReservationSpec, created: Time, problems: &mut Vec<String>) -> Option<Time> {
+    let ttl = spec
+        .ttl
+        .clone()
+        .unwrap_or_else(|| GoDuration::new(DEFAULT_TTL));
+    let ttl_ms = match ttl.millis() {
+        Ok(v) => Some(v),
+        Err(e) => {
+            problems.push(format!("spec.ttl: {e}"));
+            None
+        }
+    };
+    expiry(
+        created,
+        ttl_ms,
+        spec.expires.as_ref().map(|t| time_of(&t.0)),
+    )
+}
+
+/// What the reservation keeps back from its owners (its `node.koordinator.sh/reservation`
+/// annotation's amounts).
+fn inner_reserved(
+    obj: &Reservation,
+    names: &mut crate::resources::ResourceNames,
+    problems: &mut Vec<String>,
+) -> Resources {
+    let mut inner_reserved = Resources::ZERO;
+    match NodeReservation::from_annotations(obj.metadata.annotations.as_ref()) {
+        Ok(Some(nr)) => match nr.reserved_amounts() {
+            Ok(amounts) => {
+                for (n, v) in amounts {
+                    if let Ok(id) = names.intern(&n) {
+                        inner_reserved[id] = v.max(0);
+                    }
+                }
+            }
+            Err(e) => problems.push(e.to_string()),
+        },
+        Ok(None) => {}
+        Err(e) => problems.push(e.to_string()),
+    }
+    inner_reserved
+}
+
+/// The resources a `Restricted` reservation restricts its owners to, as a mask within
+/// `names` (every allocatable name when it restricts none of them).
+fn restricted_mask(
+    obj: &Reservation,
+    names_of: &crate::resources::ResourceNames,
+    names: u32,
+    problems: &mut Vec<String>,
+) -> u32 {
+    if obj.spec.allocate_policy != berth_api::reservation::ReservationAllocatePolicy::Restricted {
+        return names;
+    }
+    match ReservationRestrictedOptions::from_annotations(obj.metadata.annotations.as_ref()) {
+        Ok(Some(o)) => {
+            let m = o
+                .resources
+                .iter()
+                .filter_map(|n| names_of.get(n))
+                .fold(0u32, |m, id| m | (1 << id.0));
+            if m & names != 0 {
+                return m & names;
+            }
+            names
+        }
+        Ok(None) => names,
+        Err(e) => {
+            problems.push(e.to_string());
+            names
+        }
+    }
+}
+
+/// The claims of the reservation template's PVC volumes, in `namespace`.
+fn template_claims(spec: &ReservationSpec, namespace: &str) -> SmallVec<[ObjectKey; 1]> {
+    spec.template
+        .as_ref()
+        .and_then(|t| t.spec.as_ref())
+        .map(|s| {
+            s.volumes
+                .iter()
+                .flatten()
+                .filter_map(|v| v.persistent_volume_claim.as_ref())
+                .map(|c| ObjectKey::new(Kind::PersistentVolumeClaim, namespace, &c.claim_name))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 impl ReservationStore {
     /// Compiles the spec of `obj` into a fresh, Pending [`ReservationInfo`]. Problems become
     /// [`ReservationInfo::problem`], never errors.
@@ -113,55 +225,10 @@ impl ReservationStore {
                 None
             }
         };
-        let owners = if spec.owners.is_empty() {
-            problems.push(SchedulerProblem::MissingOwners.to_string());
-            OwnerMatcher::default()
-        } else {
-            match OwnerMatcher::new(&spec.owners) {
-                Ok(m) => m,
-                Err(e) => {
-                    problems.push(format!("{e}; the owner matches no pod"));
-                    OwnerMatcher::default()
-                }
-            }
-        };
-        // Expiry, as Koordinator's controller decides it (`isReservationNeedExpiration`):
-        // `ttl: 0` disables expiry altogether; otherwise `expires` is checked first and then
-        // `ttl` from creation, so whichever comes first expires the reservation. Both may be
-        // set: the CRD defaults `ttl` to 24h even when `expires` is given, so an object read
-        // back from an API server always carries a ttl.
-        let ttl = spec
-            .ttl
-            .clone()
-            .unwrap_or_else(|| GoDuration::new(DEFAULT_TTL));
-        let ttl_ms = match ttl.millis() {
-            Ok(v) => Some(v),
-            Err(e) => {
-                problems.push(format!("spec.ttl: {e}"));
-                None
-            }
-        };
-        let expires_at = expiry(
-            created,
-            ttl_ms,
-            spec.expires.as_ref().map(|t| time_of(&t.0)),
-        );
+        let owners = owner_matcher(spec, &mut problems);
+        let expires_at = expires_at(spec, created, &mut problems);
         let labels = meta.labels.clone().unwrap_or_default();
-        let mut inner_reserved = Resources::ZERO;
-        match NodeReservation::from_annotations(meta.annotations.as_ref()) {
-            Ok(Some(nr)) => match nr.reserved_amounts() {
-                Ok(amounts) => {
-                    for (n, v) in amounts {
-                        if let Ok(id) = nodes.names.intern(&n) {
-                            inner_reserved[id] = v.max(0);
-                        }
-                    }
-                }
-                Err(e) => problems.push(e.to_string()),
-            },
-            Ok(None) => {}
-            Err(e) => problems.push(e.to_string()),
-        }
+        let inner_reserved = inner_reserved(&obj, &mut nodes.names, &mut problems);
         let (allocatable, allocatable_list, item, placed, pinned_node, ports) = match built {
             Some(b) => {
                 let ports = b.item.host_ports.clone();
@@ -184,39 +251,11 @@ impl ReservationStore {
             ),
         };
         let names = allocate::mask(&allocatable);
-        let mut restricted = names;
-        if spec.allocate_policy == berth_api::reservation::ReservationAllocatePolicy::Restricted {
-            match ReservationRestrictedOptions::from_annotations(meta.annotations.as_ref()) {
-                Ok(Some(o)) => {
-                    let m = o
-                        .resources
-                        .iter()
-                        .filter_map(|n| nodes.names.get(n))
-                        .fold(0u32, |m, id| m | (1 << id.0));
-                    if m & names != 0 {
-                        restricted = m & names;
-                    }
-                }
-                Ok(None) => {}
-                Err(e) => problems.push(e.to_string()),
-            }
-        }
+        let restricted = restricted_mask(&obj, &nodes.names, names, &mut problems);
         let namespace = item
             .as_ref()
             .map_or("default".to_string(), |i| i.key.namespace.to_string());
-        let claims = spec
-            .template
-            .as_ref()
-            .and_then(|t| t.spec.as_ref())
-            .map(|s| {
-                s.volumes
-                    .iter()
-                    .flatten()
-                    .filter_map(|v| v.persistent_volume_claim.as_ref())
-                    .map(|c| ObjectKey::new(Kind::PersistentVolumeClaim, &namespace, &c.claim_name))
-                    .collect()
-            })
-            .unwrap_or_default();
+        let claims = template_claims(spec, &namespace);
         let policy = spec.pre_allocation_policy.clone().unwrap_or_default();
         let owner_keys = owners.index_keys();
         ReservationInfo {
@@ -1089,93 +1128,106 @@ impl ReservationStore {
                 self.unorphan(key);
             }
             PodState::Assumed => {}
-            PodState::Bound => {
-                let allocated =
-                    ReservationAllocated::from_annotations(info.pod.metadata.annotations.as_ref())
-                        .ok()
-                        .flatten()
-                        .filter(|a| !a.uid.is_empty() || !a.name.is_empty());
-                let Some(a) = allocated else {
-                    // Not (or no longer) annotated: only a pre-allocation in flight keeps it.
-                    let keep = current
-                        .and_then(|i| self.get(i))
-                        .and_then(|r| r.owner_pods.get(key))
-                        .is_some_and(|o| o.pre_allocated);
-                    if !keep && current.is_some() {
-                        self.remove_owner(nodes, key);
-                    }
-                    self.unorphan(key);
-                    return;
-                };
-                // The scheduler always writes the UID; an annotation written by hand with only
-                // the name (the UID of a reservation created from a file is not known to its
-                // author) identifies it by name, reservation names being unique. An unknown
-                // name waits under a name key, as an unknown UID does.
-                let uid: Arc<str> = if a.uid.is_empty() {
-                    match self.by_name(&a.name) {
-                        Some(r) => r.uid.clone(),
-                        None => orphan_name_key(&a.name),
-                    }
-                } else {
-                    a.uid.as_str().into()
-                };
-                let target = self.idx_by_uid(&uid);
-                self.unorphan(key);
-                let Some(t) = target else {
-                    if current.is_some() {
-                        self.remove_owner(nodes, key);
-                    }
-                    self.orphan_pods
-                        .entry(uid.clone())
-                        .or_default()
-                        .push(key.clone());
-                    self.pod_orphan.insert(key.clone(), uid);
-                    return;
-                };
-                if current.is_some_and(|c| c != t) {
-                    self.remove_owner(nodes, key);
-                }
-                let Some(r) = self.get(t) else {
-                    return;
-                };
-                if !r.is_active() {
-                    // Pending: its node is unknown, so the pod waits as an orphan; terminal
-                    // reservations keep their final status.
-                    if r.phase == ReservationPhase::Pending {
-                        self.orphan_pods
-                            .entry(uid.clone())
-                            .or_default()
-                            .push(key.clone());
-                        self.pod_orphan.insert(key.clone(), uid);
-                    }
-                    return;
-                }
-                let same_node = r.node_name.as_deref() == info.node_name.as_deref();
-                if !same_node {
-                    return;
-                }
-                let existing = r.owner_pods.get(key).cloned();
-                match existing {
-                    Some(o) if o.bound && !o.pre_allocated => {}
-                    Some(_) => {
-                        if let Some(m) = self.get_mut(t) {
-                            if let Some(o) = m.owner_pods.get_mut(key) {
-                                o.bound = true;
-                                o.pre_allocated = false;
-                            }
-                        }
-                        self.mark_dirty(t);
-                    }
-                    None => self.add_owner(nodes, t, &info, true, false),
-                }
-                let once = self
-                    .get(t)
-                    .is_some_and(|r| r.allocate_once && r.owner_pods.values().any(|o| o.bound));
-                if once {
-                    self.succeed(nodes, t, now);
-                }
-            }
+            PodState::Bound => self.bound_pod_changed(nodes, key, &info, current, now),
         }
+    }
+
+    /// [`Self::pod_changed`] for a bound pod: its `reservation-allocated` annotation names
+    /// the reservation it owns a share of (`current`: the one it owned so far).
+    fn bound_pod_changed(
+        &mut self,
+        nodes: &mut NodeCache,
+        key: &ObjectKey,
+        info: &PodInfo,
+        current: Option<RIdx>,
+        now: Time,
+    ) {
+        let allocated =
+            ReservationAllocated::from_annotations(info.pod.metadata.annotations.as_ref())
+                .ok()
+                .flatten()
+                .filter(|a| !a.uid.is_empty() || !a.name.is_empty());
+        let Some(a) = allocated else {
+            // Not (or no longer) annotated: only a pre-allocation in flight keeps it.
+            let keep = current
+                .and_then(|i| self.get(i))
+                .and_then(|r| r.owner_pods.get(key))
+                .is_some_and(|o| o.pre_allocated);
+            if !keep && current.is_some() {
+                self.remove_owner(nodes, key);
+            }
+            self.unorphan(key);
+            return;
+        };
+        // The scheduler always writes the UID; an annotation written by hand with only
+        // the name (the UID of a reservation created from a file is not known to its
+        // author) identifies it by name, reservation names being unique. An unknown
+        // name waits under a name key, as an unknown UID does.
+        let uid: Arc<str> = if a.uid.is_empty() {
+            match self.by_name(&a.name) {
+                Some(r) => r.uid.clone(),
+                None => orphan_name_key(&a.name),
+            }
+        } else {
+            a.uid.as_str().into()
+        };
+        let target = self.idx_by_uid(&uid);
+        self.unorphan(key);
+        let Some(t) = target else {
+            if current.is_some() {
+                self.remove_owner(nodes, key);
+            }
+            self.orphan(key, uid);
+            return;
+        };
+        if current.is_some_and(|c| c != t) {
+            self.remove_owner(nodes, key);
+        }
+        let Some(r) = self.get(t) else {
+            return;
+        };
+        if !r.is_active() {
+            // Pending: its node is unknown, so the pod waits as an orphan; terminal
+            // reservations keep their final status.
+            if r.phase == ReservationPhase::Pending {
+                self.orphan(key, uid);
+            }
+            return;
+        }
+        let same_node = r.node_name.as_deref() == info.node_name.as_deref();
+        if !same_node {
+            return;
+        }
+        let existing = r.owner_pods.get(key).cloned();
+        match existing {
+            Some(o) if o.bound && !o.pre_allocated => {}
+            Some(_) => {
+                if let Some(m) = self.get_mut(t) {
+                    if let Some(o) = m.owner_pods.get_mut(key) {
+                        o.bound = true;
+                        o.pre_allocated = false;
+                    }
+                }
+                self.mark_dirty(t);
+            }
+            None => self.add_owner(nodes, t, info, true, false),
+        }
+        let once = self
+            .get(t)
+            .is_some_and(|r| r.allocate_once && r.owner_pods.values().any(|o| o.bound));
+        if once {
+            self.succeed(nodes, t, now);
+        }
+    }
+
+    /// `key` owns a share of the reservation `uid`, not known (or not placed) yet: it
+    /// waits as an orphan until the reservation is.
+    fn orphan(&mut self, key: &ObjectKey, uid: Arc<str>) {
+        self.orphan_pods
+            .entry(uid.clone())
+            .or_default()
+            .push(key.clone());
+        self.pod_orphan.insert(key.clone(), uid);
     }
 
     fn unorphan(&mut self, key: &ObjectKey) {

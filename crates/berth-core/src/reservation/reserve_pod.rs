@@ -20,9 +20,10 @@ use berth_api::annotations::{
     ANNOTATION_RESERVE_POD,
 };
 use berth_api::format_resource;
-use berth_api::k8s_openapi::api::core::v1::Pod;
+use berth_api::k8s_openapi::api::core::v1::{Pod, PodSpec};
 use berth_api::k8s_openapi::api::scheduling::v1::PriorityClass;
 use berth_api::k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use berth_api::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use berth_api::reservation::{Reservation, SchedulerProblem};
 
 use crate::model::pod::{PodInfo, PodKind};
@@ -80,76 +81,25 @@ pub fn build(
         .clone()
         .filter(|n| !n.is_empty())
         .unwrap_or_else(|| DEFAULT_NAMESPACE.to_string());
-    meta.name = Some(name.clone());
-    meta.namespace = Some(namespace.clone());
-    meta.uid = r.metadata.uid.clone();
-    meta.creation_timestamp = r.metadata.creation_timestamp.clone();
-    meta.generate_name = None;
-    let mut labels = meta.labels.take().unwrap_or_default();
-    for (k, v) in r.metadata.labels.iter().flatten() {
-        labels.insert(k.clone(), v.clone());
-    }
-    meta.labels = Some(labels);
-    let mut annotations = meta.annotations.take().unwrap_or_default();
-    for (k, v) in r.metadata.annotations.iter().flatten() {
-        annotations.insert(k.clone(), v.clone());
-    }
-    annotations.insert(ANNOTATION_RESERVE_POD.into(), "true".into());
-    annotations.insert(ANNOTATION_RESERVATION_NAME.into(), name.clone());
-    if r.spec.pre_allocation {
-        annotations.insert(ANNOTATION_IS_PRE_ALLOCATION.into(), "true".into());
-    }
+    merge_meta(r, &mut meta, &name, &namespace);
     let mut spec = template.spec.clone().unwrap_or_default();
     if spec.containers.is_empty() {
         return Err(SchedulerProblem::NoContainers.to_string());
     }
     let pinned_node = spec.node_name.take().filter(|n| !n.is_empty());
     if let Some(n) = &pinned_node {
-        annotations.insert(ANNOTATION_RESERVATION_NODE.into(), n.clone());
+        meta.annotations
+            .get_or_insert_with(Default::default)
+            .insert(ANNOTATION_RESERVATION_NODE.into(), n.clone());
     }
-    meta.annotations = Some(annotations);
-    // Priority: the template's, else its priority class, else the reservation's
-    // `koordinator.sh/priority` label, else the highest (Koordinator's MaxInt32).
-    let class_priority = spec
-        .priority_class_name
-        .as_deref()
-        .and_then(|c| priority_classes.get(c))
-        .map(|pc| pc.value);
-    let label_priority =
-        koordinator_priority(r.metadata.labels.as_ref()).map_err(|e| e.to_string())?;
-    let priority = spec
-        .priority
-        .or(class_priority)
-        .or(label_priority)
-        .unwrap_or(i32::MAX);
-    spec.priority = Some(priority);
-    // Reservations do not preempt (Koordinator's `enablePreemption` defaults to false); with
-    // the highest priority a reserve pod would otherwise evict anything.
-    spec.preemption_policy = Some("Never".into());
-    if spec.scheduler_name.as_deref().is_none_or(str::is_empty) {
-        spec.scheduler_name = Some(crate::model::DEFAULT_SCHEDULER_NAME.into());
-    }
+    set_priority(r, &mut spec, priority_classes)?;
     let pod = Pod {
         metadata: meta,
         spec: Some(spec),
         status: None,
     };
     let mut item = PodInfo::new(Arc::new(pod), names).map_err(|e| format!("spec.template.{e}"))?;
-    // status.allocatable: the template's requests overlaid by resize-allocatable.
-    let mut allocatable = item.requests;
-    let resize = ReservationResizeAllocatable::from_annotations(r.metadata.annotations.as_ref())
-        .map_err(|e| e.to_string())?;
-    if let Some(resize) = resize {
-        let amounts = resize.amounts().map_err(|e| e.to_string())?;
-        for (res, amount) in amounts {
-            if res == "pods" {
-                continue;
-            }
-            let id = names.intern(&res).map_err(|e| e.to_string())?;
-            // The codec refuses negative amounts: nothing to clamp.
-            allocatable[id] = amount;
-        }
-    }
+    let allocatable = resized_allocatable(r, item.requests, names)?;
     let mut allocatable_list = BTreeMap::new();
     for (id, v) in allocatable.non_zero() {
         let n = names.name(id);
@@ -175,6 +125,85 @@ pub fn build(
         allocatable_list,
         pinned_node,
     })
+}
+
+/// The reserve pod's metadata: the template's, named and placed as the reservation, with
+/// the reservation's labels and annotations over the template's, and the reserve-pod
+/// markers.
+fn merge_meta(r: &Reservation, meta: &mut ObjectMeta, name: &str, namespace: &str) {
+    meta.name = Some(name.to_string());
+    meta.namespace = Some(namespace.to_string());
+    meta.uid = r.metadata.uid.clone();
+    meta.creation_timestamp = r.metadata.creation_timestamp.clone();
+    meta.generate_name = None;
+    let mut labels = meta.labels.take().unwrap_or_default();
+    for (k, v) in r.metadata.labels.iter().flatten() {
+        labels.insert(k.clone(), v.clone());
+    }
+    meta.labels = Some(labels);
+    let mut annotations = meta.annotations.take().unwrap_or_default();
+    for (k, v) in r.metadata.annotations.iter().flatten() {
+        annotations.insert(k.clone(), v.clone());
+    }
+    annotations.insert(ANNOTATION_RESERVE_POD.into(), "true".into());
+    annotations.insert(ANNOTATION_RESERVATION_NAME.into(), name.to_string());
+    if r.spec.pre_allocation {
+        annotations.insert(ANNOTATION_IS_PRE_ALLOCATION.into(), "true".into());
+    }
+    meta.annotations = Some(annotations);
+}
+
+/// Priority: the template's, else its priority class, else the reservation's
+/// `koordinator.sh/priority` label, else the highest (Koordinator's MaxInt32). A reserve
+/// pod never preempts and defaults to the default scheduler.
+fn set_priority(
+    r: &Reservation,
+    spec: &mut PodSpec,
+    priority_classes: &HashMap<String, Arc<PriorityClass>>,
+) -> Result<(), String> {
+    let class_priority = spec
+        .priority_class_name
+        .as_deref()
+        .and_then(|c| priority_classes.get(c))
+        .map(|pc| pc.value);
+    let label_priority =
+        koordinator_priority(r.metadata.labels.as_ref()).map_err(|e| e.to_string())?;
+    let priority = spec
+        .priority
+        .or(class_priority)
+        .or(label_priority)
+        .unwrap_or(i32::MAX);
+    spec.priority = Some(priority);
+    // Reservations do not preempt (Koordinator's `enablePreemption` defaults to false); with
+    // the highest priority a reserve pod would otherwise evict anything.
+    spec.preemption_policy = Some("Never".into());
+    if spec.scheduler_name.as_deref().is_none_or(str::is_empty) {
+        spec.scheduler_name = Some(crate::model::DEFAULT_SCHEDULER_NAME.into());
+    }
+    Ok(())
+}
+
+/// `status.allocatable`: the template's `requests` overlaid by resize-allocatable.
+fn resized_allocatable(
+    r: &Reservation,
+    requests: Resources,
+    names: &mut ResourceNames,
+) -> Result<Resources, String> {
+    let mut allocatable = requests;
+    let resize = ReservationResizeAllocatable::from_annotations(r.metadata.annotations.as_ref())
+        .map_err(|e| e.to_string())?;
+    if let Some(resize) = resize {
+        let amounts = resize.amounts().map_err(|e| e.to_string())?;
+        for (res, amount) in amounts {
+            if res == "pods" {
+                continue;
+            }
+            let id = names.intern(&res).map_err(|e| e.to_string())?;
+            // The codec refuses negative amounts: nothing to clamp.
+            allocatable[id] = amount;
+        }
+    }
+    Ok(allocatable)
 }
 
 /// Reads `status.allocatable` of a placed reservation (as a restarted scheduler finds it).

@@ -4,6 +4,8 @@
 //! through `unreserve_and_forget`); a failure sets the pod's condition.
 
 use super::*;
+use crate::framework::plugin::PreEnqueueContext;
+use crate::framework::Plugin;
 
 impl Scheduler {
     /// Schedules until the active queue is empty (popping backing-off pods early when it
@@ -72,10 +74,7 @@ impl Scheduler {
             self.queue.done(&key);
             return;
         };
-        if self.gang_turns_away(now, &pod) {
-            return;
-        }
-        if self.dra_gates(now, &pod) {
+        if self.pre_enqueue_refuses(now, &pod) {
             return;
         }
         if let Some(step) = self.queue.replayable(&key, self.epoch) {
@@ -134,6 +133,44 @@ impl Scheduler {
         } else {
             self.epoch += 1;
         }
+    }
+
+    /// kube-scheduler's `RunPreEnqueuePlugins`, before the pod's cycle: the gang plugin,
+    /// then the pod's profile's PreEnqueue plugins, until one refuses. A refused pod waits
+    /// in the unschedulable pool as rejected by that plugin, with the condition and event
+    /// the refusal words (if any). Returns whether the pod was refused.
+    ///
+    /// kube-scheduler asks when a pod is added to the active queue; berth asks when the
+    /// pod is popped, which decides the same (nothing a refusal reads changes between the
+    /// two without an event that requeues the pod) and keeps the queue free of plugins.
+    pub(super) fn pre_enqueue_refuses(&mut self, now: Time, pod: &PodInfo) -> bool {
+        let cx = PreEnqueueContext {
+            cluster: &self.cluster,
+            gangs: &self.gangs,
+        };
+        let gang = crate::plugins::gangscheduling::GangScheduling;
+        let refusal = match gang.pre_enqueue(&cx, pod) {
+            Err(r) => r,
+            Ok(()) => {
+                let prof = &self.profiles[self.profile_for(pod)];
+                let refusal = prof
+                    .pre_enqueue
+                    .iter()
+                    .find_map(|&i| prof.plugins[i].pre_enqueue(&cx, pod).err());
+                match refusal {
+                    Some(r) => r,
+                    None => return false,
+                }
+            }
+        };
+        if refusal.message.is_some() {
+            self.counters.unschedulable += 1;
+        }
+        self.queue.failed(&pod.key, true, &[refusal.plugin], now);
+        if let Some(message) = refusal.message {
+            self.say_unschedulable(pod, message);
+        }
+        true
     }
 
     /// Hands each feedback plugin its Filter verdicts of the cycle that just ran. A node

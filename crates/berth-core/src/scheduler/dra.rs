@@ -145,39 +145,3 @@ impl Scheduler {
         }
     }
 }
-
-impl Scheduler {
-    /// DynamicResources' PreEnqueue: a pod whose claims do not all exist yet (a named claim
-    /// not created, a template's claim not yet made by the claim controller) is not tried.
-    /// As in kube-scheduler 1.35 it waits without a `PodScheduled` condition or event, and
-    /// is tried again when a ResourceClaim arrives. Returns whether the pod was held back.
-    pub(super) fn dra_gates(&mut self, now: Time, pod: &crate::model::pod::PodInfo) -> bool {
-        use crate::plugins::names::DYNAMIC_RESOURCES;
-        if pod.is_reserve_pod() {
-            return false;
-        }
-        let has_claims = pod
-            .pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.resource_claims.as_ref())
-            .is_some_and(|c| !c.is_empty());
-        if !has_claims {
-            return false;
-        }
-        let profile = self.profile_for(pod);
-        if self.profiles[profile].plugin(DYNAMIC_RESOURCES).is_none() {
-            return false;
-        }
-        let missing = match crate::plugins::dynamicresources::pod_claims(&pod.pod) {
-            Err(_) => true,
-            Ok(claims) => claims
-                .iter()
-                .any(|(_, key)| !self.cluster.dra.claims.contains_key(key)),
-        };
-        if missing {
-            self.queue.failed(&pod.key, true, &[DYNAMIC_RESOURCES], now);
-        }
-        missing
-    }
-}

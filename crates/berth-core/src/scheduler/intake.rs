@@ -81,9 +81,7 @@ impl Scheduler {
                     meta.name.as_deref().unwrap_or(""),
                 );
                 self.apply_pod(now, pod);
-                self.cluster
-                    .reservations
-                    .pod_changed(&mut self.cluster.cache, &key, now);
+                self.cluster.pod_settled(&key, now);
                 self.settle_hold(now, &key);
             }
             obj @ (Object::PersistentVolumeClaim(_)
@@ -276,7 +274,13 @@ impl Scheduler {
     /// CPUs the node now reserves (seed 004's eviction list: a Warning on the pod).
     pub(super) fn refresh_cpus(&mut self, node: &str) {
         let cx = &mut self.cluster;
-        for e in cx.cpusets.refresh(&cx.cache, node) {
+        let evictions = cx.cpusets.refresh(&cx.cache, node);
+        self.record_evictions(evictions);
+    }
+
+    /// Reports each pod that holds CPUs its node now reserves (a Warning on the pod).
+    fn record_evictions(&mut self, evictions: Vec<crate::cpuset::Eviction>) {
+        for e in evictions {
             let message = e.message();
             self.record(e.pod, &e.uid, "Warning", EVICT_RESERVED_CPUS, message);
         }
@@ -290,8 +294,9 @@ impl Scheduler {
         let name = node.metadata.name.clone().unwrap_or_default();
         let before = self.cluster.node_by_name(&name).map(hints::NodeBefore::of);
         let uid = node.metadata.uid.clone().unwrap_or_default();
-        match self.cluster.apply_node(node) {
-            Ok(idx) => {
+        match self.cluster.node_applied(node) {
+            Ok(applied) => {
+                let idx = applied.idx;
                 let key = ObjectKey::cluster(Kind::Node, &name);
                 self.cluster.refusals.accept(&key, REASON_INVALID_NODE);
                 let bad = self
@@ -312,12 +317,7 @@ impl Scheduler {
                         .refusals
                         .accept(&key, REASON_INVALID_NODE_RESERVATION),
                 }
-                self.cluster
-                    .reservations
-                    .node_applied(&mut self.cluster.cache, idx);
-                let cpus_before = self.cluster.cpusets.node(&name).map(|c| c.excluded.clone());
-                self.refresh_cpus(&name);
-                let cpus_after = self.cluster.cpusets.node(&name).map(|c| c.excluded.clone());
+                self.record_evictions(applied.evictions);
                 let event = match (&before, self.cluster.node(idx)) {
                     (Some(b), Some(n)) => ClusterEvent::node_updated(idx, hints::node_change(b, n)),
                     _ => ClusterEvent::node_added(idx),
@@ -325,7 +325,7 @@ impl Scheduler {
                 self.requeue(now, event);
                 // The node reserves other CPUs (its annotation changed, allocatable maybe
                 // not): pods NodeNUMAResource rejected may fit now.
-                if cpus_before != cpus_after {
+                if applied.cpus_changed {
                     self.requeue(now, ClusterEvent::topology(idx));
                 }
             }
@@ -349,15 +349,7 @@ impl Scheduler {
         match key.kind {
             Kind::Node => {
                 self.drp_node_deleted(now, &key.name);
-                let idx = self.cluster.node_idx(&key.name);
-                self.cluster.delete_node(&key.name);
-                self.cluster.numa.delete_node(&key.name);
-                self.cluster.reservations.node_deleted(
-                    &mut self.cluster.cache,
-                    idx,
-                    &key.name,
-                    now,
-                );
+                self.cluster.node_deleted(&key.name, now);
                 self.requeue(now, ClusterEvent::node_deleted());
             }
             Kind::Pod => {
@@ -376,18 +368,13 @@ impl Scheduler {
                 if let Some(uid) = self.cluster.pod(&key).map(|e| e.info.uid.clone()) {
                     self.expire_hold(now, &key, &uid, "the preemptor was deleted", true);
                 }
-                if let Some(e) = self.cluster.remove_pod(&key) {
-                    self.cluster.cpusets.release(&e.info.uid);
-                    let foreign = self.is_foreign(&e.info);
-                    let cx = &mut self.cluster;
-                    cx.numa.pod_deleted(&cx.cache, &e, foreign, now);
+                let profiles = &self.profiles;
+                let foreign = |p: &PodInfo| is_foreign(profiles, p);
+                if let Some(e) = self.cluster.pod_deleted(&key, foreign, now) {
                     if e.state != PodState::Pending && !e.info.terminal {
                         self.requeue(now, ClusterEvent::assigned_pod_deleted(e.node));
                     }
                 }
-                self.cluster
-                    .reservations
-                    .pod_removed(&mut self.cluster.cache, &key);
             }
             Kind::PersistentVolumeClaim
             | Kind::PersistentVolume
@@ -413,23 +400,9 @@ impl Scheduler {
                 self.gang_object_changed(now, &key.namespace);
             }
             Kind::Deployment | Kind::ReplicaSet | Kind::StatefulSet | Kind::PodMigrationJob => {}
-            Kind::Reservation => {
-                if let Some(uid) = self
-                    .cluster
-                    .reservations
-                    .by_name(&key.name)
-                    .map(|r| r.uid.clone())
-                {
-                    self.cluster.cpusets.release(&uid);
-                }
-                self.cluster
-                    .reservations
-                    .delete(&mut self.cluster.cache, &key.name);
-                self.cluster.dra.release(&key.name);
-            }
+            Kind::Reservation => self.cluster.reservation_deleted(&key.name),
             Kind::NodeResourceTopology => {
-                self.cluster.numa.delete_nrt(&key.name);
-                self.cluster.cpusets.delete_nrt(&key.name);
+                self.cluster.nrt_deleted(&key.name);
                 if let Some(idx) = self.cluster.node_idx(&key.name) {
                     self.requeue(now, ClusterEvent::topology(idx));
                 }
@@ -677,8 +650,9 @@ impl Scheduler {
         self.settle_bind(now, &info);
         self.gang_pod_applied(now, &info);
         let assigned = info.node_name.is_some();
-        let prev = self.cluster.apply_pod(info.clone());
-        if let Err(why) = self.cluster.cpusets.pod_applied(&info) {
+        let foreign = self.is_foreign(&info);
+        let (prev, cpus) = self.cluster.pod_applied(info.clone(), foreign, now);
+        if let Err(why) = cpus {
             // Reported once per text, not on every update of the pod.
             let status = |p: &PodInfo| {
                 p.annotation(berth_api::annotations::ANNOTATION_RESOURCE_STATUS)
@@ -688,10 +662,6 @@ impl Scheduler {
                 self.invalid_resource_status(key.clone(), &info.uid.clone(), &why);
             }
         }
-        let foreign = self.is_foreign(&info);
-        let cx = &mut self.cluster;
-        cx.numa
-            .pod_applied(&cx.cache, prev.as_ref(), &info, foreign, now);
         if assigned || info.terminal {
             return self.assigned_pod_changed(now, &key, &info, prev.as_ref());
         }

@@ -7,7 +7,8 @@
 //! member's bind fails or a waiting member is deleted.
 //!
 //! Before a member's cycle, the gang must exist and have at least `min` pods (the upstream
-//! PreEnqueue checks); otherwise the pod is unschedulable with the upstream message.
+//! PreEnqueue checks, [`crate::plugins::gangscheduling`]); otherwise the pod is
+//! unschedulable with the upstream message.
 
 use super::*;
 use crate::gang::{GangId, Policy};
@@ -54,37 +55,9 @@ impl Scheduler {
             .unwrap_or(pod.created)
     }
 
-    /// The PreEnqueue checks of a gang member, before its cycle: its gang object exists and
-    /// it has at least `min` pods. Returns whether the pod was turned away (it then waits
-    /// in the unschedulable pool with the upstream message).
-    pub(super) fn gang_turns_away(&mut self, now: Time, pod: &PodInfo) -> bool {
-        let Some(gang) = self.gangs.gang(&pod.key).cloned() else {
-            return false;
-        };
-        let message = match self.gangs.policy(&gang, pod) {
-            Ok(None) => return false,
-            Ok(Some(policy)) => {
-                let have = self.gangs.member_count(&gang);
-                if have >= policy.min as usize {
-                    return false;
-                }
-                crate::gang::Gangs::too_few_message(&gang, pod, have, policy.min)
-            }
-            Err(message) => message,
-        };
-        let plugin = match gang.api {
-            crate::gang::Api::Workload => crate::gang::GANG_SCHEDULING,
-            _ => crate::gang::COSCHEDULING,
-        };
-        self.counters.unschedulable += 1;
-        self.queue.failed(&pod.key, true, &[plugin], now);
-        self.say_unschedulable(pod, message);
-        true
-    }
-
     /// Writes `message` as the pod's `PodScheduled=False` (reason Unschedulable) condition
     /// and a `FailedScheduling` event, once per distinct message.
-    fn say_unschedulable(&mut self, pod: &PodInfo, message: String) {
+    pub(super) fn say_unschedulable(&mut self, pod: &PodInfo, message: String) {
         if self.last_message.get(&pod.key) == Some(&message) {
             return;
         }

@@ -99,6 +99,7 @@ fn profile(log: &Arc<Mutex<Vec<String>>>, fails: impl Fn(usize) -> (bool, bool))
         scheduler_name: crate::framework::profile::DEFAULT_SCHEDULER_NAME.into(),
         percentage_of_nodes_to_score: None,
         plugins,
+        pre_enqueue: vec![],
         pre_filter: vec![],
         filter: vec![],
         fast_filter: 0,

@@ -30,6 +30,7 @@ pub use terms::NAMESPACE_NAME_LABEL;
 
 use crate::cache::Cluster;
 use crate::framework::config::ConfigError;
+use crate::framework::events::{kind, EventsToRegister};
 use crate::framework::{CycleState, Plugin, Points, Status};
 use crate::model::node::{NodeIdx, NodeInfo};
 use crate::model::pod::PodInfo;
@@ -69,6 +70,18 @@ impl Plugin for InterPodAffinity {
 
     fn points(&self) -> Points {
         Points::PRE_FILTER | Points::FILTER | Points::PRE_SCORE | Points::SCORE
+    }
+
+    fn events_to_register(&self) -> EventsToRegister {
+        // Upstream: pods and node add/label; reservations stand in for pods.
+        EventsToRegister::on(&[(
+            kind::NODE_ADD
+                | kind::NODE_LABEL
+                | kind::ASSIGNED_POD_ADD
+                | kind::ASSIGNED_POD_DELETE
+                | kind::RESERVATION,
+            None,
+        )])
     }
 
     fn pre_filter(&self, cx: &Cluster, state: &mut CycleState, pod: &PodInfo) -> Status {

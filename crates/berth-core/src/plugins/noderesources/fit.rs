@@ -10,6 +10,7 @@ use std::borrow::Cow;
 
 use crate::cache::Cluster;
 use crate::framework::config::ConfigError;
+use crate::framework::events::{kind, EventsToRegister};
 use crate::framework::filter_plan::keep;
 use crate::framework::{Code, CycleState, Plugin, Points, Status};
 use crate::model::node::{NodeIdx, NodeInfo};
@@ -162,6 +163,16 @@ impl Plugin for Fit {
             | Points::FILTER_FAST
             | Points::PRE_SCORE
             | Points::SCORE
+    }
+
+    fn events_to_register(&self) -> EventsToRegister {
+        // Upstream: pod deletion and node add/allocatable; reservations hold capacity the way
+        // pods do. A node-scoped event helps only a pod the node is big enough for.
+        EventsToRegister::node_local(&[(
+            kind::NODE_ADD | kind::NODE_ALLOCATABLE | kind::ASSIGNED_POD_DELETE | kind::RESERVATION,
+            None,
+        )])
+        .with_node_check(fits_node)
     }
 
     /// Every request fits in what is left, and there is a pod slot: Filter's arithmetic
@@ -321,6 +332,30 @@ impl Plugin for Fit {
             }
         }
     }
+}
+
+/// NodeResourcesFit's node check for the queue: the resources no configuration can ignore
+/// (CPU, memory, ephemeral storage) and the pod slot fit `node`, without reservations (an
+/// owner may get some back, so `reserved` is not subtracted).
+fn fits_node(
+    _cx: &Cluster,
+    _event: &crate::framework::events::ClusterEvent,
+    pod: &PodInfo,
+    node: &NodeInfo,
+) -> bool {
+    if node.pods.len() as i64 + 1 > node.allowed_pods {
+        return false;
+    }
+    [
+        ResourceId::CPU,
+        ResourceId::MEMORY,
+        ResourceId::EPHEMERAL_STORAGE,
+    ]
+    .into_iter()
+    .all(|id| {
+        let want = pod.requests[id];
+        want <= 0 || want <= node.allocatable[id].saturating_sub(node.requested[id])
+    })
 }
 
 #[cfg(test)]

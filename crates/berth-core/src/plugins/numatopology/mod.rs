@@ -22,6 +22,7 @@ use berth_api::k8s_openapi::api::core::v1::Container;
 
 use crate::cache::Cluster;
 use crate::framework::config::ConfigError;
+use crate::framework::events::{kind, EventsToRegister};
 use crate::framework::{CycleState, Plugin, Points, Status};
 use crate::model::node::{NodeIdx, NodeInfo};
 use crate::model::pod::{PodInfo, QosClass as PodQos};
@@ -222,6 +223,19 @@ impl Plugin for NodeResourceTopologyMatch {
             | Points::RESERVE
     }
 
+    fn events_to_register(&self) -> EventsToRegister {
+        // scheduler-plugins': pod deletion, node add/update and its NRT objects. A NUMA event
+        // on a node helps only a pod the node's NUMA zones can align.
+        EventsToRegister::node_local(&[(
+            kind::NODE_ADD
+                | kind::NODE_ALLOCATABLE
+                | kind::ASSIGNED_POD_DELETE
+                | kind::NODE_TOPOLOGY,
+            None,
+        )])
+        .with_node_check(numa_node_check)
+    }
+
     fn init(&self, cx: &mut Cluster) {
         if !cx.numa.is_active() {
             cx.numa = NumaCluster::new(&self.config);
@@ -353,6 +367,17 @@ impl Plugin for NodeResourceTopologyMatch {
             cx.numa.unreserve(&name, &pod.uid);
         }
     }
+}
+
+/// NodeResourceTopologyMatch's node check for the queue: after a NUMA event on `node`, the
+/// pod may align there ([`may_fit`]); other events say nothing new about alignment.
+fn numa_node_check(
+    cx: &Cluster,
+    event: &crate::framework::events::ClusterEvent,
+    pod: &PodInfo,
+    node: &NodeInfo,
+) -> bool {
+    event.kinds & kind::NODE_TOPOLOGY == 0 || may_fit(cx, pod, node)
 }
 
 #[cfg(test)]

@@ -26,6 +26,7 @@ use berth_api::k8s_openapi::api::core::v1::TopologySpreadConstraint;
 
 use crate::cache::Cluster;
 use crate::framework::config::ConfigError;
+use crate::framework::events::{kind, EventsToRegister};
 use crate::framework::{CycleState, Plugin, Points, Status};
 use crate::model::node::{NodeIdx, NodeInfo};
 use crate::model::pod::PodInfo;
@@ -59,6 +60,20 @@ impl Plugin for PodTopologySpread {
 
     fn points(&self) -> Points {
         Points::PRE_FILTER | Points::FILTER | Points::PRE_SCORE | Points::SCORE
+    }
+
+    fn events_to_register(&self) -> EventsToRegister {
+        // Upstream: pods and node add/delete/label/taint; reservations stand in for pods.
+        EventsToRegister::on(&[(
+            kind::NODE_ADD
+                | kind::NODE_LABEL
+                | kind::NODE_TAINT
+                | kind::NODE_DELETE
+                | kind::ASSIGNED_POD_ADD
+                | kind::ASSIGNED_POD_DELETE
+                | kind::RESERVATION,
+            None,
+        )])
     }
 
     fn pre_filter(&self, cx: &Cluster, state: &mut CycleState, pod: &PodInfo) -> Status {

@@ -307,30 +307,31 @@ impl Reservation {
         st.has_affinity = prefs.affinity.is_some();
         st.named = prefs.affinity.as_ref().and_then(|a| a.name.clone());
         st.pod_mask = allocate::mask(&pod.requests);
-        let store = &cx.reservations;
         if is_true(Some(&pod.labels), LABEL_RESERVATION_IGNORED) {
-            // Koordinator restores every reservation on every node for such a pod.
-            st.ignored = true;
-            for node in store.busy_nodes() {
-                let Some(n) = cx.node(node) else { continue };
-                st.nodes.insert(
-                    node,
-                    NodeState {
-                        restore: n.reserved,
-                        ports: n.reserved_ports.iter().cloned().collect(),
-                        ..Default::default()
-                    },
-                );
-                for &i in store.on_node(node) {
-                    if let Some(r) = store.get(i) {
-                        for c in &r.claims {
-                            *st.claims.entry(c.clone()).or_insert(0) += 1;
-                        }
-                    }
-                }
-            }
+            Self::restore_every_reservation(cx, st);
             return Status::skip();
         }
+        Self::match_reservations(cx, pod, &prefs, st);
+        Self::note_own_waiting_hold(cx, pod, st);
+        if st.has_affinity && st.nodes.is_empty() {
+            return Status::unresolvable(crate::reservation::ERR_REASON_AFFINITY);
+        }
+        if st.nodes.is_empty() {
+            return Status::skip();
+        }
+        Status::success()
+    }
+
+    /// The reservations `pod` may use, per node: the owner index's (or the named one's)
+    /// candidates that match the pod's owner and affinity, each node's in creation order,
+    /// with what they give back; the mismatches counted for the diagnosis.
+    fn match_reservations(
+        cx: &Cluster,
+        pod: &PodInfo,
+        prefs: &PodReservationPrefs,
+        st: &mut State,
+    ) {
+        let store = &cx.reservations;
         // Candidates: by name when the affinity names one, else through the owner index.
         let mut candidates: Vec<RIdx> = match &st.named {
             Some(n) => store.idx(n).into_iter().collect(),
@@ -393,10 +394,39 @@ impl Reservation {
                 ka.cmp(&kb)
             });
         }
-        // The pod's own preemption hold, still waiting for its victims: its stand-in keeps
-        // the pod slot the pod is to take, so it does not count against the pod there (the
-        // hold gives back nothing else until it is Available and matched above).
-        if let Some(r) = crate::reservation::hold::of(&cx.reservations, &pod.key, &pod.uid)
+    }
+
+    /// A pod with the reservation-ignored label: Koordinator restores every reservation on
+    /// every node for it.
+    fn restore_every_reservation(cx: &Cluster, st: &mut State) {
+        let store = &cx.reservations;
+        st.ignored = true;
+        for node in store.busy_nodes() {
+            let Some(n) = cx.node(node) else { continue };
+            st.nodes.insert(
+                node,
+                NodeState {
+                    restore: n.reserved,
+                    ports: n.reserved_ports.iter().cloned().collect(),
+                    ..Default::default()
+                },
+            );
+            for &i in store.on_node(node) {
+                if let Some(r) = store.get(i) {
+                    for c in &r.claims {
+                        *st.claims.entry(c.clone()).or_insert(0) += 1;
+                    }
+                }
+            }
+        }
+    }
+
+    /// The pod's own preemption hold, still waiting for its victims: its stand-in keeps the
+    /// pod slot the pod is to take, so it does not count against the pod there (the hold
+    /// gives back nothing else until it is Available and matched).
+    fn note_own_waiting_hold(cx: &Cluster, pod: &PodInfo, st: &mut State) {
+        let store = &cx.reservations;
+        if let Some(r) = crate::reservation::hold::of(store, &pod.key, &pod.uid)
             .and_then(|i| store.get(i))
             .filter(|r| r.phase == ReservationPhase::Waiting)
         {
@@ -408,13 +438,6 @@ impl Reservation {
                 }
             }
         }
-        if st.has_affinity && st.nodes.is_empty() {
-            return Status::unresolvable(crate::reservation::ERR_REASON_AFFINITY);
-        }
-        if st.nodes.is_empty() {
-            return Status::skip();
-        }
-        Status::success()
     }
 
     fn filter_reserve_pod(&self, cx: &Cluster, pod: &PodInfo, node: &NodeInfo) -> Status {

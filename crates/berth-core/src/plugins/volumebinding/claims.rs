@@ -11,7 +11,11 @@ use berth_api::k8s_openapi::api::core::v1::{
 use berth_api::k8s_openapi::api::storage::v1::StorageClass;
 use berth_api::quantity::ParsedQuantity;
 
+use crate::cache::Cluster;
+use crate::framework::events::ClusterEvent;
+use crate::model::pod::PodInfo;
 use crate::model::selector::{Labels, NodeSelectorMatcher};
+use crate::object::Kind;
 
 /// `pv.kubernetes.io/bind-completed`: the PV controller finished binding the claim.
 pub const ANN_BIND_COMPLETED: &str = "pv.kubernetes.io/bind-completed";
@@ -383,4 +387,42 @@ pub fn ephemeral_for_pod(
         pod.metadata.namespace.as_deref().unwrap_or(""),
         pod.metadata.name.as_deref().unwrap_or("")
     ))
+}
+
+/// Whether the claim a [`kind::PVC`](crate::framework::events::kind::PVC) event names is
+/// one `pod` uses (a generic ephemeral volume's too, when `ephemeral`); an event naming no
+/// claim may concern any pod.
+pub fn uses_claim(event: &ClusterEvent, pod: &PodInfo, ephemeral: bool) -> bool {
+    let Some(obj) = &event.object else {
+        return true;
+    };
+    if obj.kind != Kind::PersistentVolumeClaim {
+        return true;
+    }
+    obj.namespace == pod.key.namespace
+        && pod.spec().volumes.iter().flatten().any(|v| {
+            volume_claim(&pod.key.name, v)
+                .is_some_and(|(name, eph)| (!eph || ephemeral) && *name == *obj.name)
+        })
+}
+
+/// VolumeBinding's hint for claim events: the pod uses the claim (ephemeral ones too).
+pub fn uses_changed_claim(_cx: &Cluster, event: &ClusterEvent, pod: &PodInfo) -> bool {
+    uses_claim(event, pod, true)
+}
+
+/// VolumeBinding's hint for CSIDriver events (upstream's
+/// `isSchedulableAfterCSIDriverChange`): the pod has an inline volume of that driver.
+pub fn uses_changed_driver(_cx: &Cluster, event: &ClusterEvent, pod: &PodInfo) -> bool {
+    let Some(obj) = &event.object else {
+        return true;
+    };
+    if obj.kind != Kind::CsiDriver {
+        return true;
+    }
+    pod.spec()
+        .volumes
+        .iter()
+        .flatten()
+        .any(|v| v.csi.as_ref().is_some_and(|c| *c.driver == *obj.name))
 }

@@ -31,6 +31,7 @@ use serde::Deserialize;
 
 use crate::cache::Cluster;
 use crate::framework::config::ConfigError;
+use crate::framework::events::{kind, EventsToRegister};
 use crate::framework::{CycleState, Plugin, Points, Status};
 use crate::model::node::{NodeIdx, NodeInfo};
 use crate::model::pod::PodInfo;
@@ -494,6 +495,25 @@ impl Plugin for VolumeBinding {
 
     fn points(&self) -> Points {
         Points::PRE_FILTER | Points::FILTER | Points::RESERVE | Points::PRE_SCORE | Points::SCORE
+    }
+
+    fn events_to_register(&self) -> EventsToRegister {
+        // With queueing hints (GA), node taint changes are not registered. A claim event
+        // concerns only pods that use the claim; a CSIDriver one only pods with an inline
+        // volume of that driver (`isSchedulableAfterCSIDriverChange`).
+        EventsToRegister::on(&[
+            (
+                kind::NODE_ADD
+                    | kind::NODE_LABEL
+                    | kind::PV
+                    | kind::STORAGE_CLASS
+                    | kind::CSI_NODE_MIGRATION
+                    | kind::CSI_STORAGE_CAPACITY,
+                None,
+            ),
+            (kind::PVC, Some(claims::uses_changed_claim)),
+            (kind::CSI_DRIVER, Some(claims::uses_changed_driver)),
+        ])
     }
 
     fn pre_filter(&self, cx: &Cluster, state: &mut CycleState, pod: &PodInfo) -> Status {

@@ -4,8 +4,10 @@ use super::*;
 use crate::effect::Effect;
 use crate::event::Event;
 use crate::object::Object;
+use crate::plugins::names;
 use crate::rng::SplitMix64;
 use crate::testing::{node, pod, DriverConfig, FakeDriver, Profiles};
+use crate::time::Time;
 use crate::{Config, Profile, Scheduler};
 
 const NRT: &str = names::NODE_RESOURCE_TOPOLOGY_MATCH;
@@ -31,10 +33,24 @@ fn cluster() -> (Cluster, NodeIdx, NodeIdx, ObjectKey) {
     (cx, big, small, key)
 }
 
-const BOTH: Checks = Checks {
-    resources: true,
-    numa: false,
-};
+/// NodeResourcesFit's node check applies (it is in every profile); NUMA's does not.
+const BOTH: &[&str] = &[FIT];
+
+/// What the default profile's plugins registered, with the node checks of `checked` only.
+fn hints(checked: &[&str]) -> QueueingHints {
+    QueueingHints::for_profiles(&[Profile::default_profile()]).checking_only(checked)
+}
+
+/// `hints(checked)`'s verdict.
+fn worth_requeuing(
+    cx: &Cluster,
+    checked: &[&str],
+    event: &ClusterEvent,
+    key: &ObjectKey,
+    plugins: &[&'static str],
+) -> bool {
+    hints(checked).worth_requeuing(cx, event, key, plugins)
+}
 
 #[test]
 fn each_event_moves_only_pods_a_plugin_it_concerns_rejected() {
@@ -200,7 +216,7 @@ fn each_event_moves_only_pods_a_plugin_it_concerns_rejected() {
         ),
     ];
     for (name, event, plugins, want) in cases {
-        let got = worth_requeuing(&cx, Checks::default(), event, &key, plugins);
+        let got = worth_requeuing(&cx, &[], event, &key, plugins);
         assert_eq!(got, *want, "{name}");
     }
 }
@@ -275,7 +291,7 @@ fn a_node_scoped_event_skips_pods_that_node_cannot_hold() {
     }
     // Without NodeResourcesFit in every profile size says nothing.
     let ev = ClusterEvent::assigned_pod_deleted(Some(small));
-    assert!(worth_requeuing(&cx, Checks::default(), &ev, &key, &[FIT]));
+    assert!(worth_requeuing(&cx, &[], &ev, &key, &[FIT]));
 }
 
 #[test]
@@ -667,7 +683,106 @@ fn storage_events_move_pods_the_volume_plugins_rejected_as_their_hints_say() {
         ),
     ];
     for (name, event, plugins, want) in cases {
-        let got = worth_requeuing(&cx, Checks::default(), &event, &key, plugins);
+        let got = worth_requeuing(&cx, &[], &event, &key, plugins);
         assert_eq!(got, want, "{name}");
+    }
+}
+
+#[test]
+fn each_plugin_registers_the_events_kube_scheduler_registers() {
+    // What was one table keyed by plugin names is now each plugin's own declaration; this
+    // pins every plugin's (so a plugin that stops registering an event is caught here).
+    use kind::*;
+    let h = QueueingHints::for_profiles(&[Profile::default_profile()]);
+    let cases: &[(&str, u32, bool)] = &[
+        (names::NODE_UNSCHEDULABLE, NODE_ADD | NODE_TAINT, true),
+        (names::TAINT_TOLERATION, NODE_ADD | NODE_TAINT, true),
+        (names::NODE_NAME, NODE_ADD, true),
+        (names::NODE_AFFINITY, NODE_ADD | NODE_LABEL, true),
+        (
+            names::NODE_PORTS,
+            NODE_ADD | ASSIGNED_POD_DELETE | RESERVATION,
+            true,
+        ),
+        (
+            FIT,
+            NODE_ADD | NODE_ALLOCATABLE | ASSIGNED_POD_DELETE | RESERVATION,
+            true,
+        ),
+        (
+            names::NODE_VOLUME_LIMITS,
+            NODE_ADD | NODE_ALLOCATABLE | ASSIGNED_POD_DELETE | RESERVATION | PVC | CSI_NODE,
+            true,
+        ),
+        (
+            names::VOLUME_RESTRICTIONS,
+            NODE_ADD | ASSIGNED_POD_DELETE | RESERVATION | PVC,
+            false,
+        ),
+        (
+            names::VOLUME_BINDING,
+            NODE_ADD
+                | NODE_LABEL
+                | PVC
+                | PV
+                | STORAGE_CLASS
+                | CSI_NODE_MIGRATION
+                | CSI_DRIVER
+                | CSI_STORAGE_CAPACITY,
+            false,
+        ),
+        (
+            names::VOLUME_ZONE,
+            NODE_ADD | NODE_LABEL | PVC | PV_TOPOLOGY | STORAGE_CLASS_WFFC,
+            false,
+        ),
+        (
+            names::INTER_POD_AFFINITY,
+            NODE_ADD | NODE_LABEL | ASSIGNED_POD_ADD | ASSIGNED_POD_DELETE | RESERVATION,
+            false,
+        ),
+        (
+            names::POD_TOPOLOGY_SPREAD,
+            NODE_ADD
+                | NODE_LABEL
+                | NODE_TAINT
+                | NODE_DELETE
+                | ASSIGNED_POD_ADD
+                | ASSIGNED_POD_DELETE
+                | RESERVATION,
+            false,
+        ),
+        (
+            NRT,
+            NODE_ADD | NODE_ALLOCATABLE | ASSIGNED_POD_DELETE | NODE_TOPOLOGY,
+            true,
+        ),
+        (
+            names::NODE_NUMA_RESOURCE,
+            NODE_ADD
+                | NODE_ALLOCATABLE
+                | NODE_LABEL
+                | ASSIGNED_POD_DELETE
+                | RESERVATION
+                | NODE_TOPOLOGY,
+            false,
+        ),
+        (names::DYNAMIC_RESOURCES, NODE_ADD | NODE_LABEL | DRA, false),
+        // Plugins that say nothing, and names no profile has (a gang's).
+        (names::RESERVATION, ALL & !NODE_TOPOLOGY, false),
+        (names::DEFAULT_PREEMPTION, ALL & !NODE_TOPOLOGY, false),
+        ("GangScheduling", ALL & !NODE_TOPOLOGY, false),
+    ];
+    for &(name, kinds, local) in cases {
+        let r = h.registered(name);
+        assert_eq!((r.kinds(), r.node_local), (kinds, local), "{name}");
+        assert_eq!(h.interest(&[name]), kinds, "{name}");
+    }
+    assert_eq!(h.interest(&[]), ALL & !NODE_TOPOLOGY);
+    // Only the plugins whose Filter has a necessary condition worth checking on one node
+    // have a node check.
+    for name in names::ALL {
+        let checked = h.registered(name).node_check.is_some();
+        assert_eq!(checked, *name == FIT || *name == NRT, "{name}");
     }
 }
