@@ -562,7 +562,7 @@ impl Scheduler {
             return Err(st);
         }
         // Permit: a gang member waits there until its gang has its minimum assumed.
-        if plan.is_none() && !pod.is_reserve_pod() {
+        if plan.is_none() {
             if let Some((gang, policy)) = self.permit_must_wait(pod) {
                 self.wait_at_permit(profile, state, pod, node, now, annotations, gang, policy);
                 return Ok(());

@@ -157,6 +157,7 @@ impl Scheduler {
                         .apply(&mut self.cluster.cache, r, now);
                 }
                 self.check_hold_owner(now, &name);
+                self.gang_reservation_applied(now, &name);
             }
         }
     }
@@ -422,6 +423,7 @@ impl Scheduler {
                 {
                     self.cluster.cpusets.release(&uid);
                 }
+                self.gang_reservation_deleted(now, &key.name);
                 self.cluster
                     .reservations
                     .delete(&mut self.cluster.cache, &key.name);
