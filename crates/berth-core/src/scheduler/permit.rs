@@ -388,6 +388,47 @@ impl Scheduler {
         }
     }
 
+    /// Where the gang of `key` stands (`None` when it is in no gang): its members placed
+    /// against its minimum, those waiting at Permit, and those not placed with why.
+    pub fn gang_report(&self, key: &ObjectKey) -> Option<crate::gang::Report> {
+        let gang = self.gangs.gang(key)?;
+        let member = self
+            .item(key)
+            .or_else(|| self.cluster.pod(key).map(|e| e.info.clone()));
+        let min = member
+            .and_then(|p| self.gangs.policy(gang, &p).ok().flatten())
+            .map(|p| p.min);
+        let plugin = match gang.api {
+            crate::gang::Api::Workload => crate::gang::GANG_SCHEDULING,
+            _ => crate::gang::COSCHEDULING,
+        };
+        let name = |k: &ObjectKey| match k.kind {
+            Kind::Reservation => format!("reservation {}", k.name),
+            _ => k.to_string(),
+        };
+        let mut report = crate::gang::Report {
+            gang: gang.to_string(),
+            plugin,
+            min,
+            members: self.gangs.member_count(gang),
+            placed: Vec::new(),
+            waiting: Vec::new(),
+            unplaced: Vec::new(),
+        };
+        for k in self.gangs.members(gang) {
+            if self.gang_member_placed(k) {
+                report.placed.push(name(k));
+                if self.permits.is_waiting(k) {
+                    report.waiting.push(name(k));
+                }
+            } else {
+                let why = self.last_message.get(k).cloned().unwrap_or_default();
+                report.unplaced.push((name(k), why));
+            }
+        }
+        Some(report)
+    }
+
     /// Whether `key` waits at Permit (its bind not asked for yet).
     pub fn waits_at_permit(&self, key: &ObjectKey) -> bool {
         self.permits.is_waiting(key)
