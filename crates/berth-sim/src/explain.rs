@@ -462,18 +462,6 @@ fn grouped_nodes(out: &mut String, e: &Explanation) {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn formats_parse() {
-        assert_eq!("json".parse::<ExplainFormat>(), Ok(ExplainFormat::Json));
-        assert_eq!("text".parse::<ExplainFormat>(), Ok(ExplainFormat::Text));
-        assert!("yaml".parse::<ExplainFormat>().is_err());
-    }
-}
-
 /// A gang member's gang: the standing line, then the members not placed, those with the
 /// same reason on one line.
 fn gang_text(out: &mut String, g: &berth_core::gang::Report) {
@@ -493,4 +481,16 @@ fn gang_text(out: &mut String, g: &berth_core::gang::Report) {
         out,
         "  (a member binds only with its gang: what follows is this member alone)"
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats_parse() {
+        assert_eq!("json".parse::<ExplainFormat>(), Ok(ExplainFormat::Json));
+        assert_eq!("text".parse::<ExplainFormat>(), Ok(ExplainFormat::Text));
+        assert!("yaml".parse::<ExplainFormat>().is_err());
+    }
 }
