@@ -15,6 +15,7 @@
 //! reads is rendered by the command line.
 
 mod change;
+mod gang;
 mod numa;
 mod reservations;
 
@@ -232,6 +233,9 @@ pub struct Explanation {
     pub reservations: Vec<ReservationMatch>,
     /// The smallest change that would let it fit.
     pub change: Change,
+    /// For a gang member: where its gang stands.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gang: Option<crate::gang::Report>,
 }
 
 /// Explains `target` on the scheduler's current state at `now`, without changing it.
@@ -333,7 +337,9 @@ pub fn explain(s: &Scheduler, target: &Target, now: Time) -> Result<Explanation,
         nodes: Vec::new(),
         reservations: Vec::new(),
         change: Change::None { why: String::new() },
+        gang: None,
     };
+    gang::fill(s, target, &mut out);
     if out.placed.is_some() {
         out.summary = match &out.placed {
             Some(p) if !p.node.is_empty() => format!("{} on node {}", p.state, p.node),

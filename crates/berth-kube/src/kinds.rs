@@ -9,6 +9,7 @@
 use std::sync::Arc;
 
 use berth_api::dra::{DeviceClass, ResourceClaim, ResourceSlice};
+use berth_api::gang::{PodGroup, Workload};
 use berth_api::nrt::NodeResourceTopology;
 use berth_api::reservation::Reservation;
 use berth_core::object::{Kind, Object, ObjectKey};
@@ -33,6 +34,38 @@ pub struct Served {
     /// `resource.k8s.io/v1` is served (GA and on by default since Kubernetes 1.34): its
     /// ResourceSlices, DeviceClasses and ResourceClaims are watched.
     pub dra: bool,
+    /// Coscheduling's `podgroups` of the groups served ([`POD_GROUP_GROUPS`], v1alpha1).
+    pub pod_groups: Vec<ApiResource>,
+    /// `scheduling.k8s.io/v1alpha1` `workloads` (Kubernetes 1.35, alpha), if served.
+    pub workloads: Option<ApiResource>,
+}
+
+/// The API groups of Coscheduling's PodGroup: Koordinator's, then scheduler-plugins'.
+pub const POD_GROUP_GROUPS: [&str; 2] = ["scheduling.sigs.k8s.io", "scheduling.x-k8s.io"];
+/// The API group of Kubernetes 1.35's Workload.
+pub const WORKLOAD_GROUP: &str = "scheduling.k8s.io";
+
+/// `plural` at `version` of `group`, if the API server serves it; `None` (with `warning`
+/// logged) when it does not.
+async fn served(
+    client: &Client,
+    group: &str,
+    version: &str,
+    plural: &str,
+    warning: &str,
+) -> Option<ApiResource> {
+    let found = match discovery::group(client, group).await {
+        Ok(g) => g
+            .versioned_resources(version)
+            .into_iter()
+            .find(|(r, _)| r.plural == plural)
+            .map(|(r, _)| r),
+        Err(_) => None,
+    };
+    if found.is_none() {
+        tracing::warn!(group, version, plural, "{warning}");
+    }
+    found
 }
 
 impl Served {
@@ -73,10 +106,20 @@ impl Served {
                 false
             }
         };
+        let mut pod_groups = Vec::new();
+        for group in POD_GROUP_GROUPS {
+            let warning = "PodGroup CRD not served; pods naming such a PodGroup wait for it";
+            pod_groups.extend(served(client, group, "v1alpha1", "podgroups", warning).await);
+        }
+        let warning =
+            "Workload API not served (alpha in Kubernetes 1.35); Workload gangs wait for it";
+        let workloads = served(client, WORKLOAD_GROUP, "v1alpha1", "workloads", warning).await;
         Self {
             reservations,
             nrt,
             dra,
+            pod_groups,
+            workloads,
         }
     }
 
@@ -184,6 +227,16 @@ pub fn resource_claim(obj: DynamicObject) -> Result<Object, Unreadable> {
     decode::<ResourceClaim>(Kind::ResourceClaim, obj, Object::ResourceClaim)
 }
 
+/// Decodes a watched PodGroup (either API group).
+pub fn pod_group(obj: DynamicObject) -> Result<Object, Unreadable> {
+    decode::<PodGroup>(Kind::PodGroup, obj, Object::PodGroup)
+}
+
+/// Decodes a watched Workload.
+pub fn workload(obj: DynamicObject) -> Result<Object, Unreadable> {
+    decode::<Workload>(Kind::Workload, obj, Object::Workload)
+}
+
 /// Decodes a watched NodeResourceTopology of either served version.
 pub fn nrt(obj: DynamicObject) -> Result<Object, Unreadable> {
     let name = obj.metadata.name.clone().unwrap_or_default();
@@ -224,6 +277,8 @@ pub fn api_version(kind: Kind) -> &'static str {
         | Kind::DeviceClass
         | Kind::ResourceClaim
         | Kind::ResourceClaimTemplate => "resource.k8s.io/v1",
+        Kind::PodGroup => berth_api::gang::SIGS_API_VERSION,
+        Kind::Workload => berth_api::gang::WORKLOAD_API_VERSION,
         _ => "v1",
     }
 }

@@ -5,6 +5,7 @@
 //! [`Event::ListStarted`] ... [`Event::Listed`], so the core deletes what a re-list no longer
 //! returns and knows when its first view of every kind is complete.
 
+mod gangs;
 pub mod provisioner;
 
 use std::fmt::Debug;
@@ -179,6 +180,7 @@ pub fn spawn_all(
             kinds::nrt,
         );
     }
+    kinds.extend(gangs::spawn_gangs(client, served, tx, metrics, tasks));
     kinds
 }
 

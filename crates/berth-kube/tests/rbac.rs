@@ -134,7 +134,9 @@ fn pod(name: &str, cpu: &str, extra: Value) -> Value {
 
 #[test]
 fn berth_runs_with_only_the_rights_deploy_grants() {
-    let cluster = TestCluster::start().unwrap_or_else(|e| panic!("{e}"));
+    // The gang kinds served, so that berth watches them with these rights too.
+    let cluster = TestCluster::start_with(berth_testcluster::Options::new().gangs())
+        .unwrap_or_else(|e| panic!("{e}"));
     let admin = cluster.kubeconfig_path().to_path_buf();
     let (ok, out) = kubectl(
         &cluster,
@@ -162,6 +164,8 @@ fn berth_runs_with_only_the_rights_deploy_grants() {
             ("create", "persistentvolumes"), ("patch", "persistentvolumes"), ("delete", "persistentvolumeclaims"),
             ("create", "resourceclaims.resource.k8s.io"), ("delete", "resourceclaims.resource.k8s.io"),
             ("list", "resourceclaimtemplates.resource.k8s.io"), ("update", "resourceslices.resource.k8s.io"),
+            ("update", "podgroups.scheduling.sigs.k8s.io"), ("update", "podgroups.scheduling.x-k8s.io/status"),
+            ("create", "workloads.scheduling.k8s.io"),
         ] {
             let (allowed, out) = can_i(&cluster, &sa_kubeconfig, verb, resource);
             assert!(!allowed, "berth's ServiceAccount may {verb} {resource}, which it never needs: {out}");
@@ -181,6 +185,8 @@ fn berth_runs_with_only_the_rights_deploy_grants() {
             ("update", "resourceclaims.resource.k8s.io/status"),
             ("watch", "noderesourcetopologies.topology.node.k8s.io"), ("create", "events.events.k8s.io"),
             ("patch", "events.events.k8s.io"),
+            ("watch", "podgroups.scheduling.sigs.k8s.io"), ("watch", "podgroups.scheduling.x-k8s.io"),
+            ("watch", "workloads.scheduling.k8s.io"),
         ] {
             let (allowed, out) = can_i(&cluster, &sa_kubeconfig, verb, resource);
             assert!(allowed, "berth's ServiceAccount may not {verb} {resource}: {out}");

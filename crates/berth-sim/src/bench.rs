@@ -139,6 +139,9 @@ pub fn prepare(case: &Case) -> Scheduler {
     for o in case.workload.dra_objects(&names, init, case.pods) {
         s.handle(0, Event::Applied(o));
     }
+    for o in case.workload.gang_objects(case.pods) {
+        s.handle(0, Event::Applied(o));
+    }
     for i in 0..init {
         let mut p = case.workload.init_pod(i);
         if mode == InitMode::Bound {
@@ -344,7 +347,7 @@ pub fn format_report(r: &Report, instructions: Option<u64>) -> String {
 /// The names `berth bench --suite` takes: scheduler_perf's workload names, `Reservations`
 /// and `NUMA`, `all` (every one of them), and the older lowercase names (`basic` is
 /// SchedulingBasic, `reservations` and `numa` as before).
-pub const SUITES: [&str; 15] = [
+pub const SUITES: [&str; 16] = [
     "SchedulingBasic",
     "TopologySpreading",
     "PreferredTopologySpreading",
@@ -360,6 +363,7 @@ pub const SUITES: [&str; 15] = [
     "reservations",
     "numa",
     "SchedulingWithResourceClaimTemplate",
+    "GangScheduling",
 ];
 
 /// `berth bench --suite` named no suite: bad input, as for `simulate` (exit status 2).

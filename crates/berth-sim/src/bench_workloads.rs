@@ -39,13 +39,21 @@ pub enum Workload {
     /// one driver, every pod's claim asks for one of them; half the devices are taken by
     /// init pods scheduled (untimed) first, the measured pods take the rest.
     SchedulingWithResourceClaimTemplate,
+    /// berth's own (kube-scheduler 1.35's scheduler_perf has no gang case): default pods in
+    /// gangs of [`GANG_SIZE`], each a Koordinator PodGroup of `minMember` [`GANG_SIZE`], so
+    /// every member waits at Permit until the last of its gang is assumed; 1,000 gangs by
+    /// default.
+    GangScheduling,
 }
+
+/// Members per gang of [`Workload::GangScheduling`].
+pub const GANG_SIZE: usize = 8;
 
 /// scheduler_perf's `maxClaimsPerNode` for SchedulingWithResourceClaimTemplate.
 pub const DEVICES_PER_NODE: usize = 10;
 
 /// Every workload above, in report order.
-pub const WORKLOADS: [Workload; 9] = [
+pub const WORKLOADS: [Workload; 10] = [
     Workload::SchedulingBasic,
     Workload::TopologySpreading,
     Workload::PreferredTopologySpreading,
@@ -55,6 +63,7 @@ pub const WORKLOADS: [Workload; 9] = [
     Workload::Unschedulable,
     Workload::Preemption,
     Workload::SchedulingWithResourceClaimTemplate,
+    Workload::GangScheduling,
 ];
 
 /// Whether init pods are bound before timing or left pending for the scheduler.
@@ -79,6 +88,7 @@ impl Workload {
             Self::Unschedulable => "Unschedulable",
             Self::Preemption => "Preemption",
             Self::SchedulingWithResourceClaimTemplate => "SchedulingWithResourceClaimTemplate",
+            Self::GangScheduling => "GangScheduling",
         }
     }
 
@@ -97,13 +107,14 @@ impl Workload {
             Self::Preemption => 500,
             // 5000pods_500nodes: 2,500 init pods, 2,500 measured.
             Self::SchedulingWithResourceClaimTemplate => 2_500,
+            Self::GangScheduling => 1_000 * GANG_SIZE,
         }
     }
 
     /// Init pods for a cluster of `nodes` nodes and how they enter it.
     pub fn init(self, nodes: usize) -> (usize, InitMode) {
         match self {
-            Self::SchedulingBasic => (0, InitMode::Bound),
+            Self::SchedulingBasic | Self::GangScheduling => (0, InitMode::Bound),
             Self::TopologySpreading
             | Self::PreferredTopologySpreading
             | Self::PodAffinity
@@ -158,7 +169,29 @@ impl Workload {
                 json!({"priority": 10}),
             ),
             Self::SchedulingWithResourceClaimTemplate => with_claim("bench", i),
+            Self::GangScheduling => Arc::new(pod(
+                "bench",
+                i,
+                json!({berth_api::gang::LABEL_SIGS_POD_GROUP: format!("gang-{}", i / GANG_SIZE)}),
+            )),
         }
+    }
+
+    /// The PodGroups of [`Workload::GangScheduling`]'s `pods` measured pods (none for the
+    /// other workloads); a last, smaller gang asks for all its members.
+    pub fn gang_objects(self, pods: usize) -> Vec<Object> {
+        if self != Self::GangScheduling {
+            return Vec::new();
+        }
+        (0..pods.div_ceil(GANG_SIZE))
+            .filter_map(|g| {
+                let pg = json!({"apiVersion": berth_api::gang::SIGS_API_VERSION, "kind": "PodGroup",
+                    "metadata": {"name": format!("gang-{g}"), "namespace": "default"},
+                    "spec": {"minMember": GANG_SIZE.min(pods - g * GANG_SIZE)}});
+                serde_json::from_value(pg).ok()
+            })
+            .map(|pg| Object::PodGroup(Arc::new(pg)))
+            .collect()
     }
 
     /// The DRA objects the workload needs besides nodes and pods: the DeviceClass, one

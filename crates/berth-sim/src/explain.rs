@@ -293,6 +293,9 @@ pub fn text(e: &Explanation) -> String {
     for note in &e.notes {
         let _ = writeln!(out, "note: {note}");
     }
+    if let Some(g) = &e.gang {
+        gang_text(&mut out, g);
+    }
     if let Some(p) = &e.placed {
         let _ = writeln!(
             out,
@@ -457,6 +460,27 @@ fn grouped_nodes(out: &mut String, e: &Explanation) {
             node_block(out, n);
         }
     }
+}
+
+/// A gang member's gang: the standing line, then the members not placed, those with the
+/// same reason on one line.
+fn gang_text(out: &mut String, g: &berth_core::gang::Report) {
+    let _ = writeln!(out, "{}", g.line());
+    let mut reasons: Vec<(&str, Vec<&str>)> = Vec::new();
+    for (name, why) in &g.unplaced {
+        let why = if why.is_empty() { "not tried yet" } else { why };
+        match reasons.iter_mut().find(|(w, _)| *w == why) {
+            Some((_, names)) => names.push(name),
+            None => reasons.push((why, vec![name])),
+        }
+    }
+    for (why, names) in reasons {
+        let _ = writeln!(out, "  not placed: {}: {why}", names.join(", "));
+    }
+    let _ = writeln!(
+        out,
+        "  (a member binds only with its gang: what follows is this member alone)"
+    );
 }
 
 #[cfg(test)]

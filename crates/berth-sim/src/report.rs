@@ -7,7 +7,8 @@
 //! by pods, held by reservations (not allocated) and free, over time; every node at the end
 //! as a sorted strip (a thousand nodes stay readable: one thin bar each), with a click (or
 //! the node list) drilling down into one node over time; reservation fill over time, in total
-//! and per reservation; unschedulable pods grouped by reason; for NUMA nodes each zone's
+//! and per reservation; unschedulable pods grouped by reason; gangs (members placed against
+//! the minimum, waiting at Permit, not placed and why); for NUMA nodes each zone's
 //! available CPU as the scheduler believed it against what the node published, with the
 //! resyncs marked; and the per-step log.
 
@@ -81,7 +82,35 @@ pub fn data(sim: &Simulation) -> Result<Value, ReportError> {
         "resyncs": tl.resyncs,
         "log": tl.log,
         "unschedulable": unschedulable,
+        "gangs": gangs(sim),
     }))
+}
+
+/// Every gang with a member (pod or Reservation) at the end, as the core sees it: members
+/// placed against the minimum, waiting at Permit, and not placed with why.
+fn gangs(sim: &Simulation) -> Vec<Value> {
+    let core = sim.core();
+    let mut keys: Vec<berth_core::ObjectKey> =
+        sim.store().of_kind(Kind::Pod).map(|o| o.key()).collect();
+    keys.extend(
+        core.reservations()
+            .filter_map(|r| r.item.as_ref().map(|i| i.key.clone())),
+    );
+    let mut seen = std::collections::BTreeMap::new();
+    for k in &keys {
+        if let Some(g) = core.gang_report(k) {
+            seen.entry(g.gang.clone()).or_insert(g);
+        }
+    }
+    seen.into_values()
+        .map(|g| {
+            json!({
+                "gang": g.gang, "plugin": g.plugin, "min": g.min, "members": g.members,
+                "placed": g.placed.len(), "waiting": g.waiting.len(),
+                "unplaced": g.unplaced.iter().map(|(n, why)| json!({"name": n, "why": why})).collect::<Vec<_>>(),
+            })
+        })
+        .collect()
 }
 
 /// The page.
@@ -163,6 +192,9 @@ th { color: #5b6475; font-weight: 600; }
 
 <h2>Unschedulable at the end</h2>
 <div id="unschedulable"></div>
+
+<h2>Gangs at the end (PodGroups, Workloads, Koordinator's gang annotations)</h2>
+<div id="gangs"></div>
 
 <h2>NUMA zones: available CPU as the scheduler believed it vs as published (resyncs marked)</h2>
 <div class="row"><label for="numa-select">Node</label><select id="numa-select"></select></div>
@@ -498,6 +530,26 @@ if (D.reservations.length) {
     row.insertCell().textContent = String(pods.length);
     row.insertCell().textContent = pods.slice(0, 5).join(", ") + (pods.length > 5 ? " and " + (pods.length - 5) + " more" : "");
     row.insertCell().textContent = msg;
+  }
+  box.appendChild(table);
+})();
+
+// Gangs: members placed against the minimum, waiting at Permit, not placed and why.
+(function () {
+  const box = document.getElementById("gangs");
+  if (!D.gangs.length) { empty("gangs", "no gang"); return; }
+  const table = document.createElement("table");
+  const head = table.insertRow();
+  for (const h of ["gang", "plugin", "placed / minimum", "waiting at Permit", "not placed", "why (first)"]) { const th = document.createElement("th"); th.textContent = h; head.appendChild(th); }
+  for (const g of D.gangs) {
+    const row = table.insertRow();
+    row.insertCell().textContent = g.gang;
+    row.insertCell().textContent = g.plugin;
+    row.insertCell().textContent = g.placed + " / " + (g.min === null ? "?" : g.min) + " (" + g.members + " members)";
+    row.insertCell().textContent = String(g.waiting);
+    const names = g.unplaced.map(u => u.name);
+    row.insertCell().textContent = names.slice(0, 5).join(", ") + (names.length > 5 ? " and " + (names.length - 5) + " more" : "");
+    row.insertCell().textContent = g.unplaced.length ? (g.unplaced.find(u => u.why) || g.unplaced[0]).why : "";
   }
   box.appendChild(table);
 })();

@@ -667,3 +667,70 @@ fn explain_names_the_volume_plugins_reasons() {
         ]
     );
 }
+
+/// A strict gang of 8 on room for 6: explain on a member says where the gang stands (none
+/// placed of minimum 8), which member did not fit and why, and why the rest were rejected.
+#[test]
+fn explain_says_where_a_members_gang_stands() {
+    let text = std::fs::read_to_string(scenarios().join("gangs/podgroup-8-on-room-for-6.yaml"))
+        .expect("scenario");
+    let sim = simulate(&text);
+    let e = explain_pod(&sim, "w1");
+    let g = e.gang.as_ref().expect("a gang report");
+    assert_eq!(
+        (g.gang.as_str(), g.min, g.members),
+        ("default/job", Some(8), 8)
+    );
+    assert!(g.placed.is_empty() && g.waiting.is_empty(), "{g:?}");
+    assert_eq!(g.unplaced.len(), 8);
+    let unfit: Vec<&(String, String)> = g
+        .unplaced
+        .iter()
+        .filter(|(_, why)| why.starts_with("0/2 nodes are available: 2 Insufficient cpu"))
+        .collect();
+    assert_eq!(unfit.len(), 1, "the member that did not fit: {g:?}");
+    let text = render(&e, ExplainFormat::Text).expect("text");
+    assert!(
+        text.contains("gang default/job (Coscheduling): 0 of minimum 8 placed, 8 not placed"),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("not placed: {}: 0/2 nodes", unfit[0].0)),
+        "{text}"
+    );
+}
+
+/// A NonStrict gang of 8 on room for 6: six members wait at Permit, and explain on one of
+/// them counts them and names the two not placed.
+#[test]
+fn explain_counts_the_members_waiting_at_permit() {
+    let mut text = String::from(
+        "apiVersion: v1\nkind: Node\nmetadata: {name: n1}\nstatus: {allocatable: {cpu: \"3\", memory: 8Gi, pods: \"110\"}}\n---\n\
+         apiVersion: v1\nkind: Node\nmetadata: {name: n2}\nstatus: {allocatable: {cpu: \"3\", memory: 8Gi, pods: \"110\"}}\n---\n\
+         apiVersion: scheduling.sigs.k8s.io/v1alpha1\nkind: PodGroup\nmetadata: {name: job, annotations: {gang.scheduling.koordinator.sh/mode: NonStrict}}\nspec: {minMember: 8}\n",
+    );
+    for i in 1..=8 {
+        text.push_str(&format!(
+            "---\napiVersion: v1\nkind: Pod\nmetadata: {{name: w{i}, labels: {{pod-group.scheduling.sigs.k8s.io: job}}}}\n\
+             spec: {{containers: [{{name: c, image: busybox, resources: {{requests: {{cpu: \"1\"}}}}}}]}}\n"
+        ));
+    }
+    let sim = simulate(&text);
+    let waiting: Vec<String> = (1..=8)
+        .map(|i| format!("w{i}"))
+        .filter(|n| sim.core().waits_at_permit(&ObjectKey::pod("default", n)))
+        .collect();
+    assert_eq!(waiting.len(), 6);
+    let e = explain_pod(&sim, &waiting[0]);
+    let g = e.gang.as_ref().expect("a gang report");
+    assert_eq!(
+        (g.placed.len(), g.waiting.len(), g.unplaced.len()),
+        (6, 6, 2),
+        "{g:?}"
+    );
+    let text = render(&e, ExplainFormat::Text).expect("text");
+    assert!(
+        text.contains("6 of minimum 8 placed (6 waiting at Permit), 2 not placed"),
+        "{text}"
+    );
+}

@@ -272,6 +272,18 @@ pub fn berth_crds() -> Vec<CustomResourceDefinition> {
     vec![berth_api::crd::reservation_crd(), berth_api::nrt::nrt_crd()]
 }
 
+/// Coscheduling's PodGroup CRDs, `scheduling.sigs.k8s.io` (Koordinator's, vendored) and
+/// `scheduling.x-k8s.io` (scheduler-plugins', the same schema), from tests/fixtures/crds.
+pub fn pod_group_crds() -> Vec<CustomResourceDefinition> {
+    [
+        include_str!("../../../tests/fixtures/crds/scheduling.sigs.k8s.io_podgroups.yaml"),
+        include_str!("../../../tests/fixtures/crds/scheduling.x-k8s.io_podgroups.yaml"),
+    ]
+    .iter()
+    .map(|text| serde_yaml_ng::from_str(text).expect("a vendored PodGroup CRD"))
+    .collect()
+}
+
 /// How to start a cluster. [`Options::default`] installs [`berth_crds`].
 #[derive(Clone, Debug)]
 pub struct Options {
@@ -315,6 +327,14 @@ impl Options {
     pub fn apiserver_arg(mut self, arg: impl Into<String>) -> Self {
         self.apiserver_args.push(arg.into());
         self
+    }
+
+    /// What gang scheduling needs: the PodGroup CRDs of both groups ([`pod_group_crds`])
+    /// added, and Kubernetes 1.35's Workload API (alpha) enabled.
+    pub fn gangs(mut self) -> Self {
+        self.crds.extend(pod_group_crds());
+        self.apiserver_arg("--runtime-config=scheduling.k8s.io/v1alpha1=true")
+            .apiserver_arg("--feature-gates=GenericWorkload=true")
     }
 
     /// Runs kube-controller-manager with [`CONTROLLERS`] (see the crate documentation).

@@ -2,7 +2,8 @@
 //! (its Deployment and ReplicaSet controllers), with `berth run` scheduling: the command
 //! reserves room for a Deployment's replicas before they exist, waits until every
 //! Reservation is Available, and the Deployment's pods, once it is scaled up, land in them;
-//! a workload that cannot get its room makes the command fail naming why; bad input exits 2.
+//! a workload that cannot get all of its room gets none of it (its Reservations are one
+//! gang, placed all or nothing) and the command fails naming why; bad input exits 2.
 
 mod support;
 
@@ -13,7 +14,7 @@ use std::time::Duration;
 use berth_testcluster::{Options, TestCluster};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{json, Value};
 use support::*;
 
@@ -87,7 +88,7 @@ fn a_deployment_gets_its_room_reserved_and_its_pods_land_in_it() {
         }
         cluster.create_namespace("shop").await.expect("ns");
         let deployments: Api<Deployment> = Api::namespaced(client.clone(), "shop");
-        for (name, cpu) in [("web", "2"), ("big", "3")] {
+        for (name, cpu) in [("web", "2"), ("big", "1")] {
             deployments
                 .create(&PostParams::default(), &deployment(name, cpu))
                 .await
@@ -102,7 +103,7 @@ fn a_deployment_gets_its_room_reserved_and_its_pods_land_in_it() {
                 "-n",
                 "shop",
                 "--replicas",
-                "4",
+                "3",
                 "--ttl",
                 "1h",
                 "--timeout",
@@ -118,14 +119,15 @@ fn a_deployment_gets_its_room_reserved_and_its_pods_land_in_it() {
         );
         let stdout = String::from_utf8_lossy(&out.stdout);
         let placed: Vec<&str> = stdout.lines().collect();
-        assert_eq!(placed.len(), 4, "{}", text(&out));
+        assert_eq!(placed.len(), 3, "{}", text(&out));
         assert!(
-            String::from_utf8_lossy(&out.stderr).contains("4/4 Available"),
+            String::from_utf8_lossy(&out.stderr).contains("3/3 Available"),
             "{}",
             text(&out)
         );
 
-        // The room is taken: the other workload cannot get any.
+        // 2 CPUs are left, on one node: 2 of the other workload's 3 one-CPU Reservations
+        // would fit, but they are one gang, so none is placed and none holds room.
         let full = reserve(
             &kubeconfig,
             &[
@@ -133,7 +135,7 @@ fn a_deployment_gets_its_room_reserved_and_its_pods_land_in_it() {
                 "-n",
                 "shop",
                 "--replicas",
-                "2",
+                "3",
                 "--timeout",
                 "15s",
             ],
@@ -141,17 +143,34 @@ fn a_deployment_gets_its_room_reserved_and_its_pods_land_in_it() {
         assert_eq!(full.status.code(), Some(1), "{}", text(&full));
         let err = String::from_utf8_lossy(&full.stderr);
         assert!(err.contains("Insufficient cpu"), "{}", text(&full));
+        assert!(err.contains("0/3 Available"), "{}", text(&full));
+        let reservations: Api<DynamicObject> = Api::all_with(
+            client.clone(),
+            &berth_kube::kinds::Served::reservation_resource(),
+        );
+        for i in 0..3 {
+            let r = reservations
+                .get(&format!("shop-big-{i}"))
+                .await
+                .expect("reservation");
+            let status = &r.data["status"];
+            assert!(
+                status["nodeName"].is_null() && status["phase"] != "Available",
+                "shop-big-{i} placed alone: {status}\n{}",
+                berth.log_tail()
+            );
+        }
 
         // Scaling the Deployment up: its pods land in the Reservations, one each.
         deployments
             .patch(
                 "web",
                 &PatchParams::default(),
-                &Patch::Merge(json!({"spec": {"replicas": 4}})),
+                &Patch::Merge(json!({"spec": {"replicas": 3}})),
             )
             .await
             .expect("scale");
-        wait_bound(&client, "shop", 4, Duration::from_secs(120), || {
+        wait_bound(&client, "shop", 3, Duration::from_secs(120), || {
             berth.log_tail()
         })
         .await;
@@ -173,7 +192,7 @@ fn a_deployment_gets_its_room_reserved_and_its_pods_land_in_it() {
                 });
             used.insert(allocated["name"].as_str().unwrap_or_default().to_string());
         }
-        let expected: BTreeSet<String> = (0..4).map(|i| format!("shop-web-{i}")).collect();
+        let expected: BTreeSet<String> = (0..3).map(|i| format!("shop-web-{i}")).collect();
         assert_eq!(used, expected);
         assert_no_overcommit(&client).await;
     });

@@ -26,8 +26,11 @@ use crate::model::pod::PodInfo;
 use crate::object::{Kind, ObjectKey};
 use crate::time::{Time, SECOND};
 
+mod report;
 #[cfg(test)]
 mod tests;
+
+pub use report::Report;
 
 /// Koordinator's default Permit wait (`CoschedulingArgs.DefaultTimeout`).
 pub const KOORDINATOR_DEFAULT_TIMEOUT: Time = 600 * SECOND;

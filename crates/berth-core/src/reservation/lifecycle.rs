@@ -303,6 +303,7 @@ impl ReservationStore {
             last_status: obj.status.clone(),
             indexed: false,
             virtual_id: None,
+            permit_waiting: false,
             obj,
         }
     }
@@ -461,6 +462,7 @@ impl ReservationStore {
         fresh.last_status = old.last_status.clone();
         fresh.final_status = old.final_status.clone();
         fresh.terminal_since = old.terminal_since;
+        fresh.permit_waiting = old.permit_waiting;
         // The object changed: a delete asked for before named the old resourceVersion and may
         // have been refused, so collection is planned again (a second delete of an object
         // already gone is harmless).
@@ -826,6 +828,11 @@ impl ReservationStore {
         let Some(idx) = self.idx(name) else {
             return;
         };
+        // One that ended meanwhile (its node deleted, expired while its gang waited at
+        // Permit) stays ended.
+        if self.get(idx).is_none_or(|r| r.phase.is_terminal()) {
+            return;
+        }
         self.detach(nodes, idx);
         self.unindex_owner(idx);
         self.waiting.remove(name);
@@ -841,6 +848,7 @@ impl ReservationStore {
         }
         if let Some(m) = self.get_mut(idx) {
             m.phase = ReservationPhase::Pending;
+            m.permit_waiting = false;
             m.node = None;
             m.node_name = None;
             m.conditions = m
@@ -849,6 +857,39 @@ impl ReservationStore {
                 .map(|s| s.conditions.clone())
                 .unwrap_or_default();
         }
+    }
+
+    /// The reservation `name`, just placed, waits at Permit for the rest of its gang: it
+    /// keeps its room but is not written nor usable by owners until [`Self::permit_allowed`].
+    pub fn permit_wait(&mut self, name: &str) {
+        let Some(idx) = self.idx(name) else {
+            return;
+        };
+        self.unindex_owner(idx);
+        if let Some(m) = self.get_mut(idx) {
+            m.permit_waiting = true;
+        }
+    }
+
+    /// Its gang was allowed through Permit: the reservation placed for it is written and
+    /// usable by owners. Returns whether it is still placed (not ended meanwhile).
+    pub fn permit_allowed(&mut self, name: &str) -> bool {
+        let Some(idx) = self.idx(name) else {
+            return false;
+        };
+        let Some(m) = self.get_mut(idx) else {
+            return false;
+        };
+        let was = std::mem::take(&mut m.permit_waiting);
+        let placed = m.is_active() && m.node.is_some();
+        if was && placed {
+            if m.phase == ReservationPhase::Available {
+                self.index_owner(idx);
+            }
+            self.mark_dirty(idx);
+            self.queue_ops.push(QueueOp::MoveAll);
+        }
+        placed
     }
 
     /// Scheduling the reservation failed: `Scheduled=False/Unschedulable` with the message.
@@ -1447,6 +1488,11 @@ impl ReservationStore {
             };
             if r.virtual_id.is_some() {
                 // Lives in the scheduler only: there is no object to write.
+                continue;
+            }
+            if r.permit_waiting {
+                // Placed for a gang still forming: written once the gang is allowed
+                // ([`Self::permit_allowed`] marks it again), or never if it is unplaced.
                 continue;
             }
             let mut s = status::compute(r, &nodes.names);

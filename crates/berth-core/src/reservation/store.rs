@@ -143,6 +143,10 @@ pub struct ReservationInfo {
     /// the scheduler only (no status is written, no event names it, a LIST never returns
     /// it).
     pub virtual_id: Option<Arc<str>>,
+    /// Placed by its Reserve but waiting at Permit for the rest of its gang
+    /// ([`crate::gang`]): it holds its room on the node, but no status is written and no
+    /// owner may use it until its gang is allowed through (or it is unplaced).
+    pub permit_waiting: bool,
 }
 
 impl ReservationInfo {
@@ -197,6 +201,7 @@ impl ReservationInfo {
     /// Koordinator's `IsMatchable`: Available on a node, usable by new owners.
     pub fn matchable(&self) -> bool {
         self.phase == ReservationPhase::Available
+            && !self.permit_waiting
             && self.node.is_some()
             && self.problem.is_none()
             && (!self.allocate_once || self.owner_pods.is_empty())
@@ -446,7 +451,8 @@ impl ReservationStore {
 
     pub(crate) fn index_owner(&mut self, idx: RIdx) {
         let Some(r) = self.get(idx) else { return };
-        if r.indexed {
+        // One waiting at Permit for its gang is not for owners yet.
+        if r.indexed || r.permit_waiting {
             return;
         }
         let keys = r.owner_keys.clone();
@@ -556,6 +562,7 @@ pub(crate) mod test_support {
             last_status: None,
             indexed: false,
             virtual_id: None,
+            permit_waiting: false,
         }
     }
 }

@@ -168,7 +168,7 @@ impl Scheduler {
         }
         self.queue.failed(&pod.key, true, &[refusal.plugin], now);
         if let Some(message) = refusal.message {
-            self.say_unschedulable(pod, message);
+            self.say_unschedulable(now, pod, message);
         }
         true
     }
@@ -599,7 +599,7 @@ impl Scheduler {
             return Err(st);
         }
         // Permit: a gang member waits there until its gang has its minimum assumed.
-        if plan.is_none() && !pod.is_reserve_pod() {
+        if plan.is_none() {
             if let Some((gang, policy)) = self.permit_must_wait(pod) {
                 self.wait_at_permit(profile, state, pod, node, now, annotations, gang, policy);
                 return Ok(());

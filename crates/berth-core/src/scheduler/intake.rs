@@ -155,6 +155,7 @@ impl Scheduler {
                         .apply(&mut self.cluster.cache, r, now);
                 }
                 self.check_hold_owner(now, &name);
+                self.gang_reservation_applied(now, &name);
             }
         }
     }
@@ -400,7 +401,10 @@ impl Scheduler {
                 self.gang_object_changed(now, &key.namespace);
             }
             Kind::Deployment | Kind::ReplicaSet | Kind::StatefulSet | Kind::PodMigrationJob => {}
-            Kind::Reservation => self.cluster.reservation_deleted(&key.name),
+            Kind::Reservation => {
+                self.gang_reservation_deleted(now, &key.name);
+                self.cluster.reservation_deleted(&key.name);
+            }
             Kind::NodeResourceTopology => {
                 self.cluster.nrt_deleted(&key.name);
                 if let Some(idx) = self.cluster.node_idx(&key.name) {

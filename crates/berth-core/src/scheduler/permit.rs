@@ -9,6 +9,11 @@
 //! Before a member's cycle, the gang must exist and have at least `min` pods (the upstream
 //! PreEnqueue checks, [`crate::plugins::gangscheduling`]); otherwise the pod is
 //! unschedulable with the upstream message.
+//!
+//! A Reservation is a member through its reserve pod (Koordinator v1.7+'s Coscheduling
+//! reads the gang labels and annotations of the reserve pod built from its template): it
+//! waits here placed, holding its room but neither written nor usable by owners, and is
+//! written Available only when its gang is allowed through.
 
 use super::*;
 use crate::gang::{GangId, Policy};
@@ -57,11 +62,24 @@ impl Scheduler {
 
     /// Writes `message` as the pod's `PodScheduled=False` (reason Unschedulable) condition
     /// and a `FailedScheduling` event, once per distinct message.
-    pub(super) fn say_unschedulable(&mut self, pod: &PodInfo, message: String) {
+    pub(super) fn say_unschedulable(&mut self, now: Time, pod: &PodInfo, message: String) {
         if self.last_message.get(&pod.key) == Some(&message) {
             return;
         }
         self.last_message.insert(pod.key.clone(), message.clone());
+        if let PodKind::ReservePod { reservation } = &pod.kind {
+            // A reservation stays Pending with Scheduled=False, as when it does not fit.
+            let r = &mut self.cluster.reservations;
+            r.unschedulable(reservation, &message, now);
+            r.record(
+                reservation,
+                "Warning",
+                "FailedScheduling",
+                message,
+                &mut self.effects,
+            );
+            return;
+        }
         if !crate::model::pod::scheduled_condition_says(&pod.pod, "Unschedulable", &message) {
             self.effects.push_back(Effect::PodCondition {
                 pod: pod.key.clone(),
@@ -87,13 +105,29 @@ impl Scheduler {
         let placed = self
             .gangs
             .members(gang)
-            .filter(|k| {
-                self.cluster
-                    .pod(k)
-                    .is_some_and(|e| e.state != PodState::Pending && !e.info.terminal)
-            })
+            .filter(|k| self.gang_member_placed(k))
             .count();
         (placed < policy.min as usize).then(|| (gang.clone(), policy))
+    }
+
+    /// Whether a gang member is assumed or bound: a pod that left Pending and has not
+    /// finished, or a Reservation placed on a node (waiting at Permit, Available, or used
+    /// up by its owners).
+    fn gang_member_placed(&self, key: &ObjectKey) -> bool {
+        match key.kind {
+            Kind::Reservation => self
+                .cluster
+                .reservations
+                .by_name(&key.name)
+                .is_some_and(|r| {
+                    r.node_name.is_some()
+                        && r.phase != berth_api::reservation::ReservationPhase::Failed
+                }),
+            _ => self
+                .cluster
+                .pod(key)
+                .is_some_and(|e| e.state != PodState::Pending && !e.info.terminal),
+        }
     }
 
     /// Parks a reserved member at Permit: it keeps what it holds, its queue entry stays in
@@ -124,6 +158,9 @@ impl Scheduler {
             node_name,
             attempts: self.queue.attempts(&pod.key),
         };
+        if let PodKind::ReservePod { reservation } = &pod.kind {
+            self.cluster.reservations.permit_wait(reservation);
+        }
         let members: BTreeSet<ObjectKey> = self.gangs.members(&gang).cloned().collect();
         let entry = self
             .permits
@@ -163,6 +200,13 @@ impl Scheduler {
                 continue;
             }
             let pod = b.pod.clone();
+            if let PodKind::ReservePod { reservation } = &pod.kind {
+                if !self.cluster.reservations.permit_allowed(reservation) {
+                    // It ended while it waited (expired, deleted): nothing to write.
+                    self.queue.done(&pod.key);
+                    continue;
+                }
+            }
             self.start_binding(
                 b.profile,
                 &mut b.state,
@@ -197,10 +241,14 @@ impl Scheduler {
         for w in waiting.pods {
             let pod = w.bind.pod.clone();
             let text = message(now - w.since);
+            if pod.is_reserve_pod() {
+                // The room a placed reservation gave back, as its pod's deletion would.
+                self.requeue(now, ClusterEvent::assigned_pod_deleted(Some(w.bind.node)));
+            }
             self.unassume(now, w.bind);
             self.counters.unschedulable += 1;
             self.queue.failed(&pod.key, true, plugins, now);
-            self.say_unschedulable(&pod, text);
+            self.say_unschedulable(now, &pod, text);
         }
         // The room given back woke the gang's own members: they wait for another event.
         let members: Vec<ObjectKey> = self.gangs.members(gang).cloned().collect();
@@ -208,13 +256,10 @@ impl Scheduler {
             self.queue.park(k, plugins, now);
             // A member never tried yet says why it waits too.
             let untried = self
-                .cluster
-                .pod(k)
-                .filter(|e| e.state == PodState::Pending && self.queue.contains(k))
-                .map(|e| e.info.clone())
-                .filter(|_| !self.last_message.contains_key(k));
+                .item(k)
+                .filter(|_| self.queue.contains(k) && !self.last_message.contains_key(k));
             if let Some(info) = untried {
-                self.say_unschedulable(&info, message(0));
+                self.say_unschedulable(now, &info, message(0));
             }
         }
         self.epoch += 1;
@@ -316,6 +361,47 @@ impl Scheduler {
         }
     }
 
+    /// Where the gang of `key` stands (`None` when it is in no gang): its members placed
+    /// against its minimum, those waiting at Permit, and those not placed with why.
+    pub fn gang_report(&self, key: &ObjectKey) -> Option<crate::gang::Report> {
+        let gang = self.gangs.gang(key)?;
+        let member = self
+            .item(key)
+            .or_else(|| self.cluster.pod(key).map(|e| e.info.clone()));
+        let min = member
+            .and_then(|p| self.gangs.policy(gang, &p).ok().flatten())
+            .map(|p| p.min);
+        let plugin = match gang.api {
+            crate::gang::Api::Workload => crate::gang::GANG_SCHEDULING,
+            _ => crate::gang::COSCHEDULING,
+        };
+        let name = |k: &ObjectKey| match k.kind {
+            Kind::Reservation => format!("reservation {}", k.name),
+            _ => k.to_string(),
+        };
+        let mut report = crate::gang::Report {
+            gang: gang.to_string(),
+            plugin,
+            min,
+            members: self.gangs.member_count(gang),
+            placed: Vec::new(),
+            waiting: Vec::new(),
+            unplaced: Vec::new(),
+        };
+        for k in self.gangs.members(gang) {
+            if self.gang_member_placed(k) {
+                report.placed.push(name(k));
+                if self.permits.is_waiting(k) {
+                    report.waiting.push(name(k));
+                }
+            } else {
+                let why = self.last_message.get(k).cloned().unwrap_or_default();
+                report.unplaced.push((name(k), why));
+            }
+        }
+        Some(report)
+    }
+
     /// Whether `key` waits at Permit (its bind not asked for yet).
     pub fn waits_at_permit(&self, key: &ObjectKey) -> bool {
         self.permits.is_waiting(key)
@@ -341,6 +427,33 @@ impl Scheduler {
         };
         if enough {
             self.wake_gang(now, &gang);
+        }
+    }
+
+    /// A Reservation was applied: its reserve pod joins the gang its template names.
+    pub(super) fn gang_reservation_applied(&mut self, now: Time, name: &str) {
+        let item = self
+            .cluster
+            .reservations
+            .by_name(name)
+            .and_then(|r| r.item.clone());
+        if let Some(item) = item {
+            self.gang_pod_applied(now, &item);
+        }
+    }
+
+    /// A Reservation is about to be forgotten: if it waited at Permit it gives back its
+    /// room (and its gang's waiting members are rejected in strict mode); it leaves its gang.
+    pub(super) fn gang_reservation_deleted(&mut self, now: Time, name: &str) {
+        let key = self
+            .cluster
+            .reservations
+            .by_name(name)
+            .and_then(|r| r.item.as_ref())
+            .map(|i| i.key.clone());
+        if let Some(key) = key {
+            self.permit_pod_deleted(now, &key);
+            self.gangs.pod_deleted(&key);
         }
     }
 

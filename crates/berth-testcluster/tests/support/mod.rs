@@ -166,6 +166,18 @@ pub const EXPECTED: Grants = &[
         ("rbac.authorization.k8s.io", "clusterroles", "", "", ""),
         &[],
     ),
+    (
+        ("scheduling.sigs.k8s.io", "podgroups", "", "", ""),
+        &["list", "watch"],
+    ),
+    (
+        ("scheduling.x-k8s.io", "podgroups", "", "", ""),
+        &["list", "watch"],
+    ),
+    (
+        ("scheduling.k8s.io", "workloads", "", "", ""),
+        &["list", "watch"],
+    ),
 ];
 
 /// The provisioner's rights: watch unbound pods, look for and create Reservations. Keep in
