@@ -70,44 +70,32 @@ pub fn write<'a>(
             status,
             ref reason,
             ref message,
-        } => match get(pod) {
-            Some(Object::Pod(p)) => {
-                let mut p = (**p).clone();
-                set_pod_scheduled(
-                    &mut p,
-                    status,
-                    Some(reason.clone()),
-                    Some(message.clone()),
-                    now,
-                );
-                Write::Object(Object::Pod(Arc::new(p)))
-            }
-            _ => Write::Missing(effect),
-        },
-        Effect::NominatePod { ref pod, ref node } => match get(pod) {
-            Some(Object::Pod(p)) => {
-                let mut p = (**p).clone();
+        } => {
+            let written = patch_pod(&get, pod, |p| {
+                set_pod_scheduled(p, status, Some(reason.clone()), Some(message.clone()), now)
+            });
+            written.map_or(Write::Missing(effect), Write::Object)
+        }
+        Effect::NominatePod { ref pod, ref node } => {
+            let written = patch_pod(&get, pod, |p| {
                 p.status
                     .get_or_insert_with(PodStatus::default)
                     .nominated_node_name = node.clone();
-                Write::Object(Object::Pod(Arc::new(p)))
-            }
-            _ => Write::Missing(effect),
-        },
+            });
+            written.map_or(Write::Missing(effect), Write::Object)
+        }
         Effect::AnnotatePod {
             ref pod,
             ref annotations,
-        } => match get(pod) {
-            Some(Object::Pod(p)) => {
-                let mut p = (**p).clone();
+        } => {
+            let written = patch_pod(&get, pod, |p| {
                 p.metadata
                     .annotations
                     .get_or_insert_with(Default::default)
                     .extend(annotations.clone());
-                Write::Object(Object::Pod(Arc::new(p)))
-            }
-            _ => Write::Missing(effect),
-        },
+            });
+            written.map_or(Write::Missing(effect), Write::Object)
+        }
         Effect::ReservationStatus {
             ref name,
             ref uid,
@@ -140,23 +128,42 @@ pub fn write<'a>(
             uid,
             resource_version,
             ..
-        } => {
-            // The preconditions, as the API server checks them; an object gone already is
-            // the driver's to answer (not found).
-            let stale = get(&key).is_some_and(|o| {
-                let meta = o.meta();
-                (!uid.is_empty() && meta.uid.as_deref() != Some(uid.as_str()))
-                    || resource_version
-                        .as_ref()
-                        .is_some_and(|rv| meta.resource_version.as_ref() != Some(rv))
-            });
-            if stale {
-                Write::Stale
-            } else {
-                Write::Delete(key)
-            }
-        }
+        } => delete(&get, key, &uid, resource_version.as_deref()),
         other => Write::Other(other),
+    }
+}
+
+/// The stored pod `key`, copied and changed by `f`; `None` when there is no such pod.
+fn patch_pod<'a>(
+    get: &impl Fn(&ObjectKey) -> Option<&'a Object>,
+    key: &ObjectKey,
+    f: impl FnOnce(&mut Pod),
+) -> Option<Object> {
+    let Some(Object::Pod(p)) = get(key) else {
+        return None;
+    };
+    let mut p = (**p).clone();
+    f(&mut p);
+    Some(Object::Pod(Arc::new(p)))
+}
+
+/// A delete with its preconditions (an empty `uid` and no `resource_version` are none), as
+/// the API server checks them; an object gone already is the driver's to answer.
+fn delete<'a>(
+    get: &impl Fn(&ObjectKey) -> Option<&'a Object>,
+    key: ObjectKey,
+    uid: &str,
+    resource_version: Option<&str>,
+) -> Write {
+    let stale = get(&key).is_some_and(|o| {
+        let meta = o.meta();
+        (!uid.is_empty() && meta.uid.as_deref() != Some(uid))
+            || resource_version.is_some_and(|rv| meta.resource_version.as_deref() != Some(rv))
+    });
+    if stale {
+        Write::Stale
+    } else {
+        Write::Delete(key)
     }
 }
 

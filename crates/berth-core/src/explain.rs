@@ -24,8 +24,9 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
+use crate::cache::Cluster;
 use crate::cache::PodState;
-use crate::framework::{Code, CycleState, Diagnosis, Status};
+use crate::framework::{Code, CycleState, Diagnosis, FilterPlan, Profile, Status};
 use crate::model::node::{NodeIdx, NodeInfo};
 use crate::model::pod::PodInfo;
 use crate::object::{Kind, ObjectKey};
@@ -238,75 +239,22 @@ pub struct Explanation {
     pub gang: Option<crate::gang::Report>,
 }
 
+/// What [`explain`] schedules for a target: the pod (a reservation's stand-in), where it is
+/// if placed, and what the explanation names (kind, namespace, name).
+type Subject = (
+    Arc<PodInfo>,
+    Option<Placement>,
+    &'static str,
+    String,
+    String,
+);
+
 /// Explains `target` on the scheduler's current state at `now`, without changing it.
 pub fn explain(s: &Scheduler, target: &Target, now: Time) -> Result<Explanation, ExplainError> {
     let cx = &s.cluster;
     let (pod, placed, kind, namespace, name) = match target {
-        Target::Pod(key) => {
-            let entry = cx
-                .pod(key)
-                .ok_or_else(|| ExplainError::NotFound(target.to_string()))?;
-            let placed = match entry.state {
-                PodState::Pending if !entry.info.terminal => None,
-                state => Some(Placement {
-                    node: entry
-                        .on
-                        .as_deref()
-                        .or(entry.info.node_name.as_deref())
-                        .unwrap_or("")
-                        .to_string(),
-                    reservation: cx
-                        .reservations
-                        .owner_of(key)
-                        .and_then(|i| cx.reservations.get(i))
-                        .map(|r| r.name.to_string()),
-                    state: if entry.info.terminal {
-                        "Finished".to_string()
-                    } else {
-                        match state {
-                            PodState::Assumed => "Assumed (bind in flight)".to_string(),
-                            _ => "Bound".to_string(),
-                        }
-                    },
-                }),
-            };
-            (
-                entry.info.clone(),
-                placed,
-                "Pod",
-                key.namespace.to_string(),
-                key.name.to_string(),
-            )
-        }
-        Target::Reservation(name) => {
-            let r = cx
-                .reservations
-                .by_name(name)
-                .ok_or_else(|| ExplainError::NotFound(target.to_string()))?;
-            if let Some(problem) = &r.problem {
-                return Err(ExplainError::Unreadable {
-                    target: target.to_string(),
-                    problem: problem.clone(),
-                });
-            }
-            let placed = r.node_name.as_ref().map(|n| Placement {
-                node: n.to_string(),
-                reservation: None,
-                state: r.phase.as_str().to_string(),
-            });
-            let placed = placed.or_else(|| {
-                (r.phase.as_str() != "Pending").then(|| Placement {
-                    node: String::new(),
-                    reservation: None,
-                    state: r.phase.as_str().to_string(),
-                })
-            });
-            let item = r.item.clone().ok_or_else(|| ExplainError::Unreadable {
-                target: target.to_string(),
-                problem: "it has no pod template the scheduler can read".into(),
-            })?;
-            (item, placed, "Reservation", String::new(), name.clone())
-        }
+        Target::Pod(key) => pod_subject(cx, target, key)?,
+        Target::Reservation(name) => reservation_subject(cx, target, name)?,
     };
     let profile = s
         .profiles()
@@ -330,7 +278,7 @@ pub fn explain(s: &Scheduler, target: &Target, now: Time) -> Result<Explanation,
         notes,
         placed,
         summary: String::new(),
-        nodes_total: cx.node_count(),
+        nodes_total: cx.cache.node_count(),
         nodes_feasible: 0,
         best: Vec::new(),
         pre_filter: Vec::new(),
@@ -340,23 +288,89 @@ pub fn explain(s: &Scheduler, target: &Target, now: Time) -> Result<Explanation,
         gang: None,
     };
     gang::fill(s, target, &mut out);
-    if out.placed.is_some() {
-        out.summary = match &out.placed {
-            Some(p) if !p.node.is_empty() => format!("{} on node {}", p.state, p.node),
-            Some(p) => p.state.clone(),
-            None => String::new(),
+    if let Some(p) = &out.placed {
+        out.summary = if p.node.is_empty() {
+            p.state.clone()
+        } else {
+            format!("{} on node {}", p.state, p.node)
         };
         out.change = Change::NotNeeded {
-            node: out
-                .placed
-                .as_ref()
-                .map(|p| p.node.clone())
-                .unwrap_or_default(),
+            node: p.node.clone(),
         };
         return Ok(out);
     }
     evaluate(s, prof_idx, &pod, now, &mut out);
     Ok(out)
+}
+
+/// A pod target: the pod, and where it is unless it is pending.
+fn pod_subject(cx: &Cluster, target: &Target, key: &ObjectKey) -> Result<Subject, ExplainError> {
+    let entry = cx
+        .pod(key)
+        .ok_or_else(|| ExplainError::NotFound(target.to_string()))?;
+    let placed = match entry.state {
+        PodState::Pending if !entry.info.terminal => None,
+        state => Some(Placement {
+            node: entry
+                .on
+                .as_deref()
+                .or(entry.info.node_name.as_deref())
+                .unwrap_or("")
+                .to_string(),
+            reservation: cx
+                .reservations
+                .owner_of(key)
+                .and_then(|i| cx.reservations.get(i))
+                .map(|r| r.name.to_string()),
+            state: if entry.info.terminal {
+                "Finished".to_string()
+            } else {
+                match state {
+                    PodState::Assumed => "Assumed (bind in flight)".to_string(),
+                    _ => "Bound".to_string(),
+                }
+            },
+        }),
+    };
+    Ok((
+        entry.info.clone(),
+        placed,
+        "Pod",
+        key.namespace.to_string(),
+        key.name.to_string(),
+    ))
+}
+
+/// A reservation target: its stand-in pod, and where it is once placed (or its phase once
+/// past Pending).
+fn reservation_subject(cx: &Cluster, target: &Target, name: &str) -> Result<Subject, ExplainError> {
+    let r = cx
+        .reservations
+        .by_name(name)
+        .ok_or_else(|| ExplainError::NotFound(target.to_string()))?;
+    if let Some(problem) = &r.problem {
+        return Err(ExplainError::Unreadable {
+            target: target.to_string(),
+            problem: problem.clone(),
+        });
+    }
+    let placed = r.node_name.as_ref().map(|n| Placement {
+        node: n.to_string(),
+        reservation: None,
+        state: r.phase.as_str().to_string(),
+    });
+    let placed = placed.or_else(|| {
+        (r.phase.as_str() != "Pending").then(|| Placement {
+            node: String::new(),
+            reservation: None,
+            state: r.phase.as_str().to_string(),
+        })
+    });
+    let item = r.item.clone().ok_or_else(|| ExplainError::Unreadable {
+        target: target.to_string(),
+        problem: "it has no pod template the scheduler can read".into(),
+    })?;
+    Ok((item, placed, "Reservation", String::new(), name.to_string()))
 }
 
 fn code_name(code: Code) -> &'static str {
@@ -398,95 +412,20 @@ fn evaluate(s: &Scheduler, prof_idx: usize, pod: &Arc<PodInfo>, now: Time, out: 
         now,
         ..CycleState::default()
     };
-    for &i in &prof.pre_filter {
-        prof.plugins[i].before_pre_filter(cx, &mut state, pod);
-    }
-    // Every PreFilter runs, even after one rejected: the point is every reason. A plugin
-    // whose PreFilter did not succeed has no state for its Filter, which is skipped.
-    let mut skip = 0u64;
-    for &i in &prof.pre_filter {
-        let p = &prof.plugins[i];
-        let st = p.pre_filter(cx, &mut state, pod);
-        if st.is_skip() {
-            skip |= 1 << i;
-        } else if !st.is_success() {
-            skip |= 1 << i;
-            out.pre_filter
-                .push(rejection(p.name(), "PreFilter", &st, false));
-        }
-    }
-    state.skip_filter = skip;
-    let subset = state.node_subset.clone();
+    pre_filter(prof, cx, &mut state, pod, out);
+    let plan = FilterPlan::new(prof, &state);
     let mut diag = Diagnosis::default();
     let mut feasible: Vec<NodeIdx> = Vec::new();
     let mut by_idx: BTreeMap<NodeIdx, usize> = BTreeMap::new();
-    for &idx in cx.node_order() {
-        let Some(node) = cx.node(idx) else { continue };
-        let mut rejections = out.pre_filter.clone();
-        if let Some(sub) = &subset {
-            if !sub.contains(&idx) {
-                rejections.push(Rejection {
-                    plugin: state.subset_plugins.join(" "),
-                    point: "PreFilter",
-                    code: code_name(Code::UnschedulableAndUnresolvable),
-                    reasons: vec![format!(
-                        "node(s) didn't satisfy plugin(s) [{}]",
-                        state.subset_plugins.join(" ")
-                    )],
-                    with_nominated_pods: false,
-                    detail: None,
-                });
-            }
-        }
-        let with = s.nominator().with_nominated(cx, pod, node);
-        for &i in &prof.filter {
-            if state.skip_filter & (1 << i) != 0 {
-                continue;
-            }
-            let p = &prof.plugins[i];
-            if let Some(w) = &with {
-                let st = p.filter(cx, &state, pod, w);
-                if !st.is_success() {
-                    let mut r = rejection(p.name(), "Filter", &st, true);
-                    if p.name() == crate::plugins::names::TAINT_TOLERATION {
-                        r.detail = untolerated_detail(pod, node);
-                    }
-                    rejections.push(r);
-                    continue;
-                }
-            }
-            let st = p.filter(cx, &state, pod, node);
-            if !st.is_success() {
-                let mut r = rejection(p.name(), "Filter", &st, false);
-                if p.name() == crate::plugins::names::TAINT_TOLERATION {
-                    r.detail = untolerated_detail(pod, node);
-                }
-                rejections.push(r);
-            }
-        }
+    for &idx in cx.cache.node_order() {
+        let Some(node) = cx.cache.node(idx) else {
+            continue;
+        };
+        let rejections = filter(s, &plan, &state, pod, node, &out.pre_filter);
         if rejections.is_empty() {
             feasible.push(idx);
         } else {
-            // One status per node carrying every distinct reason, so the summary counts
-            // each node once per reason, as kube-scheduler's FitError does.
-            let mut reasons: Vec<String> = Vec::new();
-            let mut code = Code::Unschedulable;
-            for r in &rejections {
-                if r.code == "UnschedulableAndUnresolvable" {
-                    code = Code::UnschedulableAndUnresolvable;
-                }
-                for reason in &r.reasons {
-                    if !reasons.contains(reason) {
-                        reasons.push(reason.clone());
-                    }
-                }
-            }
-            let mut it = reasons.into_iter();
-            let mut st = Status::new(code, it.next().unwrap_or_default());
-            for r in it {
-                st = st.with_reason(r);
-            }
-            diag.add(&st);
+            diag.add(&node_status(&rejections));
         }
         by_idx.insert(idx, out.nodes.len());
         out.nodes.push(NodeExplanation {
@@ -507,13 +446,17 @@ fn evaluate(s: &Scheduler, prof_idx: usize, pod: &Arc<PodInfo>, now: Time, out: 
     }
     out.nodes_feasible = feasible.len();
     out.summary = if feasible.is_empty() {
-        diag.render(cx.node_count())
+        diag.render(cx.cache.node_count())
     } else {
-        format!("{}/{} nodes are available", feasible.len(), cx.node_count())
+        format!(
+            "{}/{} nodes are available",
+            feasible.len(),
+            cx.cache.node_count()
+        )
     };
-    if cx.node_count() > 100 {
+    if cx.cache.node_count() > 100 {
         let profile_pct = prof.percentage_of_nodes_to_score;
-        let sampled = Scheduler::num_feasible_nodes_to_find(profile_pct, cx.node_count());
+        let sampled = Scheduler::num_feasible_nodes_to_find(profile_pct, cx.cache.node_count());
         out.notes.push(format!(
             "every node is evaluated here; a scheduling cycle stops after {sampled} feasible nodes (percentageOfNodesToScore), starting where the previous cycle stopped"
         ));
@@ -526,12 +469,101 @@ fn evaluate(s: &Scheduler, prof_idx: usize, pod: &Arc<PodInfo>, now: Time, out: 
         if out.nodes[j].feasible {
             continue;
         }
-        if let Some(node) = cx.node(idx) {
+        if let Some(node) = cx.cache.node(idx) {
             out.nodes[j].shortfall = change::shortfall(cx, &state, pod, node, &out.nodes[j]);
         }
     }
     out.nodes.sort_by(|a, b| a.node.cmp(&b.node));
     out.change = change::smallest(&out.nodes);
+}
+
+/// Every PreFilter runs, even after one rejected: the point is every reason. A plugin whose
+/// PreFilter did not succeed has no state for its Filter, which is skipped.
+fn pre_filter(
+    prof: &Profile,
+    cx: &Cluster,
+    state: &mut CycleState,
+    pod: &PodInfo,
+    out: &mut Explanation,
+) {
+    for &i in &prof.pre_filter {
+        prof.plugins[i].before_pre_filter(cx, state, pod);
+    }
+    let mut skip = 0u64;
+    for &i in &prof.pre_filter {
+        let p = &prof.plugins[i];
+        let st = p.pre_filter(cx, state, pod);
+        if st.is_skip() {
+            skip |= 1 << i;
+        } else if !st.is_success() {
+            skip |= 1 << i;
+            out.pre_filter
+                .push(rejection(p.name(), "PreFilter", &st, false));
+        }
+    }
+    state.skip_filter = skip;
+}
+
+/// Every rejection of `node`: PreFilter's (`pre_filter`, for every node), the node subset
+/// PreFilter left out, then every Filter plugin's through the framework's runner
+/// ([`FilterPlan::run_every`], with the nominated pods counted as a cycle counts them).
+fn filter(
+    s: &Scheduler,
+    plan: &FilterPlan<'_>,
+    state: &CycleState,
+    pod: &PodInfo,
+    node: &NodeInfo,
+    pre_filter: &[Rejection],
+) -> Vec<Rejection> {
+    let cx = &s.cluster;
+    let mut rejections = pre_filter.to_vec();
+    if let Some(sub) = &state.node_subset {
+        if !sub.contains(&node.idx) {
+            rejections.push(Rejection {
+                plugin: state.subset_plugins.join(" "),
+                point: "PreFilter",
+                code: code_name(Code::UnschedulableAndUnresolvable),
+                reasons: vec![format!(
+                    "node(s) didn't satisfy plugin(s) [{}]",
+                    state.subset_plugins.join(" ")
+                )],
+                with_nominated_pods: false,
+                detail: None,
+            });
+        }
+    }
+    let with = s.nominator().with_nominated(cx, pod, node);
+    plan.run_every(cx, state, pod, node, with.as_ref(), |p, st, nominated| {
+        let mut r = rejection(p.name(), "Filter", &st, nominated);
+        if p.name() == crate::plugins::names::TAINT_TOLERATION {
+            r.detail = untolerated_detail(pod, node);
+        }
+        rejections.push(r);
+    });
+    rejections
+}
+
+/// One status per rejected node carrying every distinct reason, so the summary counts each
+/// node once per reason, as kube-scheduler's FitError does.
+fn node_status(rejections: &[Rejection]) -> Status {
+    let mut reasons: Vec<String> = Vec::new();
+    let mut code = Code::Unschedulable;
+    for r in rejections {
+        if r.code == "UnschedulableAndUnresolvable" {
+            code = Code::UnschedulableAndUnresolvable;
+        }
+        for reason in &r.reasons {
+            if !reasons.contains(reason) {
+                reasons.push(reason.clone());
+            }
+        }
+    }
+    let mut it = reasons.into_iter();
+    let mut st = Status::new(code, it.next().unwrap_or_default());
+    for r in it {
+        st = st.with_reason(r);
+    }
+    st
 }
 
 /// PreScore and Score on the feasible nodes, normalised over all of them as a cycle does.
@@ -571,7 +603,7 @@ fn score(
         let p = &prof.plugins[i];
         let raw: Vec<i64> = feasible
             .iter()
-            .map(|&idx| cx.node(idx).map_or(0, |n| p.score(cx, state, pod, n)))
+            .map(|&idx| cx.cache.node(idx).map_or(0, |n| p.score(cx, state, pod, n)))
             .collect();
         let mut normalized = raw.clone();
         p.normalize_scores(state, pod, &mut normalized);

@@ -211,12 +211,26 @@ impl Timeline {
 
     /// Records the cluster now and logs what changed since the last observation.
     pub fn observe(&mut self, now: Time, store: &Store, core: &Scheduler) {
-        let cx = core;
         let mut sample = Sample {
             t: now,
             ..Sample::default()
         };
-        // Pods.
+        let pod_lines = self.observe_pods(now, store, &mut sample);
+        self.observe_reservations(now, core, &mut sample);
+        // What reservations did first: an expiry is why a pod fits at the same instant.
+        self.log.extend(pod_lines);
+        self.observe_nodes(core, &mut sample);
+        self.observe_numa(now, core, &mut sample);
+        // Two observations at one instant: the later one stands.
+        if self.samples.last().is_some_and(|s| s.t == now) {
+            self.samples.pop();
+        }
+        self.samples.push(sample);
+    }
+
+    /// Pods: counts by state into `sample`; the log lines of what changed, returned to
+    /// follow the reservations' lines.
+    fn observe_pods(&mut self, now: Time, store: &Store, sample: &mut Sample) -> Vec<LogLine> {
         let mut seen = BTreeMap::new();
         for obj in store.of_kind(Kind::Pod) {
             let Object::Pod(p) = obj else { continue };
@@ -288,7 +302,11 @@ impl Timeline {
             }
         }
         self.pods = seen;
-        // Reservations.
+        pod_lines
+    }
+
+    /// Reservations: counts by phase and fill into `sample`, phase changes into the log.
+    fn observe_reservations(&mut self, now: Time, cx: &Scheduler, sample: &mut Sample) {
         let mut res_seen = BTreeMap::new();
         for r in cx.reservations() {
             let phase = r.phase.as_str().to_string();
@@ -352,9 +370,10 @@ impl Timeline {
             }
         }
         self.res_phase = res_seen;
-        // What reservations did first: an expiry is why a pod fits at the same instant.
-        self.log.extend(pod_lines);
-        // Nodes.
+    }
+
+    /// Nodes: requested, reserved and allocatable CPU and memory into `sample`.
+    fn observe_nodes(&mut self, cx: &Scheduler, sample: &mut Sample) {
         for n in cx.nodes() {
             let ix = intern(&mut self.nodes, &mut self.node_ix, &n.name);
             let (c, m) = (ResourceId::CPU, ResourceId::MEMORY);
@@ -370,7 +389,10 @@ impl Timeline {
                 ],
             ));
         }
-        // NUMA.
+    }
+
+    /// NUMA: believed and published CPUs per zone into `sample`, resyncs into the log.
+    fn observe_numa(&mut self, now: Time, cx: &Scheduler, sample: &mut Sample) {
         let cache = cx.numa().cache();
         let mut numa_nodes: Vec<&str> = cache.nrt_nodes().collect();
         numa_nodes.sort_unstable();
@@ -408,11 +430,6 @@ impl Timeline {
             });
         }
         self.last_flushes = flushes;
-        // Two observations at one instant: the later one stands.
-        if self.samples.last().is_some_and(|s| s.t == now) {
-            self.samples.pop();
-        }
-        self.samples.push(sample);
     }
 
     /// The log as lines `[2024-01-01T00:00:10Z] ...`, for standard error.

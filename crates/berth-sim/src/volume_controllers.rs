@@ -123,127 +123,139 @@ fn with_phase(pv: &PersistentVolume, phase: &str) -> PersistentVolume {
 pub fn next_write(store: &Store) -> Option<Object> {
     let pvs = volumes(store);
     // Volumes: a claimRef to an existing claim binds that claim; phases follow.
-    for pv in &pvs {
-        let claim = claim_of(store, pv);
-        match claim {
-            Some(c) => {
-                let name = pv.metadata.name.as_deref().unwrap_or("");
-                if claim_volume_name(c) != name
-                    || c.status.as_ref().and_then(|s| s.phase.as_deref()) != Some("Bound")
-                    || !c
-                        .metadata
-                        .annotations
-                        .as_ref()
-                        .is_some_and(|a| a.contains_key(ANN_BIND_COMPLETED))
-                {
-                    return Some(Object::PersistentVolumeClaim(Arc::new(bound_claim(c, pv))));
-                }
-                if pv_phase(pv) != Some("Bound") {
-                    return Some(Object::PersistentVolume(Arc::new(with_phase(pv, "Bound"))));
-                }
-            }
-            None => {
-                let has_ref = pv.spec.as_ref().is_some_and(|s| s.claim_ref.is_some());
-                let want = if has_ref
-                    && pv
-                        .spec
-                        .as_ref()
-                        .and_then(|s| s.claim_ref.as_ref())
-                        .and_then(|r| r.uid.as_deref())
-                        .is_some_and(|u| !u.is_empty())
-                {
-                    // Its claim is gone: the volume is released.
-                    "Released"
-                } else {
-                    "Available"
-                };
-                if pv_phase(pv).is_none() || (pv_phase(pv) == Some("Bound")) {
-                    return Some(Object::PersistentVolume(Arc::new(with_phase(pv, want))));
-                }
-            }
-        }
+    if let Some(w) = pvs.iter().find_map(|pv| volume_write(store, pv)) {
+        return Some(w);
     }
     // Claims not yet bound.
-    for pvc in claims(store) {
-        let wanted = claim_volume_name(pvc);
-        if !wanted.is_empty() {
-            // Pre-bound by its user to a volume no claim holds: the volume is bound to it
-            // (the claim follows through the loop above).
-            let key = berth_core::ObjectKey::cluster(Kind::PersistentVolume, wanted);
-            if let Some(Object::PersistentVolume(pv)) = store.get(&key) {
-                if pv.spec.as_ref().is_some_and(|s| s.claim_ref.is_none()) {
-                    let (pv, _) =
-                        berth_core::plugins::volumebinding::claims::bind_volume_to_claim(pv, pvc);
-                    return Some(Object::PersistentVolume(pv));
-                }
-            }
-            continue;
-        }
-        if pvc.metadata.deletion_timestamp.is_some() {
-            continue;
-        }
-        let delay = is_delay_binding(pvc, |c| class(store, c)).unwrap_or(false);
-        let matched = find_matching_volume(pvc, &pvs, None, &[], delay)
-            .ok()
-            .flatten();
-        if let Some(pv) = matched {
-            if pv
-                .spec
-                .as_ref()
-                .and_then(|s| s.claim_ref.as_ref())
-                .is_none()
+    claims(store).find_map(|pvc| claim_write(store, &pvs, pvc))
+}
+
+/// The PV controller's next write for one volume: its claim bound to it, or its phase.
+fn volume_write(store: &Store, pv: &PersistentVolume) -> Option<Object> {
+    let claim = claim_of(store, pv);
+    match claim {
+        Some(c) => {
+            let name = pv.metadata.name.as_deref().unwrap_or("");
+            if claim_volume_name(c) != name
+                || c.status.as_ref().and_then(|s| s.phase.as_deref()) != Some("Bound")
+                || !c
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .is_some_and(|a| a.contains_key(ANN_BIND_COMPLETED))
             {
-                let (pv, _) =
-                    berth_core::plugins::volumebinding::claims::bind_volume_to_claim(&pv, pvc);
-                return Some(Object::PersistentVolume(pv));
+                return Some(Object::PersistentVolumeClaim(Arc::new(bound_claim(c, pv))));
             }
-            return Some(Object::PersistentVolumeClaim(Arc::new(bound_claim(
-                pvc, &pv,
-            ))));
+            if pv_phase(pv) != Some("Bound") {
+                return Some(Object::PersistentVolume(Arc::new(with_phase(pv, "Bound"))));
+            }
         }
-        if delay && selected_node(pvc).is_none() {
-            continue;
+        None => {
+            let has_ref = pv.spec.as_ref().is_some_and(|s| s.claim_ref.is_some());
+            let want = if has_ref
+                && pv
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.claim_ref.as_ref())
+                    .and_then(|r| r.uid.as_deref())
+                    .is_some_and(|u| !u.is_empty())
+            {
+                // Its claim is gone: the volume is released.
+                "Released"
+            } else {
+                "Available"
+            };
+            if pv_phase(pv).is_none() || (pv_phase(pv) == Some("Bound")) {
+                return Some(Object::PersistentVolume(Arc::new(with_phase(pv, want))));
+            }
         }
-        let Some(sc) = class(store, claim_class(pvc)) else {
-            continue;
-        };
-        if sc.provisioner.is_empty() || sc.provisioner == NOT_SUPPORTED_PROVISIONER {
-            continue;
-        }
-        let name = format!("pvc-{}", pvc.metadata.uid.as_deref().unwrap_or(""));
-        if store
-            .get(&berth_core::ObjectKey::cluster(
-                Kind::PersistentVolume,
-                &name,
-            ))
-            .is_some()
-        {
-            continue;
-        }
-        let has_ann = pvc
-            .metadata
-            .annotations
-            .as_ref()
-            .is_some_and(|a| a.contains_key(ANN_STORAGE_PROVISIONER));
-        if !has_ann {
-            // The PV controller hands the claim to the class's provisioner.
-            let mut c = (**pvc).clone();
-            annotate(&mut c.metadata, ANN_STORAGE_PROVISIONER, &sc.provisioner);
-            return Some(Object::PersistentVolumeClaim(Arc::new(c)));
-        }
-        let node = selected_node(pvc).map(|n| {
-            store
-                .node(n)
-                .and_then(|node| node.metadata.labels.as_ref())
-                .and_then(|l| l.get(LABEL_HOSTNAME))
-                .cloned()
-                .unwrap_or_else(|| n.to_string())
-        });
-        return Some(Object::PersistentVolume(Arc::new(provisioned(
-            pvc, &sc, &name, node,
-        ))));
     }
     None
+}
+
+/// The PV controller's (or a provisioner's) next write for one claim not yet bound.
+fn claim_write(
+    store: &Store,
+    pvs: &[Arc<PersistentVolume>],
+    pvc: &Arc<PersistentVolumeClaim>,
+) -> Option<Object> {
+    let wanted = claim_volume_name(pvc);
+    if !wanted.is_empty() {
+        // Pre-bound by its user to a volume no claim holds: the volume is bound to it
+        // (the claim follows through the loop above).
+        let key = berth_core::ObjectKey::cluster(Kind::PersistentVolume, wanted);
+        if let Some(Object::PersistentVolume(pv)) = store.get(&key) {
+            if pv.spec.as_ref().is_some_and(|s| s.claim_ref.is_none()) {
+                let (pv, _) =
+                    berth_core::plugins::volumebinding::claims::bind_volume_to_claim(pv, pvc);
+                return Some(Object::PersistentVolume(pv));
+            }
+        }
+        return None;
+    }
+    if pvc.metadata.deletion_timestamp.is_some() {
+        return None;
+    }
+    let delay = is_delay_binding(pvc, |c| class(store, c)).unwrap_or(false);
+    let matched = find_matching_volume(pvc, pvs, None, &[], delay)
+        .ok()
+        .flatten();
+    if let Some(pv) = matched {
+        if pv
+            .spec
+            .as_ref()
+            .and_then(|s| s.claim_ref.as_ref())
+            .is_none()
+        {
+            let (pv, _) =
+                berth_core::plugins::volumebinding::claims::bind_volume_to_claim(&pv, pvc);
+            return Some(Object::PersistentVolume(pv));
+        }
+        return Some(Object::PersistentVolumeClaim(Arc::new(bound_claim(
+            pvc, &pv,
+        ))));
+    }
+    if delay && selected_node(pvc).is_none() {
+        return None;
+    }
+    let Some(sc) = class(store, claim_class(pvc)) else {
+        return None;
+    };
+    if sc.provisioner.is_empty() || sc.provisioner == NOT_SUPPORTED_PROVISIONER {
+        return None;
+    }
+    let name = format!("pvc-{}", pvc.metadata.uid.as_deref().unwrap_or(""));
+    if store
+        .get(&berth_core::ObjectKey::cluster(
+            Kind::PersistentVolume,
+            &name,
+        ))
+        .is_some()
+    {
+        return None;
+    }
+    let has_ann = pvc
+        .metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(ANN_STORAGE_PROVISIONER));
+    if !has_ann {
+        // The PV controller hands the claim to the class's provisioner.
+        let mut c = (**pvc).clone();
+        annotate(&mut c.metadata, ANN_STORAGE_PROVISIONER, &sc.provisioner);
+        return Some(Object::PersistentVolumeClaim(Arc::new(c)));
+    }
+    let node = selected_node(pvc).map(|n| {
+        store
+            .node(n)
+            .and_then(|node| node.metadata.labels.as_ref())
+            .and_then(|l| l.get(LABEL_HOSTNAME))
+            .cloned()
+            .unwrap_or_else(|| n.to_string())
+    });
+    return Some(Object::PersistentVolume(Arc::new(provisioned(
+        pvc, &sc, &name, node,
+    ))));
 }
 
 /// The volume a provisioner creates for `pvc` (bound to it from the start, as

@@ -134,30 +134,8 @@ pub(super) fn detail(cx: &Cluster, pod: &PodInfo, node: &NodeInfo) -> Option<Num
     let view = cx.numa.view(&node.name);
     let alloc = |r: &str| cx.names.get(r).is_some_and(|id| node.allocatable[id] > 0);
     let verdict = filter_node(view, &request, &alloc);
-    let (view_text, believed) = match view {
-        NodeNumaView::NoTopology => ("no topology data".to_string(), None),
-        NodeNumaView::Unusable(UnusableReason::ForeignPods) => (
-            "unusable until resynced: pods bound by another scheduler".to_string(),
-            None,
-        ),
-        NodeNumaView::Unusable(UnusableReason::ReservationInFlight) => (
-            "unusable until resynced: a NUMA reservation is in flight".to_string(),
-            None,
-        ),
-        NodeNumaView::Ready { zones, .. } => ("usable".to_string(), Some(zones)),
-    };
-    let stale = cache.is_stale(&node.name).then(|| {
-        match cache.resync_check(&node.name) {
-            Some(crate::numa::ResyncCheck::Mismatch) => {
-                crate::plugins::numatopology::REASON_FINGERPRINT_MISMATCH
-            }
-            Some(crate::numa::ResyncCheck::NoFingerprint) => {
-                crate::plugins::numatopology::REASON_NO_FINGERPRINT
-            }
-            None => crate::plugins::numatopology::REASON_RESYNC_PENDING,
-        }
-        .to_string()
-    });
+    let (view_text, believed) = view_text(&view);
+    let stale = stale_reason(cx, &node.name);
     let spec = pod.pod.spec.as_ref();
     let cname = |list: Option<&[berth_api::k8s_openapi::api::core::v1::Container]>, i: usize| {
         list.and_then(|l| l.get(i))
@@ -202,7 +180,64 @@ pub(super) fn detail(cx: &Cluster, pod: &PodInfo, node: &NodeInfo) -> Option<Num
         }
         _ => ("pod".to_string(), request.effective().clone()),
     };
-    let published = &topology.zones;
+    let zones = zone_details(&topology.zones, &want, believed, &taken, qos);
+    Some(NumaDetail {
+        policy: policy_name(topology.tm.policy),
+        scope: match topology.tm.scope {
+            TmScope::Container => "container",
+            TmScope::Pod => "pod",
+        },
+        view: view_text,
+        stale,
+        rejection: plugin_explain(cx, pod, node),
+        aligning,
+        zones,
+    })
+}
+
+/// The scheduler's view of the node for a person, and the zones it believes in when usable.
+fn view_text<'a>(view: &NodeNumaView<'a>) -> (String, Option<&'a NumaZones>) {
+    match view {
+        NodeNumaView::NoTopology => ("no topology data".to_string(), None),
+        NodeNumaView::Unusable(UnusableReason::ForeignPods) => (
+            "unusable until resynced: pods bound by another scheduler".to_string(),
+            None,
+        ),
+        NodeNumaView::Unusable(UnusableReason::ReservationInFlight) => (
+            "unusable until resynced: a NUMA reservation is in flight".to_string(),
+            None,
+        ),
+        NodeNumaView::Ready { zones, .. } => ("usable".to_string(), Some(*zones)),
+    }
+}
+
+/// Why the node's topology waits for a resync, when it does.
+fn stale_reason(cx: &Cluster, node: &str) -> Option<String> {
+    let cache = cx.numa.cache();
+    cache.is_stale(node).then(|| {
+        match cache.resync_check(node) {
+            Some(crate::numa::ResyncCheck::Mismatch) => {
+                crate::plugins::numatopology::REASON_FINGERPRINT_MISMATCH
+            }
+            Some(crate::numa::ResyncCheck::NoFingerprint) => {
+                crate::plugins::numatopology::REASON_NO_FINGERPRINT
+            }
+            None => crate::plugins::numatopology::REASON_RESYNC_PENDING,
+        }
+        .to_string()
+    })
+}
+
+/// Per published zone, what `want` asks of each resource against what the scheduler
+/// believes is left (minus what the pod's earlier containers `taken`) and what was
+/// published.
+fn zone_details(
+    published: &NumaZones,
+    want: &Resources,
+    believed: Option<&NumaZones>,
+    taken: &[(u8, Resources)],
+    qos: QosClass,
+) -> Vec<ZoneDetail> {
     let mut zones = Vec::new();
     for z in published.zones() {
         let mut resources = Vec::new();
@@ -241,18 +276,7 @@ pub(super) fn detail(cx: &Cluster, pod: &PodInfo, node: &NodeInfo) -> Option<Num
             resources,
         });
     }
-    Some(NumaDetail {
-        policy: policy_name(topology.tm.policy),
-        scope: match topology.tm.scope {
-            TmScope::Container => "container",
-            TmScope::Pod => "pod",
-        },
-        view: view_text,
-        stale,
-        rejection: plugin_explain(cx, pod, node),
-        aligning,
-        zones,
-    })
+    zones
 }
 
 /// The lowest NUMA id where every pinned resource of `req` fits, after `taken`.

@@ -95,6 +95,37 @@ impl<'a> FilterPlan<'a> {
         Status::success()
     }
 
+    /// Every plugin's verdict on `node`, not stopping at the first rejection (`berth
+    /// explain`: every reason, each plugin's own). When pods the pod must yield to are
+    /// nominated to the node (`with`: the node with them counted), each plugin is asked
+    /// with them first and, only if that passed, without them, as
+    /// [`crate::framework::nominator::run_filter_plugins_with_nominated_pods`] asks the
+    /// whole plan. `rejected` gets each rejection: the plugin, its status, and whether the
+    /// nominated pods were counted.
+    pub fn run_every(
+        &self,
+        cx: &Cluster,
+        state: &CycleState,
+        pod: &PodInfo,
+        node: &NodeInfo,
+        with: Option<&NodeInfo>,
+        mut rejected: impl FnMut(&dyn Plugin, Status, bool),
+    ) {
+        for &(p, _) in &self.steps {
+            if let Some(w) = with {
+                let st = p.filter(cx, state, pod, w);
+                if !st.is_success() {
+                    rejected(p, st, true);
+                    continue;
+                }
+            }
+            let st = p.filter(cx, state, pod, node);
+            if !st.is_success() {
+                rejected(p, st, false);
+            }
+        }
+    }
+
     /// [`FilterPlan::run`] on up to [`BATCH`] nodes at once, plugin by plugin: each plugin
     /// is asked about the nodes every earlier plugin let through, so every node meets the
     /// same plugins in the same order as one at a time, and the first rejection still

@@ -419,22 +419,41 @@ pub fn write(sim: &Simulation, out: &mut dyn Write) -> io::Result<()> {
     } else {
         writeln!(out, "{counts}")?;
     }
+    write_pods(
+        sim,
+        &profiles,
+        [placed, pending, other],
+        [n_placed, n_pending, n_other],
+        out,
+    )?;
+    write_collected(out, &evict, &reservations, &refused, &nodes)
+}
+
+/// The PLACEMENTS, UNSCHEDULABLE and OTHER SCHEDULERS sections, in columns fitted to
+/// their rows (`n`: how many rows each has).
+fn write_pods(
+    sim: &Simulation,
+    profiles: &[&str],
+    [placed, pending, other]: [Columns; 3],
+    [n_placed, n_pending, n_other]: [usize; 3],
+    out: &mut dyn Write,
+) -> io::Result<()> {
     if n_placed > 0 {
-        let rows = pods(sim).filter_map(|p| match pod_row(p, &profiles) {
+        let rows = pods(sim).filter_map(|p| match pod_row(p, profiles) {
             PodRow::Placed(row) => Some(row),
             _ => None,
         });
         placed.section(out, "PLACEMENTS", &PLACED_HEADER, rows)?;
     }
     if n_pending > 0 {
-        let rows = pods(sim).filter_map(|p| match pod_row(p, &profiles) {
+        let rows = pods(sim).filter_map(|p| match pod_row(p, profiles) {
             PodRow::Pending(row) => Some(row),
             _ => None,
         });
         pending.section(out, "UNSCHEDULABLE", &PENDING_HEADER, rows)?;
     }
     if n_other > 0 {
-        let rows = pods(sim).filter_map(|p| match pod_row(p, &profiles) {
+        let rows = pods(sim).filter_map(|p| match pod_row(p, profiles) {
             PodRow::Other(row) => Some(row),
             _ => None,
         });
@@ -445,11 +464,22 @@ pub fn write(sim: &Simulation, out: &mut dyn Write) -> io::Result<()> {
             rows,
         )?;
     }
+    Ok(())
+}
+
+/// The sections whose rows are collected first: TO EVICT, RESERVATIONS, REFUSED, NODES.
+fn write_collected(
+    out: &mut dyn Write,
+    evict: &[Vec<String>],
+    reservations: &[Vec<String>],
+    refused: &[Vec<String>],
+    nodes: &[Vec<String>],
+) -> io::Result<()> {
     collected(
         out,
         "TO EVICT (holding CPUs their node reserves)",
         &PENDING_HEADER,
-        &evict,
+        evict,
     )?;
     collected(
         out,
@@ -464,13 +494,13 @@ pub fn write(sim: &Simulation, out: &mut dyn Write) -> io::Result<()> {
             "OWNERS",
             "WHY",
         ],
-        &reservations,
+        reservations,
     )?;
     collected(
         out,
         "REFUSED (ignored as if absent)",
         &["KIND", "NAME", "WHY"],
-        &refused,
+        refused,
     )?;
     collected(
         out,
@@ -485,6 +515,6 @@ pub fn write(sim: &Simulation, out: &mut dyn Write) -> io::Result<()> {
             "MEMORY FREE",
             "PODS",
         ],
-        &nodes,
+        nodes,
     )
 }

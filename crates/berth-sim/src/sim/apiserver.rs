@@ -5,6 +5,8 @@
 use super::*;
 
 impl Simulation {
+    /// Creates or replaces `obj` as the API server would (defaulting, admission), then
+    /// tells the scheduler, the kubelet, the provisioner and the controllers that follow it.
     pub(super) fn apply_object(&mut self, mut obj: Object, initial: bool) {
         let key = obj.key();
         let existing = self.store.get(&key).cloned();
@@ -14,8 +16,58 @@ impl Simulation {
             let (ns, name) = (key.namespace.to_string(), key.name.to_string());
             self.fill_meta(meta, key.kind.as_str(), &ns, &name, old_meta.as_ref());
         }
+        let Some(admit) = self.admit_object(&mut obj, existing.as_ref(), &key, initial) else {
+            return;
+        };
+        if let Object::Node(n) = &mut obj {
+            kubelet_node_labels(Arc::make_mut(n));
+        }
+        self.publish_cpus(&mut obj);
+        let is_node = matches!(obj, Object::Node(_));
+        let declared = self.declared_layout(&obj, &key);
+        self.store.insert(obj.clone());
+        self.core.handle(self.now, Event::Applied(obj));
+        self.provisioner_observe(&key);
+        if admit {
+            self.kubelet_admit(&key);
+        }
+        if matches!(
+            key.kind,
+            Kind::Pod | Kind::ResourceClaim | Kind::ResourceClaimTemplate
+        ) {
+            self.sync_claims();
+        }
+        if let Some((n, layout)) = declared {
+            let nrt =
+                crate::cpu_agent::publish(&n, layout, self.store.nrt(&key.name).map(|t| &**t));
+            self.apply_object(Object::NodeResourceTopology(Arc::new(nrt)), initial);
+        }
+        if is_node {
+            for pod in self.awaiting_node.remove(&*key.name).unwrap_or_default() {
+                self.kubelet_admit(&pod);
+            }
+        }
+        if matches!(
+            key.kind,
+            Kind::PersistentVolume | Kind::PersistentVolumeClaim | Kind::StorageClass
+        ) {
+            self.sync_volumes();
+        }
+    }
+
+    /// The API server's defaulting and admission of an object being written over
+    /// `existing`: a pod's priority, phase and what it keeps of the stored pod, the status
+    /// kept on replace, a claim's `Pending`. Returns whether the kubelet must admit the
+    /// pod; `None` when the pod is refused (warned about).
+    fn admit_object(
+        &mut self,
+        obj: &mut Object,
+        existing: Option<&Object>,
+        key: &ObjectKey,
+        initial: bool,
+    ) -> Option<bool> {
         let mut admit = false;
-        match (&mut obj, &existing) {
+        match (obj, existing) {
             (Object::Pod(p), old) => {
                 let pod = Arc::make_mut(p);
                 if let Some(Object::Pod(old)) = old {
@@ -23,7 +75,7 @@ impl Simulation {
                 }
                 if let Err(message) = self.resolve_priority(pod) {
                     self.warn(format!("pod {key} not created: {message}"));
-                    return;
+                    return None;
                 }
                 let node = pod
                     .spec
@@ -63,12 +115,13 @@ impl Simulation {
             }
             _ => {}
         }
-        if let Object::Node(n) = &mut obj {
-            kubelet_node_labels(Arc::make_mut(n));
-        }
-        // koordlet's CPU annotations on an NRT the scenario gives for a node that declares
-        // its CPU layout.
-        if let Object::NodeResourceTopology(t) = &mut obj {
+        Some(admit)
+    }
+
+    /// koordlet's CPU annotations on an NRT the scenario gives for a node that declares its
+    /// CPU layout.
+    fn publish_cpus(&mut self, obj: &mut Object) {
+        if let Object::NodeResourceTopology(t) = obj {
             let admitted = self.cpu_budget.admitted(t.node_name());
             let layout = self
                 .store
@@ -84,8 +137,19 @@ impl Simulation {
                 *t = Arc::new(crate::cpu_agent::publish(&n, l, Some(t)));
             }
         }
-        let is_node = matches!(obj, Object::Node(_));
-        let declared = match &obj {
+    }
+
+    /// The CPU layout a node declares, once admitted to the CPU budget (warned about when
+    /// refused); the budget of a node that declares none is released.
+    fn declared_layout(
+        &mut self,
+        obj: &Object,
+        key: &ObjectKey,
+    ) -> Option<(
+        Arc<berth_api::k8s_openapi::api::core::v1::Node>,
+        (u32, u32, u32),
+    )> {
+        match obj {
             Object::Node(n) => {
                 let declared = crate::cpu_agent::declared(n).and_then(|l| match l {
                     Some(l) => self.cpu_budget.admit(&key.name, l).map(|()| Some(l)),
@@ -103,34 +167,6 @@ impl Simulation {
                 }
             }
             _ => None,
-        };
-        self.store.insert(obj.clone());
-        self.core.handle(self.now, Event::Applied(obj));
-        self.provisioner_observe(&key);
-        if admit {
-            self.kubelet_admit(&key);
-        }
-        if matches!(
-            key.kind,
-            Kind::Pod | Kind::ResourceClaim | Kind::ResourceClaimTemplate
-        ) {
-            self.sync_claims();
-        }
-        if let Some((n, layout)) = declared {
-            let nrt =
-                crate::cpu_agent::publish(&n, layout, self.store.nrt(&key.name).map(|t| &**t));
-            self.apply_object(Object::NodeResourceTopology(Arc::new(nrt)), initial);
-        }
-        if is_node {
-            for pod in self.awaiting_node.remove(&*key.name).unwrap_or_default() {
-                self.kubelet_admit(&pod);
-            }
-        }
-        if matches!(
-            key.kind,
-            Kind::PersistentVolume | Kind::PersistentVolumeClaim | Kind::StorageClass
-        ) {
-            self.sync_volumes();
         }
     }
 

@@ -204,12 +204,12 @@ fn a_bind_to_an_already_bound_pod_fails() {
     let input = parse_str("t.yaml", text).unwrap();
     sim.apply_item(&input.items[0].1, true);
     let uid = derive_uid("Pod", "default", "p");
-    sim.bind(
-        ObjectKey::pod("default", "p"),
+    sim.perform(Effect::Bind {
+        pod: ObjectKey::pod("default", "p"),
         uid,
-        "n2".into(),
-        BTreeMap::new(),
-    );
+        node: "n2".into(),
+        annotations: BTreeMap::new(),
+    });
     assert_eq!(node_of(&sim, "p").as_deref(), Some("n1"));
 }
 
