@@ -362,12 +362,17 @@ impl Plugin for DynamicResources {
     /// without claims, `still not schedulable` for one with claims. Without PreFilter's state
     /// (an earlier PreFilter rejected the pod) it fails with the state's `not found`, which
     /// ends PostFilter before preemption. It does not deallocate a claim allocated for a node
-    /// the pod cannot use (upstream's rare third case; docs/differences.md).
+    /// the pod cannot use (upstream's rare third case; docs/differences.md). A Reservation's
+    /// reserve pod gets none of it: its conditions read as koord-scheduler v1.8's, whose
+    /// default profile has no DynamicResources.
     fn post_filter(
         &self,
         cx: &mut PostFilterContext<'_>,
-        _pod: &PodInfo,
+        pod: &PodInfo,
     ) -> Option<PostFilterResult> {
+        if pod.is_reserve_pod() {
+            return None;
+        }
         if !cx.state.dynamic_resources_ran {
             return Some(PostFilterResult {
                 message: Some(STATE_NOT_FOUND.into()),
