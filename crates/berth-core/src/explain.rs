@@ -240,6 +240,7 @@ pub fn explain(s: &Scheduler, target: &Target, now: Time) -> Result<Explanation,
     let (pod, placed, kind, namespace, name) = match target {
         Target::Pod(key) => {
             let entry = cx
+                .cache
                 .pod(key)
                 .ok_or_else(|| ExplainError::NotFound(target.to_string()))?;
             let placed = match entry.state {
@@ -326,7 +327,7 @@ pub fn explain(s: &Scheduler, target: &Target, now: Time) -> Result<Explanation,
         notes,
         placed,
         summary: String::new(),
-        nodes_total: cx.node_count(),
+        nodes_total: cx.cache.node_count(),
         nodes_feasible: 0,
         best: Vec::new(),
         pre_filter: Vec::new(),
@@ -414,8 +415,10 @@ fn evaluate(s: &Scheduler, prof_idx: usize, pod: &Arc<PodInfo>, now: Time, out: 
     let mut diag = Diagnosis::default();
     let mut feasible: Vec<NodeIdx> = Vec::new();
     let mut by_idx: BTreeMap<NodeIdx, usize> = BTreeMap::new();
-    for &idx in cx.node_order() {
-        let Some(node) = cx.node(idx) else { continue };
+    for &idx in cx.cache.node_order() {
+        let Some(node) = cx.cache.node(idx) else {
+            continue;
+        };
         let mut rejections = out.pre_filter.clone();
         if let Some(sub) = &subset {
             if !sub.contains(&idx) {
@@ -501,13 +504,17 @@ fn evaluate(s: &Scheduler, prof_idx: usize, pod: &Arc<PodInfo>, now: Time, out: 
     }
     out.nodes_feasible = feasible.len();
     out.summary = if feasible.is_empty() {
-        diag.render(cx.node_count())
+        diag.render(cx.cache.node_count())
     } else {
-        format!("{}/{} nodes are available", feasible.len(), cx.node_count())
+        format!(
+            "{}/{} nodes are available",
+            feasible.len(),
+            cx.cache.node_count()
+        )
     };
-    if cx.node_count() > 100 {
+    if cx.cache.node_count() > 100 {
         let profile_pct = prof.percentage_of_nodes_to_score;
-        let sampled = Scheduler::num_feasible_nodes_to_find(profile_pct, cx.node_count());
+        let sampled = Scheduler::num_feasible_nodes_to_find(profile_pct, cx.cache.node_count());
         out.notes.push(format!(
             "every node is evaluated here; a scheduling cycle stops after {sampled} feasible nodes (percentageOfNodesToScore), starting where the previous cycle stopped"
         ));
@@ -520,7 +527,7 @@ fn evaluate(s: &Scheduler, prof_idx: usize, pod: &Arc<PodInfo>, now: Time, out: 
         if out.nodes[j].feasible {
             continue;
         }
-        if let Some(node) = cx.node(idx) {
+        if let Some(node) = cx.cache.node(idx) {
             out.nodes[j].shortfall = change::shortfall(cx, &state, pod, node, &out.nodes[j]);
         }
     }
@@ -565,7 +572,7 @@ fn score(
         let p = &prof.plugins[i];
         let raw: Vec<i64> = feasible
             .iter()
-            .map(|&idx| cx.node(idx).map_or(0, |n| p.score(cx, state, pod, n)))
+            .map(|&idx| cx.cache.node(idx).map_or(0, |n| p.score(cx, state, pod, n)))
             .collect();
         let mut normalized = raw.clone();
         p.normalize_scores(state, pod, &mut normalized);

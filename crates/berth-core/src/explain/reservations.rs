@@ -106,7 +106,7 @@ pub(super) fn matches(
             m.verdict = v;
             m.why = why;
         };
-        let node = r.node.and_then(|i| cx.node(i));
+        let node = r.node.and_then(|i| cx.cache.node(i));
         if let Some(p) = &r.problem {
             set(ReservationVerdict::Invalid, p.clone());
         } else if ignored {
@@ -127,7 +127,7 @@ pub(super) fn matches(
                 format!("allocateOnce: already allocated to {}", owners.join(", ")),
             );
         } else if let (Some(n), Ok(p)) = (node, &prefs) {
-            match affinity::check(p, pod, r, &n.labels, &cx.names) {
+            match affinity::check(p, pod, r, &n.labels, &cx.cache.names) {
                 Err(mismatch) => {
                     let (v, why) = mismatch_text(&mismatch, r);
                     set(v, why);
@@ -160,7 +160,7 @@ pub(super) fn matches(
                         if fit.reservation_short != 0 {
                             let parts: Vec<String> = allocate::bits(fit.reservation_short)
                                 .map(|id| {
-                                    let name = cx.names.name(id);
+                                    let name = cx.cache.names.name(id);
                                     format!(
                                         "{name} requested {}, {} left in it",
                                         format_resource(name, pod.requests[id]),
@@ -179,7 +179,7 @@ pub(super) fn matches(
                             let usable = r.usable();
                             let parts: Vec<String> = allocate::bits(fit.node_short)
                                 .map(|id| {
-                                    let name = cx.names.name(id);
+                                    let name = cx.cache.names.name(id);
                                     let have = usable[id].max(0).saturating_add(free[id].max(0));
                                     format!(
                                         "{name} requested {}, {} left in it + {} free on the node = {} (short by {})",

@@ -89,6 +89,7 @@ impl Scheduler {
             .members(gang)
             .filter(|k| {
                 self.cluster
+                    .cache
                     .pod(k)
                     .is_some_and(|e| e.state != PodState::Pending && !e.info.terminal)
             })
@@ -113,6 +114,7 @@ impl Scheduler {
     ) {
         let node_name: Arc<str> = self
             .cluster
+            .cache
             .node(node)
             .map(|n| n.name.clone())
             .unwrap_or_else(|| "".into());
@@ -156,7 +158,7 @@ impl Scheduler {
         for mut w in waiting.pods {
             let b = &mut w.bind;
             // A node deleted meanwhile took its holds along: that member starts over.
-            if self.cluster.node_idx(&b.node_name) != Some(b.node) {
+            if self.cluster.cache.node_idx(&b.node_name) != Some(b.node) {
                 let key = b.pod.key.clone();
                 self.unassume(now, w.bind);
                 self.queue.failed(&key, false, &[], now);
@@ -209,6 +211,7 @@ impl Scheduler {
             // A member never tried yet says why it waits too.
             let untried = self
                 .cluster
+                .cache
                 .pod(k)
                 .filter(|e| e.state == PodState::Pending && self.queue.contains(k))
                 .map(|e| e.info.clone())
@@ -256,6 +259,7 @@ impl Scheduler {
         }
         let strict = self
             .cluster
+            .cache
             .pod(key)
             .map(|e| e.info.clone())
             .is_none_or(|p| matches!(self.gangs.policy(&gang, &p), Ok(Some(p)) if p.strict));
