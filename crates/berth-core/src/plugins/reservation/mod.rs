@@ -354,7 +354,7 @@ impl Reservation {
                 continue;
             };
             st.diag.owner_matched += 1;
-            match affinity::check(&prefs, pod, r, &n.labels, &cx.cache.names) {
+            match affinity::check(prefs, pod, r, &n.labels, &cx.cache.names) {
                 Ok(()) => {
                     if st.named.is_some() {
                         st.diag.name_matched += 1;
