@@ -306,7 +306,7 @@ pub fn explain(s: &Scheduler, target: &Target, now: Time) -> Result<Explanation,
 /// A pod target: the pod, and where it is unless it is pending.
 fn pod_subject(cx: &Cluster, target: &Target, key: &ObjectKey) -> Result<Subject, ExplainError> {
     let entry = cx
-        .pod(key)
+        .cache.pod(key)
         .ok_or_else(|| ExplainError::NotFound(target.to_string()))?;
     let placed = match entry.state {
         PodState::Pending if !entry.info.terminal => None,

@@ -429,6 +429,7 @@ mod tests {
     fn requested_cpu(d: &FakeDriver, node: &str) -> Option<i64> {
         d.scheduler()
             .cluster
+            .cache
             .node_by_name(node)
             .map(|n| n.requested[crate::resources::ResourceId::CPU])
     }

@@ -255,7 +255,7 @@ mod tests {
         cache.with_answer(
             |m| *m == q,
             || q,
-            cx.node_table(),
+            cx.cache.node_table(),
             |n| {
                 *reads += 1;
                 n.pods.len() as i64
@@ -275,11 +275,13 @@ mod tests {
         let mut reads = 0;
         assert_eq!(ask(&cx, &cache, 1, &mut reads), 0);
         assert_eq!(reads, 4);
-        let p = pod("p").node_name("n2").build_info_with(&mut cx.names);
-        cx.apply_pod(Arc::new(p));
+        let p = pod("p")
+            .node_name("n2")
+            .build_info_with(&mut cx.cache.names);
+        cx.cache.apply_pod(Arc::new(p));
         assert_eq!(ask(&cx, &cache, 1, &mut reads), 1);
         assert_eq!(reads, 5, "only n2 is read again");
-        cx.delete_node("n2");
+        cx.cache.delete_node("n2");
         assert_eq!(
             ask(&cx, &cache, 1, &mut reads),
             0,
@@ -298,16 +300,20 @@ mod tests {
         let mut reads = 0;
         ask(&cx, &cache, 1, &mut reads);
         assert_eq!(reads, 3);
-        let idx = cx.node_idx("n1").expect("n1");
+        let idx = cx.cache.node_idx("n1").expect("n1");
         for _ in 0..crate::cache::change_log::MAX_LOG {
-            cx.node_mut(idx);
+            cx.cache.node_mut(idx);
         }
-        let p = pod("p").node_name("n1").build_info_with(&mut cx.names);
-        cx.apply_pod(Arc::new(p));
+        let p = pod("p")
+            .node_name("n1")
+            .build_info_with(&mut cx.cache.names);
+        cx.cache.apply_pod(Arc::new(p));
         assert_eq!(ask(&cx, &cache, 1, &mut reads), 1);
         assert_eq!(reads, 4, "every slot compared, only n1 read");
-        let p = pod("q").node_name("n2").build_info_with(&mut cx.names);
-        cx.apply_pod(Arc::new(p));
+        let p = pod("q")
+            .node_name("n2")
+            .build_info_with(&mut cx.cache.names);
+        cx.cache.apply_pod(Arc::new(p));
         assert_eq!(ask(&cx, &cache, 1, &mut reads), 2);
         assert_eq!(reads, 5, "back on the log");
     }

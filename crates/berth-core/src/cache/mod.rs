@@ -9,7 +9,6 @@
 //! logic borrows exactly what it touches (`reservations.pod_changed(&mut cache, ..)`) and
 //! an input that concerns several of them is fanned out here, in one place.
 
-use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
 
 use berth_api::k8s_openapi::api::core::v1::Node;
@@ -41,8 +40,9 @@ pub struct NodeApplied {
 
 /// The node cache and the domain stores beside it.
 ///
-/// It dereferences to its [`NodeCache`] so plugins read nodes and pods as `cx.node(..)`;
-/// inputs that concern a domain store go through its methods here.
+/// Plugins and callers name the node cache explicitly (`cx.cache.node(..)`), so a
+/// signature says what it reads; inputs that concern a domain store go through the
+/// methods here.
 #[derive(Debug, Default, Clone)]
 pub struct Cluster {
     /// Nodes, pods and the API objects plugins consult.
@@ -56,20 +56,6 @@ pub struct Cluster {
     pub cpusets: crate::cpuset::CpusetCluster,
     /// Per-topology-pair counts remembered across cycles (InterPodAffinity).
     affinity_counts: crate::plugins::interpodaffinity::counting::AffinityCounts,
-}
-
-impl Deref for Cluster {
-    type Target = NodeCache;
-
-    fn deref(&self) -> &NodeCache {
-        &self.cache
-    }
-}
-
-impl DerefMut for Cluster {
-    fn deref_mut(&mut self) -> &mut NodeCache {
-        &mut self.cache
-    }
 }
 
 impl Cluster {

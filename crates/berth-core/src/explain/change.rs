@@ -115,7 +115,7 @@ pub(super) fn shortfall(
     if fit {
         let free = super::free_for(state, pod, node);
         for (id, want) in pod.requests.non_zero() {
-            let name = cx.names.name(id);
+            let name = cx.cache.names.name(id);
             if want <= 0 || name == "pods" || want <= free[id] {
                 continue;
             }

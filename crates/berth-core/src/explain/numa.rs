@@ -132,7 +132,12 @@ pub(super) fn detail(cx: &Cluster, pod: &PodInfo, node: &NodeInfo) -> Option<Num
     let topology = cache.topology(&node.name)?;
     let request = pod_numa_request(pod).ok()?;
     let view = cx.numa.view(&node.name);
-    let alloc = |r: &str| cx.names.get(r).is_some_and(|id| node.allocatable[id] > 0);
+    let alloc = |r: &str| {
+        cx.cache
+            .names
+            .get(r)
+            .is_some_and(|id| node.allocatable[id] > 0)
+    };
     let verdict = filter_node(view, &request, &alloc);
     let (view_text, believed) = view_text(&view);
     let stale = stale_reason(cx, &node.name);

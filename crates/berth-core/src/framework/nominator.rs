@@ -72,7 +72,7 @@ impl Nominator {
     pub fn nodes_in(&self, cx: &Cluster) -> NodeSet {
         let mut set = NodeSet::default();
         for name in self.by_node.keys() {
-            if let Some(idx) = cx.node_idx(name) {
+            if let Some(idx) = cx.cache.node_idx(name) {
                 set.insert(idx);
             }
         }

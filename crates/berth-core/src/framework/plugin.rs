@@ -28,7 +28,7 @@ pub fn score_each(
 ) {
     // `score` called directly, not handed on as `&mut F`: the compiler then inlines it
     // into the loop whatever else the crate holds (through `map_or` it sometimes did not).
-    out.extend(nodes.iter().map(|&idx| match cx.node(idx) {
+    out.extend(nodes.iter().map(|&idx| match cx.cache.node(idx) {
         Some(node) => score(node),
         None => 0,
     }));

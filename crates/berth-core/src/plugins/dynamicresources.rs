@@ -122,7 +122,7 @@ impl DynamicResources {
         }
         let mut state = State::default();
         for (_, key) in claims {
-            let Some(claim) = cx.dra.claims.get(&key) else {
+            let Some(claim) = cx.cache.dra.claims.get(&key) else {
                 return Err(Status::unresolvable(format!(
                     "resourceclaim.resource.k8s.io \"{}\" not found",
                     key.name
@@ -148,13 +148,19 @@ impl DynamicResources {
                     state.available_on.push(m);
                 }
             } else {
-                if cx.dra.assumed(&key).is_some_and(|a| a.pod_uid != pod.uid) {
+                if cx
+                    .cache
+                    .dra
+                    .assumed(&key)
+                    .is_some_and(|a| a.pod_uid != pod.uid)
+                {
                     return Err(Status::unresolvable(format!(
                         "resource claim {}/{} is in the process of being allocated",
                         key.namespace, key.name
                     )));
                 }
-                let plan = allocator::plan(&key, claim, &cx.dra).map_err(Status::unresolvable)?;
+                let plan =
+                    allocator::plan(&key, claim, &cx.cache.dra).map_err(Status::unresolvable)?;
                 state.plans.push(plan);
             }
             state.claims.push(key);
@@ -183,7 +189,7 @@ impl DynamicResources {
         for pc in entries {
             let spec = if let Some(t) = &pc.resource_claim_template_name {
                 let key = ObjectKey::new(Kind::ResourceClaimTemplate, ns, t);
-                let Some(tpl) = cx.dra.templates.get(&key) else {
+                let Some(tpl) = cx.cache.dra.templates.get(&key) else {
                     return Err(Status::unresolvable(format!(
                         "resourceclaimtemplate.resource.k8s.io \"{t}\" not found"
                     )));
@@ -191,7 +197,7 @@ impl DynamicResources {
                 &tpl.spec.spec
             } else if let Some(n) = &pc.resource_claim_name {
                 let key = ObjectKey::new(Kind::ResourceClaim, ns, n);
-                let Some(claim) = cx.dra.claims.get(&key) else {
+                let Some(claim) = cx.cache.dra.claims.get(&key) else {
                     return Err(Status::unresolvable(format!(
                         "resourceclaim.resource.k8s.io \"{n}\" not found"
                     )));
@@ -208,7 +214,8 @@ impl DynamicResources {
                 ns,
                 &format!("{reservation}-{}", pc.name),
             );
-            let plan = allocator::plan_spec(&key, spec, &cx.dra).map_err(Status::unresolvable)?;
+            let plan =
+                allocator::plan_spec(&key, spec, &cx.cache.dra).map_err(Status::unresolvable)?;
             state.plans.push(plan);
             names.push(pc.name.clone());
         }
@@ -225,7 +232,7 @@ impl DynamicResources {
         node: &NodeInfo,
         reserving: bool,
     ) -> Access<'a> {
-        if !cx.dra.holds_any() {
+        if !cx.cache.dra.holds_any() {
             return Access::default();
         }
         let Some(rs) = cycle.reservation.as_deref() else {
@@ -251,20 +258,30 @@ impl DynamicResources {
         node: &NodeInfo,
         access: &Access<'_>,
     ) -> Result<Vec<berth_api::dra::AllocationResult>, Status> {
-        let cands = allocator::candidates(&cx.dra, &node.name, &node.labels);
+        let cands = allocator::candidates(&cx.cache.dra, &node.name, &node.labels);
         let active = |name: &str, uid: &str| {
             cx.reservations
                 .idx(name)
                 .and_then(|i| cx.reservations.get(i))
                 .is_some_and(|r| r.is_active() && &*r.uid == uid)
         };
-        let held = reserved::classify(&cx.dra, cands.iter().map(|c| c.id.clone()), access, &active);
-        allocator::allocate(&state.plans, &node.name, &cands, cx.dra.taken(), &held).map_err(|f| {
-            match f {
-                Failure::NoFit => Status::unresolvable(CANNOT_ALLOCATE),
-                Failure::TimedOut => Status::unresolvable("timed out trying to allocate devices"),
-                Failure::Error(e) => Status::error(e),
-            }
+        let held = reserved::classify(
+            &cx.cache.dra,
+            cands.iter().map(|c| c.id.clone()),
+            access,
+            &active,
+        );
+        allocator::allocate(
+            &state.plans,
+            &node.name,
+            &cands,
+            cx.cache.dra.taken(),
+            &held,
+        )
+        .map_err(|f| match f {
+            Failure::NoFit => Status::unresolvable(CANNOT_ALLOCATE),
+            Failure::TimedOut => Status::unresolvable("timed out trying to allocate devices"),
+            Failure::Error(e) => Status::error(e),
         })
     }
 }
@@ -308,7 +325,7 @@ impl Plugin for DynamicResources {
             Err(_) => true,
             Ok(claims) => claims
                 .iter()
-                .any(|(_, key)| !cx.cluster.dra.claims.contains_key(key)),
+                .any(|(_, key)| !cx.cluster.cache.dra.claims.contains_key(key)),
         };
         if missing {
             return Err(PreEnqueueRejection {
@@ -409,7 +426,7 @@ impl Plugin for DynamicResources {
         if s.plans.is_empty() {
             return Status::success();
         }
-        let Some(info) = cx.node(node) else {
+        let Some(info) = cx.cache.node(node) else {
             return Status::error("claim allocation not found for node");
         };
         let access = Self::access(cx, state, pod, info, true);
@@ -427,7 +444,9 @@ impl Plugin for DynamicResources {
         }
         let uid: Arc<str> = pod.uid.clone();
         for (plan, allocation) in s.plans.iter().zip(results) {
-            cx.dra.assume(plan.key.clone(), uid.clone(), allocation);
+            cx.cache
+                .dra
+                .assume(plan.key.clone(), uid.clone(), allocation);
             s.assumed.push(plan.key.clone());
         }
         Status::success()
@@ -443,7 +462,7 @@ impl Plugin for DynamicResources {
             }
         }
         for key in s.assumed.drain(..) {
-            cx.dra.forget(&key, &pod.uid);
+            cx.cache.dra.forget(&key, &pod.uid);
         }
     }
 
@@ -461,7 +480,7 @@ impl Plugin for DynamicResources {
         let Some((name, _)) = s.reservation.as_ref().filter(|_| s.held) else {
             return Status::success();
         };
-        if let Some(h) = cx.dra.holds().get(name) {
+        if let Some(h) = cx.cache.dra.holds().get(name) {
             let value = DeviceAllocated {
                 claims: h.claims.clone(),
             };
@@ -505,7 +524,7 @@ fn hold(
             classes,
         });
     }
-    cx.dra.hold(name.clone(), uid.clone(), held);
+    cx.cache.dra.hold(name.clone(), uid.clone(), held);
     if let Some(r) = cx
         .reservations
         .idx(name)
@@ -520,7 +539,7 @@ fn hold(
 
 /// Unreserve of a reserve pod: the reservation holds nothing.
 fn release(cx: &mut Cluster, name: &str) {
-    cx.dra.release(name);
+    cx.cache.dra.release(name);
     if let Some(r) = cx
         .reservations
         .idx(name)

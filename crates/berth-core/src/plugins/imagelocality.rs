@@ -74,11 +74,11 @@ impl Plugin for ImageLocality {
         let mut st = State {
             images: Vec::new(),
             containers: spec.containers.len() + spec.init_containers.as_ref().map_or(0, Vec::len),
-            total_nodes: cx.node_count(),
+            total_nodes: cx.cache.node_count(),
         };
         for c in containers {
             let name = normalized_image_name(c.image.as_deref().unwrap_or(""));
-            let n = cx.images.nodes_with(&name);
+            let n = cx.cache.images.nodes_with(&name);
             if n > 0 {
                 st.images.push((name, n));
             }
@@ -169,13 +169,13 @@ mod tests {
             )
             .build_info();
         let mut st = CycleState::default();
-        let order: Vec<NodeIdx> = cx.node_order().to_vec();
+        let order: Vec<NodeIdx> = cx.cache.node_order().to_vec();
         if ImageLocality.pre_score(&cx, &mut st, &p, &order).is_skip() {
             return vec![0; order.len()];
         }
         order
             .iter()
-            .map(|i| ImageLocality.score(&cx, &st, &p, cx.node(*i).unwrap()))
+            .map(|i| ImageLocality.score(&cx, &st, &p, cx.cache.node(*i).unwrap()))
             .collect()
     }
 
@@ -232,16 +232,16 @@ mod tests {
             json!([{"names": ["a:1", "a:1"], "sizeBytes": 1}, {"names": ["a:1"], "sizeBytes": 1}]);
         cx.apply_node(with_images("n1", imgs.clone())).unwrap();
         cx.apply_node(with_images("n2", imgs)).unwrap();
-        assert_eq!(cx.images.nodes_with("a:1"), 2);
+        assert_eq!(cx.cache.images.nodes_with("a:1"), 2);
         // An update replaces the node's images.
         cx.apply_node(with_images(
             "n2",
             json!([{"names": ["b:1"], "sizeBytes": 1}]),
         ))
         .unwrap();
-        assert_eq!(cx.images.nodes_with("a:1"), 1);
-        assert_eq!(cx.images.nodes_with("b:1"), 1);
-        cx.delete_node("n1");
-        assert_eq!(cx.images.nodes_with("a:1"), 0);
+        assert_eq!(cx.cache.images.nodes_with("a:1"), 1);
+        assert_eq!(cx.cache.images.nodes_with("b:1"), 1);
+        cx.cache.delete_node("n1");
+        assert_eq!(cx.cache.images.nodes_with("a:1"), 0);
     }
 }

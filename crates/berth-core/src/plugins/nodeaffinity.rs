@@ -276,7 +276,7 @@ impl Plugin for NodeAffinity {
         if names.is_empty() {
             return Status::unresolvable(ERR_REASON_CONFLICT);
         }
-        let nodes = names.iter().filter_map(|n| cx.node_idx(n)).collect();
+        let nodes = names.iter().filter_map(|n| cx.cache.node_idx(n)).collect();
         state.restrict_nodes(self.name(), nodes);
         Status::success()
     }

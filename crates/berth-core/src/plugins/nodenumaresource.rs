@@ -397,7 +397,7 @@ impl Plugin for NodeNumaResource {
         let Some(st) = state.cpuset.as_deref() else {
             return Status::success();
         };
-        let Some(info) = cx.node(node) else {
+        let Some(info) = cx.cache.node(node) else {
             return Status::success();
         };
         let cpus = match self.allocate(cx, state, st, pod, info, true) {

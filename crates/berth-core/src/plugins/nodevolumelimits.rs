@@ -94,7 +94,7 @@ impl Plugin for NodeVolumeLimits {
         for name in claim_names(pod) {
             any_claim = true;
             let key = ObjectKey::new(Kind::PersistentVolumeClaim, ns, name);
-            let Some(pvc) = cx.pvcs.get(&key) else {
+            let Some(pvc) = cx.cache.pvcs.get(&key) else {
                 s.missing = Some(format!(
                     "looking up PVC {ns}/{name}: {}",
                     super::volumerestrictions::pvc_not_found(name)
@@ -119,7 +119,7 @@ impl Plugin for NodeVolumeLimits {
             return Status::skip();
         }
         if s.missing.is_none() {
-            for (key, pvc) in &cx.pvcs {
+            for (key, pvc) in &cx.cache.pvcs {
                 let Some(driver) = claim_driver(pvc) else {
                     continue;
                 };
@@ -143,7 +143,7 @@ impl Plugin for NodeVolumeLimits {
             // The claim is required to run the pod: no node helps until it exists.
             return Status::unresolvable(m.clone());
         }
-        let Some(csi) = cx.csi_nodes.get(&*node.name) else {
+        let Some(csi) = cx.cache.csi_nodes.get(&*node.name) else {
             return Status::success();
         };
         for (d, driver) in s.drivers.iter().enumerate() {
@@ -232,35 +232,36 @@ mod tests {
         let mut cx = Cluster::default();
         let idx = cx.apply_node(node("n1").build()).unwrap();
         for c in ["a", "b", "c", "d"] {
-            cx.pvcs.insert(
+            cx.cache.pvcs.insert(
                 ObjectKey::new(Kind::PersistentVolumeClaim, "default", c),
                 pvc("default", c, Some((STORAGE_PROVISIONER, "ebs.csi"))),
             );
         }
-        cx.pvcs.insert(
+        cx.cache.pvcs.insert(
             ObjectKey::new(Kind::PersistentVolumeClaim, "default", "e"),
             pvc("default", "e", Some((BETA_STORAGE_PROVISIONER, "ebs.csi"))),
         );
-        cx.pvcs.insert(
+        cx.cache.pvcs.insert(
             ObjectKey::new(Kind::PersistentVolumeClaim, "default", "g1"),
             pvc("default", "g1", Some((STORAGE_PROVISIONER, "gce.csi"))),
         );
-        cx.pvcs.insert(
+        cx.cache.pvcs.insert(
             ObjectKey::new(Kind::PersistentVolumeClaim, "default", "plain"),
             pvc("default", "plain", None),
         );
         // Same claim name in another namespace: a different volume.
-        cx.pvcs.insert(
+        cx.cache.pvcs.insert(
             ObjectKey::new(Kind::PersistentVolumeClaim, "other", "a"),
             pvc("other", "a", Some((STORAGE_PROVISIONER, "ebs.csi"))),
         );
         if let Some(l) = limits {
-            cx.csi_nodes.insert("n1".into(), csi_node("n1", l));
+            cx.cache.csi_nodes.insert("n1".into(), csi_node("n1", l));
         }
         for p in placed {
-            cx.apply_pod(Arc::new(p.clone().node_name("n1").build_info()));
+            cx.cache
+                .apply_pod(Arc::new(p.clone().node_name("n1").build_info()));
         }
-        let n = cx.node(idx).unwrap().clone();
+        let n = cx.cache.node(idx).unwrap().clone();
         (cx, n)
     }
 

@@ -169,8 +169,8 @@ impl Plugin for TaintToleration {
     /// Only PreferNoSchedule taints score: with none in the cluster, every node scores 0
     /// (and, normalised, 100).
     fn scores_uniformly(&self, cx: &Cluster, state: &CycleState, pod: &PodInfo) -> bool {
-        let uniform = !cx.any_prefer_no_schedule_taint();
-        debug_assert!(!uniform || cx.nodes().all(|n| self.score(cx, state, pod, n) == 0));
+        let uniform = !cx.cache.any_prefer_no_schedule_taint();
+        debug_assert!(!uniform || cx.cache.nodes().all(|n| self.score(cx, state, pod, n) == 0));
         uniform
     }
 
@@ -445,20 +445,20 @@ mod tests {
             out
         };
         let soft = node("b").taint("k", "v", PREFER_NO_SCHEDULE).build();
-        assert!(!cx.any_prefer_no_schedule_taint());
+        assert!(!cx.cache.any_prefer_no_schedule_taint());
         assert!(TaintToleration.scores_uniformly(&cx, &st, &p));
         assert_eq!(scores(&cx), [7, 0, 0], "appended after what out held");
         cx.apply_node(soft.clone()).expect("a valid node");
-        assert!(cx.any_prefer_no_schedule_taint());
+        assert!(cx.cache.any_prefer_no_schedule_taint());
         assert!(!TaintToleration.scores_uniformly(&cx, &st, &p));
         assert_eq!(scores(&cx), [7, 0, 1]);
         cx.apply_node(hard).expect("a valid node");
-        assert!(!cx.any_prefer_no_schedule_taint());
+        assert!(!cx.cache.any_prefer_no_schedule_taint());
         assert_eq!(scores(&cx), [7, 0, 0]);
         cx.apply_node(soft).expect("a valid node");
-        assert!(cx.any_prefer_no_schedule_taint());
-        cx.delete_node("b");
-        assert!(!cx.any_prefer_no_schedule_taint());
+        assert!(cx.cache.any_prefer_no_schedule_taint());
+        cx.cache.delete_node("b");
+        assert!(!cx.cache.any_prefer_no_schedule_taint());
         assert!(TaintToleration.scores_uniformly(&cx, &st, &p));
         assert_eq!(scores(&cx), [7, 0, 0], "a deleted node scores 0");
     }

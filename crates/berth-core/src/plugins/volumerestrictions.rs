@@ -166,7 +166,7 @@ impl Plugin for VolumeRestrictions {
             .filter_map(|v| v.persistent_volume_claim.as_ref())
         {
             let key = ObjectKey::new(Kind::PersistentVolumeClaim, ns, &claim.claim_name);
-            let Some(pvc) = cx.pvcs.get(&key) else {
+            let Some(pvc) = cx.cache.pvcs.get(&key) else {
                 return Status::unresolvable(pvc_not_found(&claim.claim_name));
             };
             let is_rwop = pvc
@@ -177,7 +177,7 @@ impl Plugin for VolumeRestrictions {
             if !is_rwop || rwop.iter().any(|(k, _)| *k == key) {
                 continue;
             }
-            let users = cx.pvc_users.get(&key).copied().unwrap_or(0);
+            let users = cx.cache.pvc_users.get(&key).copied().unwrap_or(0);
             rwop.push((key, users));
         }
         // At most one pod can use a ReadWriteOncePod claim: any user is a conflict. Users
@@ -409,11 +409,12 @@ mod tests {
         cx.apply_node(node("node-1").build()).unwrap();
         for o in pvcs {
             if let Object::PersistentVolumeClaim(p) = o {
-                cx.pvcs.insert(o.key(), p.clone());
+                cx.cache.pvcs.insert(o.key(), p.clone());
             }
         }
         for p in placed {
-            cx.apply_pod(Arc::new(p.clone().node_name("node-1").build_info()));
+            cx.cache
+                .apply_pod(Arc::new(p.clone().node_name("node-1").build_info()));
         }
         cx
     }

@@ -80,7 +80,7 @@ fn pv_by_pod(cx: &Cluster, pod: &PodInfo) -> Result<Vec<PvTopology>, Status> {
             return Err(Status::unresolvable("PersistentVolumeClaim had no name"));
         }
         let key = ObjectKey::new(Kind::PersistentVolumeClaim, &pod.key.namespace, name);
-        let Some(pvc) = cx.pvcs.get(&key) else {
+        let Some(pvc) = cx.cache.pvcs.get(&key) else {
             return Err(Status::unresolvable(
                 crate::plugins::volumerestrictions::pvc_not_found(name),
             ));
@@ -93,7 +93,7 @@ fn pv_by_pod(cx: &Cluster, pod: &PodInfo) -> Result<Vec<PvTopology>, Status> {
                     "PersistentVolumeClaim had no pv name and storageClass name",
                 ));
             }
-            let Some(sc) = cx.storage_classes.get(class) else {
+            let Some(sc) = cx.cache.storage_classes.get(class) else {
                 return Err(Status::unresolvable(format!(
                     "storageclass.storage.k8s.io {class:?} not found"
                 )));
@@ -104,7 +104,7 @@ fn pv_by_pod(cx: &Cluster, pod: &PodInfo) -> Result<Vec<PvTopology>, Status> {
                 Ok(false) => return Err(Status::unresolvable("PersistentVolume had no name")),
             }
         }
-        let Some(pv) = cx.pvs.get(pv_name) else {
+        let Some(pv) = cx.cache.pvs.get(pv_name) else {
             return Err(Status::unresolvable(format!(
                 "persistentvolume {pv_name:?} not found"
             )));

@@ -217,7 +217,7 @@ impl QueueingHints {
         if key.kind != Kind::Pod || !plugins.iter().any(|p| checked(p).is_some()) {
             return true;
         }
-        let (Some(entry), Some(node)) = (cx.pod(key), cx.node(idx)) else {
+        let (Some(entry), Some(node)) = (cx.cache.pod(key), cx.cache.node(idx)) else {
             return true;
         };
         if !cx.reservations.on_node(idx).is_empty() {
@@ -241,7 +241,7 @@ fn hint_says(
     if key.kind != Kind::Pod {
         return true;
     }
-    match cx.pod(key) {
+    match cx.cache.pod(key) {
         Some(entry) => hint(cx, event, &entry.info),
         None => true,
     }

@@ -229,26 +229,22 @@ impl ReservationStore {
         let expires_at = expires_at(spec, created, &mut problems);
         let labels = meta.labels.clone().unwrap_or_default();
         let inner_reserved = inner_reserved(&obj, &mut nodes.names, &mut problems);
-        let (allocatable, allocatable_list, item, placed, pinned_node, ports) = match built {
+        let ports = built
+            .as_ref()
+            .map(|b| b.item.host_ports.clone())
+            .unwrap_or_default();
+        let (allocatable, allocatable_list, item, placed, pinned_node) = match built {
             Some(b) => {
-                let ports = b.item.host_ports.clone();
+                let (item, placed) = (Some(Arc::new(b.item)), Some(Arc::new(b.placed)));
                 (
                     b.allocatable,
                     b.allocatable_list,
-                    Some(Arc::new(b.item)),
-                    Some(Arc::new(b.placed)),
+                    item,
+                    placed,
                     b.pinned_node,
-                    ports,
                 )
             }
-            None => (
-                Resources::ZERO,
-                Default::default(),
-                None,
-                None,
-                None,
-                SmallVec::new(),
-            ),
+            None => (Resources::ZERO, Default::default(), None, None, None),
         };
         let names = allocate::mask(&allocatable);
         let restricted = restricted_mask(&obj, &nodes.names, names, &mut problems);

@@ -325,7 +325,7 @@ impl Sim {
 /// its phase, node, owners and what they took.
 pub fn accounting(s: &Scheduler) -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();
-    for n in s.cluster.nodes() {
+    for n in s.cluster.cache.nodes() {
         let mut ports: Vec<String> = n
             .reserved_ports
             .iter()

@@ -114,6 +114,7 @@ fn an_owner_with_the_same_requests_takes_the_reservation_and_it_succeeds() {
     let n = s
         .s()
         .cluster
+        .cache
         .node_by_name(rnode.as_deref().unwrap())
         .unwrap();
     assert!(n.reserved.is_zero(), "the remainder is released");
@@ -237,7 +238,7 @@ fn seed_node_resources_cases() {
             "{}",
             c.name
         );
-        let n = s.s().cluster.node_by_name("n1").unwrap();
+        let n = s.s().cluster.cache.node_by_name("n1").unwrap();
         assert_eq!(
             n.reserved[ResourceId::CPU],
             c.reserved_cpu_left,
@@ -281,7 +282,7 @@ fn allocated_is_the_uncapped_sum_of_owner_requests_while_the_node_counts_what_wa
         None,
         "memory is not among the names of allocatable"
     );
-    let n = s.s().cluster.node_by_name("n1").unwrap();
+    let n = s.s().cluster.cache.node_by_name("n1").unwrap();
     assert_eq!(n.requested[ResourceId::CPU], 6000);
     assert!(
         n.reserved.is_zero(),
@@ -307,7 +308,7 @@ fn allocated_is_the_uncapped_sum_of_owner_requests_while_the_node_counts_what_wa
     }
     assert_eq!(allocated(&s, "r", "cpu").as_deref(), Some("8"));
     assert_eq!(s.phase("r"), "Available");
-    let n = s.s().cluster.node_by_name("n1").unwrap();
+    let n = s.s().cluster.cache.node_by_name("n1").unwrap();
     assert_eq!(n.requested[ResourceId::CPU], 8000);
     assert!(n.reserved.is_zero());
     s.pod(pod("fits").req("cpu", "2").build());
@@ -590,7 +591,7 @@ fn seed_node_ports_cases() {
     );
     assert_eq!(s.allocated_from("a").as_deref(), Some("r"));
     assert_eq!(s.allocated_from("b").as_deref(), Some("r"));
-    let n = s.s().cluster.node_by_name("n1").unwrap();
+    let n = s.s().cluster.cache.node_by_name("n1").unwrap();
     let held: Vec<i32> = n.reserved_ports.iter().map(|p| p.port).collect();
     assert_eq!(held, vec![9999]);
     // Another owner wanting 7777 on that node finds it taken by A (E2E #48).
@@ -605,7 +606,7 @@ fn seed_node_ports_cases() {
     assert_rebuild_equals_live(&s);
     // Deleting the reservation releases 9999 but not the owners' ports (Koordinator #1247).
     s.delete_reservation("r");
-    let n = s.s().cluster.node_by_name("n1").unwrap();
+    let n = s.s().cluster.cache.node_by_name("n1").unwrap();
     assert!(n.reserved_ports.is_empty());
     assert_eq!(n.used_ports.len(), 2);
 
@@ -896,7 +897,7 @@ fn reservations_expire_pending_ones_too_and_are_garbage_collected() {
         ("False", "Expired")
     );
     assert_eq!(
-        s.s().cluster.node_by_name("n1").unwrap().reserved[ResourceId::CPU],
+        s.s().cluster.cache.node_by_name("n1").unwrap().reserved[ResourceId::CPU],
         2000,
         "only 'forever' holds"
     );
@@ -1069,13 +1070,13 @@ fn deleting_an_owner_of_a_reusable_reservation_returns_its_share() {
     );
     s.pod(pod("a").label("app", "web").req("cpu", "3").build());
     assert_eq!(
-        s.s().cluster.node_by_name("n1").unwrap().reserved[ResourceId::CPU],
+        s.s().cluster.cache.node_by_name("n1").unwrap().reserved[ResourceId::CPU],
         1000
     );
     assert_eq!(allocated(&s, "r", "cpu").as_deref(), Some("3"));
     s.delete_pod("a");
     assert_eq!(
-        s.s().cluster.node_by_name("n1").unwrap().reserved[ResourceId::CPU],
+        s.s().cluster.cache.node_by_name("n1").unwrap().reserved[ResourceId::CPU],
         4000
     );
     assert!(s.owners("r").is_empty());
@@ -1196,7 +1197,14 @@ fn an_unusable_template_is_a_condition_and_a_warning_event_and_reserves_nothing(
             warnings[0].message
         );
     }
-    assert!(s.s().cluster.node_by_name("n1").unwrap().reserved.is_zero());
+    assert!(s
+        .s()
+        .cluster
+        .cache
+        .node_by_name("n1")
+        .unwrap()
+        .reserved
+        .is_zero());
     assert_eq!(s.bound("p").as_deref(), Some("n1"), "the run goes on");
     assert_eq!(s.allocated_from("p"), None);
     // An echo of the status write reports nothing new; fixing the template schedules it.
@@ -1235,13 +1243,19 @@ fn pre_allocation_waits_for_room_then_becomes_available() {
         Some("n1")
     );
     assert!(
-        s.s().cluster.node_by_name("n1").unwrap().reserved.is_zero(),
+        s.s()
+            .cluster
+            .cache
+            .node_by_name("n1")
+            .unwrap()
+            .reserved
+            .is_zero(),
         "waiting holds nothing"
     );
     s.delete_pod("filler");
     assert_eq!(s.phase("pre"), "Available");
     assert_eq!(
-        s.s().cluster.node_by_name("n1").unwrap().reserved[ResourceId::CPU],
+        s.s().cluster.cache.node_by_name("n1").unwrap().reserved[ResourceId::CPU],
         4000
     );
     assert_rebuild_equals_live(&s);
@@ -1280,7 +1294,7 @@ fn pre_allocation_takes_over_running_owner_pods() {
     // 1 CPU left of the reservation, and the node has 1 free: Available.
     assert_eq!(s.phase("pre"), "Available");
     assert_eq!(
-        s.s().cluster.node_by_name("n1").unwrap().reserved[ResourceId::CPU],
+        s.s().cluster.cache.node_by_name("n1").unwrap().reserved[ResourceId::CPU],
         1000
     );
     assert_rebuild_equals_live(&s);
@@ -1501,7 +1515,7 @@ fn a_reservation_found_placed_on_a_missing_node_fails_once_the_batch_is_known() 
     assert_eq!(phase("later-node").as_deref(), Some("Available"));
     assert_eq!(phase("gone").as_deref(), Some("Failed"));
     assert_eq!(
-        s.cluster.node_by_name("n1").unwrap().reserved[ResourceId::CPU],
+        s.cluster.cache.node_by_name("n1").unwrap().reserved[ResourceId::CPU],
         2000,
         "the one on n1 holds its capacity"
     );
@@ -1604,7 +1618,7 @@ fn an_allocated_annotation_without_uid_names_its_reservation_by_name() {
     owners.sort();
     assert_eq!(owners, ["default/early", "default/late"]);
     assert_eq!(
-        s.s().cluster.node_by_name("n1").unwrap().reserved[ResourceId::CPU],
+        s.s().cluster.cache.node_by_name("n1").unwrap().reserved[ResourceId::CPU],
         2000,
         "4 reserved, 2 taken by the owners"
     );

@@ -227,6 +227,7 @@ impl Scheduler {
         match key.kind {
             Kind::Pod => self
                 .cluster
+                .cache
                 .pod(key)
                 .filter(|e| e.state == PodState::Pending)
                 .map(|e| e.info.clone()),
@@ -262,7 +263,7 @@ impl Scheduler {
         let mut diag = std::mem::take(&mut self.diagnosis);
         diag.clear();
         self.resolvable.clear();
-        if self.cluster.node_count() == 0 {
+        if self.cluster.cache.node_count() == 0 {
             return Outcome::Failed(diag);
         }
         let mut feasible = std::mem::take(&mut self.feasible);
@@ -300,7 +301,8 @@ impl Scheduler {
                 // Every node has PreFilter's status; PostFilter still runs, as in
                 // kube-scheduler.
                 if code == Code::Unschedulable {
-                    self.resolvable.extend_from_slice(self.cluster.node_order());
+                    self.resolvable
+                        .extend_from_slice(self.cluster.cache.node_order());
                 }
                 return Fit::Unfit;
             }
@@ -314,7 +316,7 @@ impl Scheduler {
         self.find_nodes_that_pass_filters(profile, state, pod, subset.as_deref(), diag, feasible);
         if feasible.is_empty() {
             if let Some(s) = &subset {
-                absent_from_subset(state, s.len(), self.cluster.node_count(), diag);
+                absent_from_subset(state, s.len(), self.cluster.cache.node_count(), diag);
             }
             return Fit::Unfit;
         }
@@ -374,9 +376,9 @@ impl Scheduler {
         let idx = self
             .nominator
             .node_of(&pod.key)
-            .and_then(|n| cx.node_idx(n))?;
+            .and_then(|n| cx.cache.node_idx(n))?;
         let allowed = subset.is_none_or(|s| s.contains(&idx));
-        let node = cx.node(idx).filter(|_| allowed)?;
+        let node = cx.cache.node(idx).filter(|_| allowed)?;
         self.counters.nodes_filtered += 1;
         let st = run_filter_plugins_with_nominated_pods(
             &FilterPlan::new(&self.profiles[profile], state),
@@ -405,7 +407,7 @@ impl Scheduler {
         let cx = &self.cluster;
         self.filter_log.clear();
         self.filter_log_skip = state.skip_filter;
-        let candidates: &[NodeIdx] = subset.unwrap_or(cx.node_order());
+        let candidates: &[NodeIdx] = subset.unwrap_or(cx.cache.node_order());
         let n = candidates.len();
         let to_find = if prof.score.is_empty() {
             1
@@ -565,7 +567,7 @@ impl Scheduler {
     ) -> Result<(), Status> {
         let state = &mut state;
         let is_pod = !pod.is_reserve_pod();
-        if is_pod && !self.cluster.assume(&pod.key, node) {
+        if is_pod && !self.cluster.cache.assume(&pod.key, node) {
             return Err(Status::error("pod or node vanished before assume"));
         }
         let prof = &self.profiles[profile];
@@ -587,7 +589,7 @@ impl Scheduler {
         }
         let prof = &self.profiles[profile];
         let mut annotations = BTreeMap::new();
-        let failed = self.cluster.node(node).and_then(|info| {
+        let failed = self.cluster.cache.node(node).and_then(|info| {
             prof.pre_bind.iter().find_map(|&i| {
                 let st =
                     prof.plugins[i].pre_bind(&self.cluster, state, pod, info, &mut annotations);
@@ -627,6 +629,7 @@ impl Scheduler {
         let is_pod = !pod.is_reserve_pod();
         let node_name = self
             .cluster
+            .cache
             .node(node)
             .map(|n| n.name.to_string())
             .unwrap_or_default();
@@ -730,7 +733,7 @@ impl Scheduler {
     ) {
         self.run_unreserve(profile, state, pod, node);
         if !pod.is_reserve_pod() {
-            self.cluster.forget(&pod.key);
+            self.cluster.cache.forget(&pod.key);
         }
     }
 
@@ -774,7 +777,7 @@ impl Scheduler {
         }
         let (message, unschedulable) = match &diag.error {
             Some(err) => (err.clone(), false),
-            None => (diag.render(self.cluster.node_count()), true),
+            None => (diag.render(self.cluster.cache.node_count()), true),
         };
         if unschedulable {
             self.counters.unschedulable += 1;

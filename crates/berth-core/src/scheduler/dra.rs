@@ -36,7 +36,7 @@ pub(super) fn keys(dra: &DraState, kind: Kind) -> Vec<ObjectKey> {
 impl Scheduler {
     /// A DRA object was created or replaced.
     pub(super) fn apply_dra(&mut self, now: Time, obj: Object) {
-        let dra = &mut self.cluster.dra;
+        let dra = &mut self.cluster.cache.dra;
         match obj {
             Object::ResourceSlice(s) => {
                 let name: Arc<str> = s.metadata.name.as_deref().unwrap_or("").into();
@@ -63,7 +63,7 @@ impl Scheduler {
 
     /// A DRA object was deleted.
     pub(super) fn delete_dra(&mut self, now: Time, key: &ObjectKey) {
-        let dra = &mut self.cluster.dra;
+        let dra = &mut self.cluster.cache.dra;
         match key.kind {
             Kind::ResourceSlice => {
                 dra.slices.remove(&*key.name);
@@ -86,10 +86,11 @@ impl Scheduler {
     pub(super) fn reservation_devices_seen(&mut self, r: &berth_api::reservation::Reservation) {
         let name = r.metadata.name.as_deref().unwrap_or("");
         let uid = r.metadata.uid.as_deref().unwrap_or("");
-        let seen = self
-            .cluster
-            .dra
-            .reservation_seen(name, uid, r.metadata.annotations.as_ref());
+        let seen =
+            self.cluster
+                .cache
+                .dra
+                .reservation_seen(name, uid, r.metadata.annotations.as_ref());
         if let Err(why) = seen {
             self.record(
                 ObjectKey::cluster(Kind::Reservation, name),
@@ -109,11 +110,12 @@ impl Scheduler {
         };
         let pod = &bind.pod;
         for key in &state.claims {
-            let Some(claim) = self.cluster.dra.claims.get(key) else {
+            let Some(claim) = self.cluster.cache.dra.claims.get(key) else {
                 continue;
             };
             let assumed = self
                 .cluster
+                .cache
                 .dra
                 .assumed(key)
                 .filter(|a| a.pod_uid == pod.uid)

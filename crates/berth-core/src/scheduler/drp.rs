@@ -137,7 +137,7 @@ impl Scheduler {
             return (self.schedule_pod(profile, pod, now), None);
         };
         let size = template
-            .size(&pod.requests, &mut self.cluster.names)
+            .size(&pod.requests, &mut self.cluster.cache.names)
             .unwrap_or(pod.requests);
         if size != pod.requests {
             let mut sized = (**pod).clone();
@@ -193,7 +193,7 @@ impl Scheduler {
                 }
             },
         };
-        let req = objects::requirement(&id, &plan.size, &self.cluster.names);
+        let req = objects::requirement(&id, &plan.size, &self.cluster.cache.names);
         let name = format!("{VIRTUAL_PREFIX}{id}");
         let mut obj = objects::reservation(
             &pod.pod,
@@ -251,7 +251,7 @@ impl Scheduler {
         let key = bind.pod.key.clone();
         let uid = bind.pod.uid.clone();
         if let Some(plan) = creator {
-            let req = objects::requirement(&id, &plan.size, &self.cluster.names);
+            let req = objects::requirement(&id, &plan.size, &self.cluster.cache.names);
             let resources = req
                 .resources
                 .iter()
@@ -493,6 +493,7 @@ impl Scheduler {
             );
             let pending = self
                 .cluster
+                .cache
                 .pod(&pod.key)
                 .is_some_and(|e| e.state == PodState::Pending && e.info.uid == pod.uid);
             if !pending {

@@ -110,7 +110,7 @@ impl Filtering<'_, '_> {
                 if skip.contains(idx) {
                     continue;
                 }
-                if let Some(node) = self.cx.node(idx) {
+                if let Some(node) = self.cx.cache.node(idx) {
                     nodes.push(node);
                 }
             }

@@ -53,6 +53,7 @@ fn member(name: &str, gang: &str, cpu: u32) -> Object {
 fn state(d: &FakeDriver, name: &str) -> Option<PodState> {
     d.scheduler()
         .cluster
+        .cache
         .pod(&ObjectKey::pod("default", name))
         .map(|e| e.state)
 }
@@ -199,7 +200,10 @@ fn a_members_failed_bind_backs_it_off_and_it_rejoins_its_bound_gang() {
         },
     );
     let w0 = ObjectKey::pod("default", "w0");
-    assert_eq!(s.cluster.pod(&w0).map(|e| e.state), Some(PodState::Pending));
+    assert_eq!(
+        s.cluster.cache.pod(&w0).map(|e| e.state),
+        Some(PodState::Pending)
+    );
     for i in 1..3 {
         let p = pod(&format!("w{i}"))
             .req("cpu", "1")
@@ -236,10 +240,16 @@ fn deleting_a_waiting_member_rejects_the_rest_of_a_strict_gang() {
         ObjectKey::pod("default", "w1"),
     );
     assert!(s.waits_at_permit(&w0) && s.waits_at_permit(&w1));
-    assert_eq!(s.cluster.pod(&w1).map(|e| e.state), Some(PodState::Assumed));
+    assert_eq!(
+        s.cluster.cache.pod(&w1).map(|e| e.state),
+        Some(PodState::Assumed)
+    );
     s.handle(now, Event::Deleted(w0));
     assert!(!s.waits_at_permit(&w1));
-    assert_eq!(s.cluster.pod(&w1).map(|e| e.state), Some(PodState::Pending));
+    assert_eq!(
+        s.cluster.cache.pod(&w1).map(|e| e.state),
+        Some(PodState::Pending)
+    );
     let said = std::iter::from_fn(|| s.poll_effect()).any(|e| {
         matches!(e, crate::effect::Effect::PodCondition { pod, message, .. }
             if pod == w1 && message == "Gang \"default/job\" gets rejected due to Pod \"w0\" in Unreserve")

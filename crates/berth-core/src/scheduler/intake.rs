@@ -32,7 +32,7 @@ impl Scheduler {
         // NUMA reserve cache resync: flushed nodes may fit pods now.
         let cx = &mut self.cluster;
         for node in cx.numa.resync(&cx.cache, now) {
-            if let Some(idx) = self.cluster.node_idx(&node) {
+            if let Some(idx) = self.cluster.cache.node_idx(&node) {
                 self.requeue(now, ClusterEvent::topology(idx));
             }
         }
@@ -96,15 +96,15 @@ impl Scheduler {
             | Object::ResourceClaimTemplate(_)) => self.apply_dra(now, obj),
             Object::PriorityClass(pc) => {
                 let name = pc.metadata.name.clone().unwrap_or_default();
-                self.cluster.priority_classes.insert(name, pc);
+                self.cluster.cache.priority_classes.insert(name, pc);
             }
             Object::PodDisruptionBudget(pdb) => {
                 let key = Object::PodDisruptionBudget(pdb.clone()).key();
-                self.cluster.pdbs.insert(key, pdb);
+                self.cluster.cache.pdbs.insert(key, pdb);
             }
             Object::Namespace(ns) => {
                 let name: Arc<str> = ns.metadata.name.as_deref().unwrap_or("").into();
-                self.cluster.namespaces.insert(name, ns);
+                self.cluster.cache.namespaces.insert(name, ns);
             }
             Object::NodeResourceTopology(nrt) => self.apply_nrt(now, &nrt),
             Object::PodGroup(pg) => {
@@ -180,17 +180,19 @@ impl Scheduler {
             self.reread_node_reservation(now, &node);
             self.refresh_cpus(&node);
             self.refuse(key, &uid, REASON_INVALID_NRT, refusal.rule, message);
-            if let (true, Some(idx)) = (had, self.cluster.node_idx(&node)) {
+            if let (true, Some(idx)) = (had, self.cluster.cache.node_idx(&node)) {
                 self.requeue(now, ClusterEvent::topology(idx));
             }
             return;
         }
-        self.cluster.refusals.accept(&key, REASON_INVALID_NRT);
+        self.cluster.cache.refusals.accept(&key, REASON_INVALID_NRT);
         self.cluster.numa.accept_nrt(&node);
         let cpus_changed = self.apply_cpu_topology(now, nrt);
         match self.cluster.numa.apply_nrt(nrt, now) {
             Ok(changed) => {
-                if let (true, Some(idx)) = (changed || cpus_changed, self.cluster.node_idx(&node)) {
+                if let (true, Some(idx)) =
+                    (changed || cpus_changed, self.cluster.cache.node_idx(&node))
+                {
                     self.requeue(now, ClusterEvent::topology(idx));
                 }
             }
@@ -218,11 +220,13 @@ impl Scheduler {
         match self.cluster.cpusets.apply_nrt(nrt) {
             Ok(()) => self
                 .cluster
+                .cache
                 .refusals
                 .accept(&key, REASON_INVALID_CPU_TOPOLOGY),
             Err((rule, message)) => {
                 let uid = self
                     .cluster
+                    .cache
                     .node_by_name(&name)
                     .and_then(|n| n.node.metadata.uid.clone())
                     .unwrap_or_default();
@@ -238,7 +242,12 @@ impl Scheduler {
     /// (`reservedCPUs`) is checked against it again ([`Cluster::check_reserved_cpus`]).
     pub(super) fn reread_node_reservation(&mut self, now: Time, node: &str) {
         use berth_api::annotations::{AnnotationCodec, NodeReservation};
-        let Some(obj) = self.cluster.node_by_name(node).map(|n| n.node.clone()) else {
+        let Some(obj) = self
+            .cluster
+            .cache
+            .node_by_name(node)
+            .map(|n| n.node.clone())
+        else {
             return;
         };
         let names_cpus = NodeReservation::from_annotations(obj.metadata.annotations.as_ref())
@@ -260,7 +269,12 @@ impl Scheduler {
         rule: Rule,
         message: String,
     ) {
-        if self.cluster.refusals.refuse(&key, reason, rule, &message) {
+        if self
+            .cluster
+            .cache
+            .refusals
+            .refuse(&key, reason, rule, &message)
+        {
             self.record(key, uid, "Warning", reason, message);
         }
     }
@@ -268,7 +282,7 @@ impl Scheduler {
     /// Refusals reported since the last call, by kind and rule (for
     /// `berth_unreadable_objects_total{kind,reason}`).
     pub fn take_refusals(&mut self) -> Vec<(Kind, Rule)> {
-        self.cluster.refusals.take_new()
+        self.cluster.cache.refusals.take_new()
     }
 
     /// Recomputes what `node` keeps from exclusive-CPU pods and reports each pod that holds
@@ -293,21 +307,30 @@ impl Scheduler {
         node: Arc<berth_api::k8s_openapi::api::core::v1::Node>,
     ) {
         let name = node.metadata.name.clone().unwrap_or_default();
-        let before = self.cluster.node_by_name(&name).map(hints::NodeBefore::of);
+        let before = self
+            .cluster
+            .cache
+            .node_by_name(&name)
+            .map(hints::NodeBefore::of);
         let uid = node.metadata.uid.clone().unwrap_or_default();
         match self.cluster.node_applied(node) {
             Ok(applied) => {
                 let idx = applied.idx;
                 let key = ObjectKey::cluster(Kind::Node, &name);
-                self.cluster.refusals.accept(&key, REASON_INVALID_NODE);
+                self.cluster
+                    .cache
+                    .refusals
+                    .accept(&key, REASON_INVALID_NODE);
                 let bad = self
                     .cluster
+                    .cache
                     .node(idx)
                     .and_then(|n| n.annotation_error.clone());
                 match bad {
                     Some((rule, message)) => {
                         let uid = self
                             .cluster
+                            .cache
                             .node(idx)
                             .and_then(|n| n.node.metadata.uid.clone())
                             .unwrap_or_default();
@@ -315,11 +338,12 @@ impl Scheduler {
                     }
                     None => self
                         .cluster
+                        .cache
                         .refusals
                         .accept(&key, REASON_INVALID_NODE_RESERVATION),
                 }
                 self.record_evictions(applied.evictions);
-                let event = match (&before, self.cluster.node(idx)) {
+                let event = match (&before, self.cluster.cache.node(idx)) {
                     (Some(b), Some(n)) => ClusterEvent::node_updated(idx, hints::node_change(b, n)),
                     _ => ClusterEvent::node_added(idx),
                 };
@@ -340,7 +364,7 @@ impl Scheduler {
 
     /// An object was deleted (observed, or missing from a re-LIST).
     pub(super) fn delete(&mut self, now: Time, key: ObjectKey) {
-        self.cluster.refusals.forget(&key);
+        self.cluster.cache.refusals.forget(&key);
         if key.kind == Kind::NodeResourceTopology {
             self.cluster.numa.accept_nrt(&key.name);
         }
@@ -366,7 +390,7 @@ impl Scheduler {
                 self.queue.delete(&key);
                 self.drop_nomination(now, &key, None);
                 self.last_message.remove(&key);
-                if let Some(uid) = self.cluster.pod(&key).map(|e| e.info.uid.clone()) {
+                if let Some(uid) = self.cluster.cache.pod(&key).map(|e| e.info.uid.clone()) {
                     self.expire_hold(now, &key, &uid, "the preemptor was deleted", true);
                 }
                 let profiles = &self.profiles;
@@ -388,13 +412,13 @@ impl Scheduler {
             | Kind::ResourceClaim
             | Kind::ResourceClaimTemplate => self.delete_dra(now, &key),
             Kind::PriorityClass => {
-                self.cluster.priority_classes.remove(&*key.name);
+                self.cluster.cache.priority_classes.remove(&*key.name);
             }
             Kind::PodDisruptionBudget => {
-                self.cluster.pdbs.remove(&key);
+                self.cluster.cache.pdbs.remove(&key);
             }
             Kind::Namespace => {
-                self.cluster.namespaces.remove(&*key.name);
+                self.cluster.cache.namespaces.remove(&*key.name);
             }
             Kind::PodGroup | Kind::Workload => {
                 self.gangs.delete(&key);
@@ -407,7 +431,7 @@ impl Scheduler {
             }
             Kind::NodeResourceTopology => {
                 self.cluster.nrt_deleted(&key.name);
-                if let Some(idx) = self.cluster.node_idx(&key.name) {
+                if let Some(idx) = self.cluster.cache.node_idx(&key.name) {
                     self.requeue(now, ClusterEvent::topology(idx));
                 }
             }
@@ -449,8 +473,8 @@ impl Scheduler {
         let cx = &self.cluster;
         let cluster = |name: &str| ObjectKey::cluster(kind, name);
         let mut keys: Vec<ObjectKey> = match kind {
-            Kind::Pod => cx.pods().map(|e| e.info.key.clone()).collect(),
-            Kind::Node => cx.nodes().map(|n| cluster(&n.name)).collect(),
+            Kind::Pod => cx.cache.pods().map(|e| e.info.key.clone()).collect(),
+            Kind::Node => cx.cache.nodes().map(|n| cluster(&n.name)).collect(),
             Kind::Reservation => cx
                 .reservations
                 .iter()
@@ -458,19 +482,29 @@ impl Scheduler {
                 .map(|r| r.object_key())
                 .collect(),
             Kind::NodeResourceTopology => cx.numa.nrt_nodes().map(cluster).collect(),
-            Kind::PersistentVolumeClaim => cx.pvcs.keys().cloned().collect(),
-            Kind::PodDisruptionBudget => cx.pdbs.keys().cloned().collect(),
-            Kind::CsiNode => cx.csi_nodes.keys().map(|n| cluster(n)).collect(),
-            Kind::PriorityClass => cx.priority_classes.keys().map(|n| cluster(n)).collect(),
-            Kind::Namespace => cx.namespaces.keys().map(|n| cluster(n)).collect(),
-            Kind::PersistentVolume => cx.pvs.keys().map(|n| cluster(n)).collect(),
-            Kind::StorageClass => cx.storage_classes.keys().map(|n| cluster(n)).collect(),
-            Kind::CsiDriver => cx.csi_drivers.keys().map(|n| cluster(n)).collect(),
-            Kind::CsiStorageCapacity => cx.csi_capacities.keys().cloned().collect(),
+            Kind::PersistentVolumeClaim => cx.cache.pvcs.keys().cloned().collect(),
+            Kind::PodDisruptionBudget => cx.cache.pdbs.keys().cloned().collect(),
+            Kind::CsiNode => cx.cache.csi_nodes.keys().map(|n| cluster(n)).collect(),
+            Kind::PriorityClass => cx
+                .cache
+                .priority_classes
+                .keys()
+                .map(|n| cluster(n))
+                .collect(),
+            Kind::Namespace => cx.cache.namespaces.keys().map(|n| cluster(n)).collect(),
+            Kind::PersistentVolume => cx.cache.pvs.keys().map(|n| cluster(n)).collect(),
+            Kind::StorageClass => cx
+                .cache
+                .storage_classes
+                .keys()
+                .map(|n| cluster(n))
+                .collect(),
+            Kind::CsiDriver => cx.cache.csi_drivers.keys().map(|n| cluster(n)).collect(),
+            Kind::CsiStorageCapacity => cx.cache.csi_capacities.keys().cloned().collect(),
             Kind::ResourceSlice
             | Kind::DeviceClass
             | Kind::ResourceClaim
-            | Kind::ResourceClaimTemplate => super::dra::keys(&cx.dra, kind),
+            | Kind::ResourceClaimTemplate => super::dra::keys(&cx.cache.dra, kind),
             Kind::PodGroup | Kind::Workload => self.gangs.keys(kind),
             Kind::Deployment | Kind::ReplicaSet | Kind::StatefulSet | Kind::PodMigrationJob => {
                 Vec::new()
@@ -548,6 +582,7 @@ impl Scheduler {
     ) -> bool {
         let Some(info) = self
             .cluster
+            .cache
             .pod(pod)
             .filter(|e| e.state == PodState::Pending && &*e.info.uid == uid)
             .map(|e| e.info.clone())
@@ -582,16 +617,17 @@ impl Scheduler {
     pub(super) fn unassume(&mut self, now: Time, mut b: InFlight) {
         // A node deleted meanwhile took the holds on it along; one re-created under the same
         // name has a new slot, and the old slot may hold another node by now.
-        let node = self.cluster.node_idx(&b.node_name).unwrap_or(b.node);
+        let node = self.cluster.cache.node_idx(&b.node_name).unwrap_or(b.node);
         b.state.now = now;
         self.run_unreserve(b.profile, &mut b.state, &b.pod, node);
         let assumed = self
             .cluster
+            .cache
             .pod(&b.pod.key)
             .filter(|e| e.state == PodState::Assumed && e.info.uid == b.pod.uid)
             .map(|e| e.node);
         if let Some(on) = assumed {
-            self.cluster.forget(&b.pod.key);
+            self.cluster.cache.forget(&b.pod.key);
             self.requeue(now, ClusterEvent::assigned_pod_deleted(on));
         }
         self.cluster
@@ -627,22 +663,23 @@ impl Scheduler {
         now: Time,
         pod: Arc<berth_api::k8s_openapi::api::core::v1::Pod>,
     ) {
-        let info = match PodInfo::new(pod.clone(), &mut self.cluster.names) {
+        let info = match PodInfo::new(pod.clone(), &mut self.cluster.cache.names) {
             Ok(i) => Arc::new(i),
             Err(e) => return self.reject_invalid_pod(&pod, e.rule(), e.to_string()),
         };
         let key = info.key.clone();
-        self.cluster.refusals.accept(&key, REASON_INVALID_POD);
+        self.cluster.cache.refusals.accept(&key, REASON_INVALID_POD);
         if info.node_name.is_none() && !info.terminal && !self.is_foreign(&info) {
             // A reservation template the scheduler cannot use makes the pod unschedulable
             // as written, like an unreadable request; everything else goes on.
             if let Err(message) = crate::drp::template::Template::of_pod(&info) {
                 if self
                     .cluster
+                    .cache
                     .pod(&key)
                     .is_some_and(|e| e.state == PodState::Pending)
                 {
-                    self.cluster.remove_pod(&key);
+                    self.cluster.cache.remove_pod(&key);
                 }
                 let rule = crate::refusal::rule_of(&message);
                 return self.reject_invalid_pod(&pod, rule, message);
@@ -671,6 +708,7 @@ impl Scheduler {
         }
         if self
             .cluster
+            .cache
             .pod(&key)
             .is_some_and(|e| e.state == PodState::Assumed)
         {
@@ -723,14 +761,14 @@ impl Scheduler {
     ) {
         self.queue.delete(key);
         let landed = (!info.terminal)
-            .then(|| self.cluster.pod(key).and_then(|e| e.node))
+            .then(|| self.cluster.cache.pod(key).and_then(|e| e.node))
             .flatten();
         self.drop_nomination(now, key, landed);
         self.last_message.remove(key);
         // A pod landing (bound by someone else) or leaving its node changes what fits.
         let held = prev.filter(|p| p.state != PodState::Pending && !p.info.terminal);
         let holds = (!info.terminal)
-            .then(|| self.cluster.pod(key).map(|e| e.node))
+            .then(|| self.cluster.cache.pod(key).map(|e| e.node))
             .flatten();
         match (held, holds) {
             (Some(p), Some(node)) if p.node == node => {
@@ -777,6 +815,7 @@ impl Scheduler {
         // Counted once per object and message (`berth_unreadable_objects_total`).
         let news = self
             .cluster
+            .cache
             .refusals
             .refuse(&key, REASON_INVALID_POD, rule, &message);
         if pod

@@ -125,7 +125,7 @@ impl Scheduler {
                 }),
             _ => self
                 .cluster
-                .pod(key)
+                .cache.pod(key)
                 .is_some_and(|e| e.state != PodState::Pending && !e.info.terminal),
         }
     }
@@ -147,6 +147,7 @@ impl Scheduler {
     ) {
         let node_name: Arc<str> = self
             .cluster
+            .cache
             .node(node)
             .map(|n| n.name.clone())
             .unwrap_or_else(|| "".into());
@@ -193,7 +194,7 @@ impl Scheduler {
         for mut w in waiting.pods {
             let b = &mut w.bind;
             // A node deleted meanwhile took its holds along: that member starts over.
-            if self.cluster.node_idx(&b.node_name) != Some(b.node) {
+            if self.cluster.cache.node_idx(&b.node_name) != Some(b.node) {
                 let key = b.pod.key.clone();
                 self.unassume(now, w.bind);
                 self.queue.failed(&key, false, &[], now);
@@ -301,6 +302,7 @@ impl Scheduler {
         }
         let strict = self
             .cluster
+            .cache
             .pod(key)
             .map(|e| e.info.clone())
             .is_none_or(|p| matches!(self.gangs.policy(&gang, &p), Ok(Some(p)) if p.strict));
@@ -367,7 +369,7 @@ impl Scheduler {
         let gang = self.gangs.gang(key)?;
         let member = self
             .item(key)
-            .or_else(|| self.cluster.pod(key).map(|e| e.info.clone()));
+            .or_else(|| self.cluster.cache.pod(key).map(|e| e.info.clone()));
         let min = member
             .and_then(|p| self.gangs.policy(gang, &p).ok().flatten())
             .map(|p| p.min);

@@ -67,7 +67,7 @@ impl Scheduler {
         let Nomination::Node(idx) = result.nomination else {
             return;
         };
-        let Some(node) = self.cluster.node(idx).map(|n| n.name.clone()) else {
+        let Some(node) = self.cluster.cache.node(idx).map(|n| n.name.clone()) else {
             return;
         };
         // The hold first: in the API server it exists before any victim is gone.
@@ -79,7 +79,7 @@ impl Scheduler {
         };
         let mut evicted = Vec::new();
         for victim in &result.victims {
-            let Some(info) = self.cluster.pod(victim).map(|e| e.info.clone()) else {
+            let Some(info) = self.cluster.cache.pod(victim).map(|e| e.info.clone()) else {
                 continue;
             };
             if info.terminating {
@@ -195,8 +195,8 @@ impl Scheduler {
                 None
             }
             Some(Nomination::Node(idx)) => {
-                let name = self.cluster.node(idx)?.name.clone();
-                let info = self.cluster.pod(&pod.key)?.info.clone();
+                let name = self.cluster.cache.node(idx)?.name.clone();
+                let info = self.cluster.cache.pod(&pod.key)?.info.clone();
                 self.nominator.add(info, name.clone());
                 Some(name)
             }
@@ -234,7 +234,7 @@ impl Scheduler {
         if same && live {
             return Some(name);
         }
-        let r = hold::reservation(&self.cluster.names, preemptor, node, ttl, victims)?;
+        let r = hold::reservation(&self.cluster.cache.names, preemptor, node, ttl, victims)?;
         if let Some(old) = existing {
             if !old.gc_requested {
                 self.effects.push_back(Effect::Delete {
@@ -272,7 +272,7 @@ impl Scheduler {
         };
         let idx = self.cluster.reservations.idx(name);
         let owns = idx.is_some() && self.cluster.reservations.owner_of(&key) == idx;
-        match self.cluster.pod(&key) {
+        match self.cluster.cache.pod(&key) {
             Some(e) if *e.info.uid == *uid => match e.state {
                 PodState::Bound => self.settle_hold(now, &key),
                 // Placed (its bind in flight) before the hold came: not on it.
@@ -306,7 +306,7 @@ impl Scheduler {
     /// Placed on its reservation, the reservation is `Succeeded` (completed); placed
     /// anywhere else first, the reservation expires at once (its room is not needed).
     pub(super) fn settle_hold(&mut self, now: Time, key: &ObjectKey) {
-        let Some((uid, bound)) = self.cluster.pod(key).map(|e| {
+        let Some((uid, bound)) = self.cluster.cache.pod(key).map(|e| {
             (
                 e.info.uid.clone(),
                 e.state == PodState::Bound && !e.info.terminal,
@@ -403,7 +403,7 @@ impl Scheduler {
         let Some(node) = self.nominator.delete(key) else {
             return;
         };
-        let idx = self.cluster.node_idx(&node);
+        let idx = self.cluster.cache.node_idx(&node);
         if idx.is_none() || idx != landed {
             self.wake_nominated_room(now, Some(&node));
         }
@@ -414,7 +414,7 @@ impl Scheduler {
     /// that Filter turned away there because of it may fit now. The queue sees it as a pod
     /// leaving that node (kube-scheduler moves them the same way).
     pub(super) fn wake_nominated_room(&mut self, now: Time, node: Option<&str>) {
-        let Some(idx) = node.and_then(|n| self.cluster.node_idx(n)) else {
+        let Some(idx) = node.and_then(|n| self.cluster.cache.node_idx(n)) else {
             return;
         };
         self.requeue(now, ClusterEvent::assigned_pod_deleted(Some(idx)));

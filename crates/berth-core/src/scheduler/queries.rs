@@ -19,32 +19,33 @@ impl Scheduler {
 
     /// A live node by name.
     pub fn node(&self, name: &str) -> Option<&NodeInfo> {
-        self.cluster.node_by_name(name)
+        self.cluster.cache.node_by_name(name)
     }
 
     /// Live nodes, in the order they were added.
     pub fn nodes(&self) -> impl Iterator<Item = &NodeInfo> + '_ {
-        self.cluster.nodes()
+        self.cluster.cache.nodes()
     }
 
     /// Number of live nodes.
     pub fn node_count(&self) -> usize {
-        self.cluster.node_count()
+        self.cluster.cache.node_count()
     }
 
     /// A known pod and where it stands.
     pub fn pod(&self, key: &ObjectKey) -> Option<&PodEntry> {
-        self.cluster.pod(key)
+        self.cluster.cache.pod(key)
     }
 
     /// Every known pod.
     pub fn pods(&self) -> impl Iterator<Item = &PodEntry> + '_ {
-        self.cluster.pods()
+        self.cluster.cache.pods()
     }
 
     /// Pods placed by this scheduler whose bind is not confirmed yet (walks every pod).
     pub fn assumed_pods(&self) -> usize {
         self.cluster
+            .cache
             .pods()
             .filter(|p| p.state == PodState::Assumed)
             .count()
@@ -78,6 +79,6 @@ impl Scheduler {
 
     /// The device state: slices, classes, claims and what is allocated or held.
     pub fn dra(&self) -> &crate::dra::DraState {
-        &self.cluster.dra
+        &self.cluster.cache.dra
     }
 }

@@ -133,6 +133,7 @@ fn one_cycle(fails: impl Fn(usize) -> (bool, bool)) -> (Vec<String>, Option<Stri
     }
     let requested = s
         .cluster
+        .cache
         .node_by_name("n1")
         .map_or(-1, |n| n.requested[ResourceId::CPU]);
     let calls = log.lock().map(|l| l.clone()).unwrap_or_default();

@@ -65,15 +65,17 @@ impl Scheduler {
         let event = match obj {
             Object::PersistentVolumeClaim(pvc) => {
                 let key = Object::PersistentVolumeClaim(pvc.clone()).key();
-                let old = cx.pvcs.insert(key.clone(), pvc.clone());
-                cx.assumed_volumes
+                let old = cx.cache.pvcs.insert(key.clone(), pvc.clone());
+                cx.cache
+                    .assumed_volumes
                     .pvc_changed(&key, old.as_deref(), Some(&pvc));
                 ClusterEvent::claim(key)
             }
             Object::PersistentVolume(pv) => {
                 let name: Arc<str> = pv.metadata.name.as_deref().unwrap_or("").into();
-                let old = cx.pvs.insert(name.clone(), pv.clone());
-                cx.assumed_volumes
+                let old = cx.cache.pvs.insert(name.clone(), pv.clone());
+                cx.cache
+                    .assumed_volumes
                     .pv_changed(&name, old.as_deref(), Some(&pv));
                 let topology = old.as_ref().is_none_or(|o| {
                     crate::plugins::volumezone::pv_topologies(o)
@@ -83,7 +85,7 @@ impl Scheduler {
             }
             Object::StorageClass(sc) => {
                 let name: Arc<str> = sc.metadata.name.as_deref().unwrap_or("").into();
-                let old = cx.storage_classes.insert(name, sc.clone());
+                let old = cx.cache.storage_classes.insert(name, sc.clone());
                 let kinds = match old {
                     None => {
                         let wffc = sc.volume_binding_mode.as_deref()
@@ -97,7 +99,7 @@ impl Scheduler {
             }
             Object::CsiNode(c) => {
                 let name: Arc<str> = c.metadata.name.as_deref().unwrap_or("").into();
-                let old = cx.csi_nodes.insert(name, c.clone());
+                let old = cx.cache.csi_nodes.insert(name, c.clone());
                 let migrated = |n: &berth_api::k8s_openapi::api::storage::v1::CSINode| {
                     n.metadata
                         .annotations
@@ -114,7 +116,7 @@ impl Scheduler {
             }
             Object::CsiDriver(d) => {
                 let name: Arc<str> = d.metadata.name.as_deref().unwrap_or("").into();
-                let old = cx.csi_drivers.insert(name.clone(), d.clone());
+                let old = cx.cache.csi_drivers.insert(name.clone(), d.clone());
                 let was = old.is_some_and(|o| o.spec.storage_capacity == Some(true));
                 if was && d.spec.storage_capacity != Some(true) {
                     ClusterEvent::csi_driver(&name)
@@ -124,7 +126,7 @@ impl Scheduler {
             }
             Object::CsiStorageCapacity(c) => {
                 let key = Object::CsiStorageCapacity(c.clone()).key();
-                let old = cx.csi_capacities.insert(key, c.clone());
+                let old = cx.cache.csi_capacities.insert(key, c.clone());
                 let grew = match (old.as_deref().map(volume_limit), volume_limit(&c)) {
                     (None, _) => true,
                     (Some(_), None) => false,
@@ -143,26 +145,29 @@ impl Scheduler {
         let cx = &mut self.cluster;
         match key.kind {
             Kind::PersistentVolumeClaim => {
-                let old = cx.pvcs.remove(key);
-                cx.assumed_volumes.pvc_changed(key, old.as_deref(), None);
+                let old = cx.cache.pvcs.remove(key);
+                cx.cache
+                    .assumed_volumes
+                    .pvc_changed(key, old.as_deref(), None);
             }
             Kind::PersistentVolume => {
-                let old = cx.pvs.remove(&*key.name);
-                cx.assumed_volumes
+                let old = cx.cache.pvs.remove(&*key.name);
+                cx.cache
+                    .assumed_volumes
                     .pv_changed(&key.name, old.as_deref(), None);
             }
             Kind::StorageClass => {
-                cx.storage_classes.remove(&*key.name);
+                cx.cache.storage_classes.remove(&*key.name);
             }
             Kind::CsiNode => {
-                cx.csi_nodes.remove(&*key.name);
+                cx.cache.csi_nodes.remove(&*key.name);
                 self.requeue(now, ClusterEvent::csi_node());
             }
             Kind::CsiDriver => {
-                cx.csi_drivers.remove(&*key.name);
+                cx.cache.csi_drivers.remove(&*key.name);
             }
             Kind::CsiStorageCapacity => {
-                cx.csi_capacities.remove(key);
+                cx.cache.csi_capacities.remove(key);
             }
             _ => {}
         }
@@ -389,7 +394,7 @@ fn claim_key(pvc: &berth_api::k8s_openapi::api::core::v1::PersistentVolumeClaim)
 /// is an error.
 fn check_bindings(cx: &Cluster, w: &mut VolumeWait) -> Result<bool, String> {
     let node_name = &*w.bind.node_name;
-    let Some(node) = cx.node_by_name(node_name) else {
+    let Some(node) = cx.cache.node_by_name(node_name) else {
         return Err(format!(
             "failed to get node {node_name:?}: node {node_name:?} not found"
         ));
@@ -397,13 +402,13 @@ fn check_bindings(cx: &Cluster, w: &mut VolumeWait) -> Result<bool, String> {
     let n = w.volumes.static_bindings.len();
     for (i, b) in w.volumes.static_bindings.iter().enumerate() {
         let name = pv_name(&b.pv);
-        let Some(pv) = cx.pvs.get(name) else {
+        let Some(pv) = cx.cache.pvs.get(name) else {
             return Err(format!(
                 "failed to check binding: could not find v1.PersistentVolume {name:?}"
             ));
         };
         let key = claim_key(&b.pvc);
-        let Some(pvc) = cx.pvcs.get(&key) else {
+        let Some(pvc) = cx.cache.pvcs.get(&key) else {
             return Err(format!(
                 "failed to check binding: could not find v1.PersistentVolumeClaim \"{key}\""
             ));
@@ -435,7 +440,7 @@ fn check_bindings(cx: &Cluster, w: &mut VolumeWait) -> Result<bool, String> {
     }
     for (j, p) in w.volumes.provisions.iter().enumerate() {
         let key = claim_key(&p.pvc);
-        let Some(pvc) = cx.pvcs.get(&key) else {
+        let Some(pvc) = cx.cache.pvcs.get(&key) else {
             return Err(format!(
                 "failed to check provisioning pvc: could not find v1.PersistentVolumeClaim \"{key}\""
             ));
@@ -455,7 +460,7 @@ fn check_bindings(cx: &Cluster, w: &mut VolumeWait) -> Result<bool, String> {
         }
         let volume = claim_volume_name(pvc);
         if !volume.is_empty() {
-            let Some(pv) = cx.pvs.get(volume) else {
+            let Some(pv) = cx.cache.pvs.get(volume) else {
                 return Ok(false);
             };
             if !node_affinity_matches(pv, &node.labels) {

@@ -31,7 +31,7 @@ pub(super) fn select_victims(
     budgets: &[pdb::Budget],
     potential: Vec<Arc<PodInfo>>,
 ) -> Result<(Vec<Arc<PodInfo>>, i64), Status> {
-    let Some(saved) = sim.node(idx).cloned() else {
+    let Some(saved) = sim.cache.node(idx).cloned() else {
         return Err(Status::error("node vanished during preemption"));
     };
     let mut removed: Vec<Removed> = Vec::with_capacity(potential.len());
@@ -43,7 +43,7 @@ pub(super) fn select_victims(
     for r in removed {
         r.put_back(sim, idx);
     }
-    if let Some(n) = sim.node_mut(idx) {
+    if let Some(n) = sim.cache.node_mut(idx) {
         *n = saved;
     }
     outcome
@@ -64,10 +64,11 @@ impl Removed {
     /// (a non-owner preemptor must not see reserved capacity as freed).
     fn take(sim: &mut Cluster, p: Arc<PodInfo>) -> Self {
         let assumed = sim
+            .cache
             .pod(&p.key)
             .is_some_and(|e| e.state == PodState::Assumed);
         let share = sim.reservations.take_owner(&mut sim.cache, &p.key);
-        sim.remove_pod(&p.key);
+        sim.cache.remove_pod(&p.key);
         Self {
             pod: p,
             assumed,
@@ -77,9 +78,9 @@ impl Removed {
 
     /// Re-places the pod as it was (bound, or assumed on `idx`), with its share.
     fn put_back(self, sim: &mut Cluster, idx: NodeIdx) {
-        sim.apply_pod(self.pod.clone());
+        sim.cache.apply_pod(self.pod.clone());
         if self.assumed {
-            sim.assume(&self.pod.key, idx);
+            sim.cache.assume(&self.pod.key, idx);
         }
         if let Some(share) = self.share {
             sim.reservations
@@ -145,7 +146,7 @@ fn check(fit: Fit<'_>, sim: &Cluster, idx: NodeIdx) -> Status {
     if let Some(st) = fit.outside_subset(&state, idx) {
         return st;
     }
-    let Some(node) = sim.node(idx) else {
+    let Some(node) = sim.cache.node(idx) else {
         return Status::error("node vanished during preemption");
     };
     run_filter_plugins_with_nominated_pods(

@@ -120,10 +120,11 @@ impl DefaultPreemption {
             return message(Nomination::Keep, reason.to_string());
         }
         let cluster = cx.cluster;
-        let num_all = cluster.node_count();
+        let num_all = cluster.cache.node_count();
         let mut resolvable = cx.resolvable.to_vec();
         resolvable.sort_unstable();
         let potential: Vec<NodeIdx> = cluster
+            .cache
             .node_order()
             .iter()
             .copied()
@@ -232,14 +233,14 @@ fn eligible(cx: &PostFilterContext<'_>, pod: &PodInfo) -> Result<(), &'static st
         .node_of(&pod.key)
         .map(|n| &**n)
         .or_else(|| nominated_node_name(pod));
-    let Some(idx) = nominated.and_then(|n| cx.cluster.node_idx(n)) else {
+    let Some(idx) = nominated.and_then(|n| cx.cluster.cache.node_idx(n)) else {
         return Ok(());
     };
     // A nominated node that cannot host the pod whatever is evicted: preempt elsewhere.
     if !cx.resolvable.contains(&idx) {
         return Ok(());
     }
-    let waiting = cx.cluster.node(idx).is_some_and(|node| {
+    let waiting = cx.cluster.cache.node(idx).is_some_and(|node| {
         node.pods
             .iter()
             .any(|p| p.priority < pod.priority && terminating_by_preemption(p))
@@ -255,7 +256,7 @@ fn eligible(cx: &PostFilterContext<'_>, pod: &PodInfo) -> Result<(), &'static st
             r.phase == berth_api::reservation::ReservationPhase::Waiting
                 && r.node == Some(idx)
                 && !r.terminating
-                && hold::victims_present(cx.cluster, r, idx)
+                && hold::victims_present(&cx.cluster.cache, r, idx)
         });
     if held {
         return Err(NOT_ELIGIBLE_HELD);
@@ -270,6 +271,7 @@ fn preemption_policy<'a>(cluster: &'a Cluster, pod: &'a PodInfo) -> Option<&'a s
     spec.preemption_policy.as_deref().or_else(|| {
         let class = spec.priority_class_name.as_deref()?;
         cluster
+            .cache
             .priority_classes
             .get(class)?
             .preemption_policy
@@ -348,7 +350,7 @@ impl DryRun<'_> {
     /// pod fits, or why there are none.
     fn select_victims_on_node(&mut self, idx: NodeIdx) -> Result<Candidate, Status> {
         let cluster = self.cluster;
-        let Some(node) = cluster.node(idx) else {
+        let Some(node) = cluster.cache.node(idx) else {
             return Err(Status::error("node vanished during preemption"));
         };
         let priority = self.fit.pod.priority;

@@ -222,8 +222,8 @@ fn build(w: &World) -> Built {
             "status": {"phase": "Bound"},
         }))
         .unwrap();
-        cx.pvs.insert(format!("pv{c}").into(), Arc::new(pv));
-        cx.pvcs.insert(
+        cx.cache.pvs.insert(format!("pv{c}").into(), Arc::new(pv));
+        cx.cache.pvcs.insert(
             ObjectKey::new(
                 crate::object::Kind::PersistentVolumeClaim,
                 "default",
@@ -246,12 +246,12 @@ fn build(w: &World) -> Built {
         if !p.assumed {
             b = b.node_name(&names[p.node]);
         }
-        let info = Arc::new(b.build_info_with(&mut cx.names));
+        let info = Arc::new(b.build_info_with(&mut cx.cache.names));
         let key = info.key.clone();
-        cx.apply_pod(info);
+        cx.cache.apply_pod(info);
         if p.assumed {
-            let idx = cx.node_idx(&names[p.node]).unwrap();
-            cx.assume(&key, idx);
+            let idx = cx.cache.node_idx(&names[p.node]).unwrap();
+            cx.cache.assume(&key, idx);
         }
     }
     for (i, &(app, allowed)) in w.budgets.iter().enumerate() {
@@ -265,14 +265,14 @@ fn build(w: &World) -> Built {
             .unwrap(),
         );
         let key = Object::PodDisruptionBudget(pdb.clone()).key();
-        cx.pdbs.insert(key, pdb);
+        cx.cache.pdbs.insert(key, pdb);
     }
     let mut nominator = Nominator::default();
     if let Some((n, cpu_m, priority)) = w.nominated {
         let info = pod("nominated")
             .req("cpu", &format!("{cpu_m}m"))
             .priority(priority)
-            .build_info_with(&mut cx.names);
+            .build_info_with(&mut cx.cache.names);
         nominator.add(Arc::new(info), names[n].as_str().into());
     }
     let (cpu_m, e) = &w.preemptor;
@@ -285,7 +285,7 @@ fn build(w: &World) -> Built {
     if w.zone_selector {
         b = b.spec("nodeSelector", json!({"zone": "z0"}));
     }
-    let pod = b.build_info_with(&mut cx.names);
+    let pod = b.build_info_with(&mut cx.cache.names);
     Built {
         cx,
         profile: Profile::default_profile(),
@@ -318,7 +318,7 @@ proptest! {
     fn the_overlay_selects_what_the_cluster_copy_selects(w in world()) {
         let b = build(&w);
         let fit = Fit { profile: &b.profile, nominator: &b.nominator, pod: &b.pod };
-        let nodes: Vec<NodeIdx> = b.cx.node_order().to_vec();
+        let nodes: Vec<NodeIdx> = b.cx.cache.node_order().to_vec();
         let dry = |how| DryRun {
             cluster: &b.cx,
             fit,
@@ -369,7 +369,7 @@ fn the_generator_reaches_the_interesting_cases() {
             sim: None,
             reservation_preemption: false,
         };
-        for &idx in b.cx.node_order() {
+        for &idx in b.cx.cache.node_order() {
             match dry.select_victims_on_node(idx) {
                 Ok(c) => {
                     candidates += 1;
@@ -487,7 +487,7 @@ proptest! {
         if owner {
             b = b.label("app", "web");
         }
-        let mut names = cx.names.clone();
+        let mut names = cx.cache.names.clone();
         let pod = b.build_info_with(&mut names);
         let fit = Fit { profile: &profile, nominator: &nominator, pod: &pod };
         let dry = |how| DryRun {
@@ -500,7 +500,7 @@ proptest! {
             reservation_preemption: enable,
         };
         let (mut overlay, mut copy) = (dry(Simulation::Overlay), dry(Simulation::ClusterCopy));
-        let nodes: Vec<NodeIdx> = cx.node_order().to_vec();
+        let nodes: Vec<NodeIdx> = cx.cache.node_order().to_vec();
         for &idx in &nodes {
             let want = outcome(copy.select_victims_on_node(idx));
             let got = outcome(overlay.select_victims_on_node(idx));

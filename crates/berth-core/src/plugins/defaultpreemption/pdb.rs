@@ -29,11 +29,11 @@ pub(crate) struct Budget {
 /// The cluster's budgets in name order. A budget with no, an empty or an invalid selector
 /// matches nothing (kube-scheduler's rule) and is left out.
 pub(crate) fn budgets(cx: &Cluster) -> Vec<Budget> {
-    let mut keys: Vec<_> = cx.pdbs.keys().collect();
+    let mut keys: Vec<_> = cx.cache.pdbs.keys().collect();
     keys.sort();
     let mut out = Vec::new();
     for key in keys {
-        let pdb = &cx.pdbs[key];
+        let pdb = &cx.cache.pdbs[key];
         let Some(sel) = pdb.spec.as_ref().and_then(|s| s.selector.as_ref()) else {
             continue;
         };
@@ -74,7 +74,7 @@ fn controller_allowed(
     cx: &Cluster,
 ) -> i32 {
     let (mut expected, mut healthy) = (0i64, 0i64);
-    for e in cx.pods() {
+    for e in cx.cache.pods() {
         let p = &e.info;
         if p.is_reserve_pod()
             || p.terminal
@@ -181,11 +181,11 @@ mod tests {
             .unwrap();
         for p in pdbs {
             let key = Object::PodDisruptionBudget(p.clone()).key();
-            cx.pdbs.insert(key, p.clone());
+            cx.cache.pdbs.insert(key, p.clone());
         }
         for b in pods {
-            let info = b.build_info_with(&mut cx.names);
-            cx.apply_pod(Arc::new(info));
+            let info = b.build_info_with(&mut cx.cache.names);
+            cx.cache.apply_pod(Arc::new(info));
         }
         cx
     }

@@ -62,8 +62,8 @@ impl Fixture {
             cx.apply_node(n.build()).unwrap();
         }
         for p in pods {
-            let info = p.build_info_with(&mut cx.names);
-            cx.apply_pod(Arc::new(info));
+            let info = p.build_info_with(&mut cx.cache.names);
+            cx.cache.apply_pod(Arc::new(info));
         }
         Self {
             cx,
@@ -88,16 +88,16 @@ impl Fixture {
             .unwrap(),
         );
         let key = Object::PodDisruptionBudget(pdb.clone()).key();
-        self.cx.pdbs.insert(key, pdb);
+        self.cx.cache.pdbs.insert(key, pdb);
         self
     }
 
     fn info(&mut self, b: &PodBuilder) -> PodInfo {
-        b.build_info_with(&mut self.cx.names)
+        b.build_info_with(&mut self.cx.cache.names)
     }
 
     fn idx(&self, name: &str) -> NodeIdx {
-        self.cx.node_idx(name).unwrap()
+        self.cx.cache.node_idx(name).unwrap()
     }
 
     /// PreFilter and Filter over every node as the scheduler runs them, then PostFilter.
@@ -115,6 +115,7 @@ impl Fixture {
             Some(names) => names.iter().map(|n| self.idx(n)).collect(),
             None => self
                 .cx
+                .cache
                 .nodes()
                 .filter(|n| {
                     let st = run_filter_plugins(&self.profile, &self.cx, &state, pod, n);
@@ -157,7 +158,7 @@ impl Fixture {
 
     fn node_of(&self, r: &PostFilterResult) -> Option<String> {
         match r.nomination {
-            Nomination::Node(i) => Some(self.cx.node(i).unwrap().name.to_string()),
+            Nomination::Node(i) => Some(self.cx.cache.node(i).unwrap().name.to_string()),
             _ => None,
         }
     }
@@ -450,7 +451,7 @@ fn dry_run_selects_the_fewest_victims_upstream_cases() {
             .iter()
             .map(|cand| {
                 (
-                    f.cx.node(cand.node).unwrap().name.to_string(),
+                    f.cx.cache.node(cand.node).unwrap().name.to_string(),
                     victims(cand),
                     cand.pdb_violations,
                 )
@@ -481,7 +482,7 @@ fn dry_run_stops_at_the_configured_number_of_candidates() {
     let got: Vec<String> = f
         .dry_run(&p, args, &names, 4)
         .iter()
-        .map(|c| f.cx.node(c.node).unwrap().name.to_string())
+        .map(|c| f.cx.cache.node(c.node).unwrap().name.to_string())
         .collect();
     assert_eq!(got, ["node5", "node1"]);
     let all = f.dry_run(&p, json!({}), &names, 0);
@@ -510,7 +511,7 @@ fn a_violating_candidate_does_not_end_the_search_for_a_non_violating_one() {
         .iter()
         .map(|c| {
             (
-                f.cx.node(c.node).unwrap().name.to_string(),
+                f.cx.cache.node(c.node).unwrap().name.to_string(),
                 c.pdb_violations,
             )
         })
@@ -538,7 +539,7 @@ fn reprieve_keeps_the_most_important_pods_that_still_leave_room() {
     // does (300).
     assert_eq!(victims(&got[0]), ["young"]);
     // The copy was restored: the real cluster never changed, and a second run agrees.
-    assert_eq!(f.cx.node_by_name("node1").unwrap().pods.len(), 3);
+    assert_eq!(f.cx.cache.node_by_name("node1").unwrap().pods.len(), 3);
     let again = f.dry_run(&p, json!({}), &["node1"], 0);
     assert_eq!(victims(&again[0]), ["young"]);
 }
@@ -610,7 +611,12 @@ fn preemption_sees_topology_spread_change_when_pods_are_removed() {
     let got = f.dry_run(&p, json!({}), &["node-a", "node-b", "node-x"], 0);
     let got: Vec<(String, Vec<&str>)> = got
         .iter()
-        .map(|c| (f.cx.node(c.node).unwrap().name.to_string(), victims(c)))
+        .map(|c| {
+            (
+                f.cx.cache.node(c.node).unwrap().name.to_string(),
+                victims(c),
+            )
+        })
         .collect();
     assert_eq!(
         got,
@@ -648,7 +654,7 @@ fn preemption_removes_a_victim_whose_anti_affinity_rejects_the_pod() {
     let p = f.info(&res(pod("p").label("foo", "").priority(HIGH), 100));
     let got = f.dry_run(&p, json!({}), &["node1", "node2"], 0);
     assert_eq!(got.len(), 1, "{got:?}");
-    assert_eq!(f.cx.node(got[0].node).unwrap().name.as_ref(), "node1");
+    assert_eq!(f.cx.cache.node(got[0].node).unwrap().name.as_ref(), "node1");
     assert_eq!(victims(&got[0]), ["p1.1"]);
 }
 
@@ -785,7 +791,9 @@ fn a_priority_class_with_preemption_policy_never_stops_preemption() {
         json!({"metadata": {"name": "polite"}, "value": 1000, "preemptionPolicy": "Never"}),
     )
     .unwrap();
-    f.cx.priority_classes.insert("polite".into(), Arc::new(pc));
+    f.cx.cache
+        .priority_classes
+        .insert("polite".into(), Arc::new(pc));
     let p = f.info(
         &pod("p")
             .priority(1000)
@@ -829,7 +837,7 @@ fn run(s: &mut Scheduler, now: Time) -> Vec<Effect> {
         }
         for e in &effects {
             let pod_update = |s: &Scheduler, key: &ObjectKey, set: &dyn Fn(&mut Value)| {
-                let info = s.cluster.pod(key).map(|e| e.info.clone())?;
+                let info = s.cluster.cache.pod(key).map(|e| e.info.clone())?;
                 let mut v = serde_json::to_value(&*info.pod).unwrap();
                 set(&mut v);
                 Some(Object::Pod(Arc::new(serde_json::from_value(v).unwrap())))
@@ -874,7 +882,7 @@ fn run(s: &mut Scheduler, now: Time) -> Vec<Effect> {
 }
 
 fn bound(s: &Scheduler, name: &str) -> Option<String> {
-    let e = s.cluster.pod(&ObjectKey::pod("default", name))?;
+    let e = s.cluster.cache.pod(&ObjectKey::pod("default", name))?;
     (e.state == crate::cache::PodState::Bound)
         .then(|| e.info.node_name.as_deref().unwrap_or("").to_string())
 }
@@ -1100,6 +1108,7 @@ fn a_preemptor_waits_for_its_terminating_victims_instead_of_preempting_again() {
     // The victim starts terminating (graceful deletion) instead of vanishing.
     let info = s
         .cluster
+        .cache
         .pod(&ObjectKey::pod("default", &victim))
         .unwrap()
         .info
@@ -1202,6 +1211,7 @@ fn deleting_a_nominated_pod_wakes_the_pods_its_nomination_turned_away() {
     // away by the nomination.
     let info = s
         .cluster
+        .cache
         .pod(&ObjectKey::pod("default", "low"))
         .unwrap()
         .info

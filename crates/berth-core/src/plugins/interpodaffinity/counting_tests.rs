@@ -173,10 +173,10 @@ fn set_namespace(cx: &mut Cluster, team: Option<u8>) {
             let ns: Namespace = serde_json::from_value(json!({"metadata": {
                 "name": "other", "labels": {"team": format!("t{t}")}}}))
             .expect("namespace deserializes");
-            cx.namespaces.insert("other".into(), Arc::new(ns));
+            cx.cache.namespaces.insert("other".into(), Arc::new(ns));
         }
         None => {
-            cx.namespaces.remove("other");
+            cx.cache.namespaces.remove("other");
         }
     }
 }
@@ -193,12 +193,12 @@ fn check(cx: &Cluster, p: &PodInfo) -> Result<(), TestCaseError> {
         let fast = scoring::remembered(cx, p, hard);
         let slow = scoring::recount(cx, &none, p, hard);
         prop_assert_eq!(fast.merged(), slow.merged(), "PreScore weights");
-        for n in cx.nodes() {
+        for n in cx.cache.nodes() {
             prop_assert_eq!(fast.score(n), slow.score(n), "score of {}", n.name);
         }
     }
     // The PreFilter extensions on a copy: remove every pod of the first node, add them back.
-    if let Some(n) = cx.nodes().find(|n| !n.pods.is_empty()) {
+    if let Some(n) = cx.cache.nodes().find(|n| !n.pods.is_empty()) {
         let mut fast_state = CycleState {
             inter_pod_affinity: Some(Box::new(fast)),
             ..CycleState::default()
@@ -245,7 +245,7 @@ fn ask(
     ver: Option<u8>,
     s: usize,
 ) -> Result<(), TestCaseError> {
-    let p = pod_builder("incoming", ns, app, ver, s).build_info_with(&mut cx.names);
+    let p = pod_builder("incoming", ns, app, ver, s).build_info_with(&mut cx.cache.names);
     check(cx, &p)
 }
 
@@ -256,18 +256,18 @@ fn run(ops: &[Op]) -> Result<(), TestCaseError> {
         match *op {
             Op::Node(i, h, z, r) => apply_node(&mut cx, i, h, z, r),
             Op::DeleteNode(i) => {
-                cx.delete_node(&node_name(i));
+                cx.cache.delete_node(&node_name(i));
             }
             Op::Pod(i, ns, app, ver, s) => {
                 let b = pod_builder(&format!("p{step}"), ns, app, ver, s).node_name(&node_name(i));
-                let info = Arc::new(b.build_info_with(&mut cx.names));
+                let info = Arc::new(b.build_info_with(&mut cx.cache.names));
                 pods.push((info.key.clone(), b));
-                cx.apply_pod(info);
+                cx.cache.apply_pod(info);
             }
             Op::DeletePod(j) => {
                 if !pods.is_empty() {
                     let (k, _) = pods.swap_remove(j % pods.len());
-                    cx.remove_pod(&k);
+                    cx.cache.remove_pod(&k);
                 }
             }
             Op::Relabel(j, app) => {
@@ -277,38 +277,38 @@ fn run(ops: &[Op]) -> Result<(), TestCaseError> {
                         Some(a) => pods[at].1.clone().label("app", APPS[a]),
                         None => pods[at].1.clone().label("app", "none"),
                     };
-                    let info = Arc::new(b.build_info_with(&mut cx.names));
-                    cx.apply_pod(info);
+                    let info = Arc::new(b.build_info_with(&mut cx.cache.names));
+                    cx.cache.apply_pod(info);
                     pods[at].1 = b;
                 }
             }
             Op::Assume(i, app, s, forget) => {
                 let b = pod_builder(&format!("p{step}"), 0, Some(app), None, s);
-                let info = Arc::new(b.build_info_with(&mut cx.names));
+                let info = Arc::new(b.build_info_with(&mut cx.cache.names));
                 let key = info.key.clone();
-                cx.apply_pod(info);
-                if let Some(idx) = cx.node_idx(&node_name(i)) {
-                    cx.assume(&key, idx);
+                cx.cache.apply_pod(info);
+                if let Some(idx) = cx.cache.node_idx(&node_name(i)) {
+                    cx.cache.assume(&key, idx);
                 }
                 if forget {
-                    cx.forget(&key);
+                    cx.cache.forget(&key);
                 }
                 pods.push((key, b));
             }
             Op::RemoveAndRestore(i) => {
-                let Some(idx) = cx.node_idx(&node_name(i)) else {
+                let Some(idx) = cx.cache.node_idx(&node_name(i)) else {
                     continue;
                 };
-                let Some(saved) = cx.node(idx).cloned() else {
+                let Some(saved) = cx.cache.node(idx).cloned() else {
                     continue;
                 };
                 if let Some(first) = saved.pods.first().map(|p| p.key.clone()) {
-                    if let Some(n) = cx.node_mut(idx) {
+                    if let Some(n) = cx.cache.node_mut(idx) {
                         n.remove_pod(&first);
                     }
                     ask(&mut cx, 0, Some(0), None, 2)?;
                 }
-                if let Some(n) = cx.node_mut(idx) {
+                if let Some(n) = cx.cache.node_mut(idx) {
                     *n = saved;
                 }
                 ask(&mut cx, 0, Some(0), None, 2)?;
@@ -350,8 +350,8 @@ fn a_stale_answer_is_caught() {
     cx.affinity_counts().freeze_for_test();
     let info = pod_builder("late", 0, Some(0), None, 9)
         .node_name("n0")
-        .build_info_with(&mut cx.names);
-    cx.apply_pod(Arc::new(info));
+        .build_info_with(&mut cx.cache.names);
+    cx.cache.apply_pod(Arc::new(info));
     let caught = (0..SHAPES).any(|s| ask(&mut cx, 0, Some(0), Some(0), s).is_err());
     assert!(caught, "a frozen answer must differ from the recount");
 }
@@ -364,11 +364,11 @@ fn a_namespace_label_change_is_seen() {
     apply_node(&mut cx, 0, true, Some(0), None);
     let e = pod_builder("e", 1, Some(0), None, 0)
         .node_name("n0")
-        .build_info_with(&mut cx.names);
-    cx.apply_pod(Arc::new(e));
+        .build_info_with(&mut cx.cache.names);
+    cx.cache.apply_pod(Arc::new(e));
     set_namespace(&mut cx, Some(0));
     ask(&mut cx, 0, Some(0), None, 5).expect("t0: not selected");
-    let p = pod_builder("q", 0, Some(0), None, 5).build_info_with(&mut cx.names);
+    let p = pod_builder("q", 0, Some(0), None, 5).build_info_with(&mut cx.cache.names);
     assert!(filtering::remembered(&cx, &p).counts()[2].is_empty());
     set_namespace(&mut cx, Some(1));
     ask(&mut cx, 0, Some(0), None, 5).expect("t1: selected");

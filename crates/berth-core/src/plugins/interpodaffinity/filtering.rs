@@ -65,7 +65,9 @@ pub(super) fn pre_filter(
     if let Err(e) = validate(affinity.iter().chain(anti)) {
         return Err(Status::unresolvable(format!("parsing pod: {e}")));
     }
-    if affinity.is_empty() && anti.is_empty() && cx.affinity_totals.with_required_anti_affinity <= 0
+    if affinity.is_empty()
+        && anti.is_empty()
+        && cx.cache.affinity_totals.with_required_anti_affinity <= 0
     {
         // Nothing to check and no existing pod's anti-affinity anywhere: skip the scan.
         return Ok(None);
@@ -78,7 +80,7 @@ pub(super) fn pre_filter(
     if s.existing_anti.is_empty() && affinity.is_empty() && anti.is_empty() {
         return Ok(None);
     }
-    s.self_match = matches_all(affinity, pod, pod, &cx.namespaces);
+    s.self_match = matches_all(affinity, pod, pod, &cx.cache.namespaces);
     Ok(Some(s))
 }
 
@@ -86,20 +88,20 @@ pub(super) fn pre_filter(
 /// count no pod can add to (no pod with required anti-affinity anywhere; no terms of the
 /// pod's own) is not asked.
 pub(super) fn remembered(cx: &Cluster, pod: &PodInfo) -> State {
-    let existing_anti = if cx.affinity_totals.with_required_anti_affinity > 0 {
-        counting::existing_anti_affinity(cx.affinity_counts(), cx, pod)
+    let existing_anti = if cx.cache.affinity_totals.with_required_anti_affinity > 0 {
+        counting::existing_anti_affinity(cx.affinity_counts(), &cx.cache, pod)
     } else {
         Arc::default()
     };
     let affinity = if required_affinity(pod).is_empty() {
         Arc::default()
     } else {
-        counting::affinity(cx.affinity_counts(), cx, pod)
+        counting::affinity(cx.affinity_counts(), &cx.cache, pod)
     };
     let anti = if required_anti_affinity(pod).is_empty() {
         Arc::default()
     } else {
-        counting::anti_affinity(cx.affinity_counts(), cx, pod)
+        counting::anti_affinity(cx.affinity_counts(), &cx.cache, pod)
     };
     State {
         existing_anti,
@@ -117,7 +119,7 @@ pub(super) fn recount(cx: &Cluster, state: &CycleState, pod: &PodInfo) -> State 
     let mut existing_anti = TopologyCounts::default();
     let mut affinity_counts = TopologyCounts::default();
     let mut anti_counts = TopologyCounts::default();
-    for node in cx.nodes() {
+    for node in cx.cache.nodes() {
         if node.pods_with_required_anti_affinity == 0 {
             continue;
         }
@@ -126,25 +128,25 @@ pub(super) fn recount(cx: &Cluster, state: &CycleState, pod: &PodInfo) -> State 
                 continue;
             }
             for t in required_anti_affinity(existing) {
-                if term_matches(t, existing, pod, &cx.namespaces) {
+                if term_matches(t, existing, pod, &cx.cache.namespaces) {
                     existing_anti.add(&node.labels, &t.topology_key, 1);
                 }
             }
         }
     }
     if !affinity.is_empty() || !anti.is_empty() {
-        for node in cx.nodes() {
+        for node in cx.cache.nodes() {
             for existing in &node.pods {
                 if crate::plugins::reservation::hidden(state, existing, node.idx) {
                     continue;
                 }
-                if matches_all(affinity, pod, existing, &cx.namespaces) {
+                if matches_all(affinity, pod, existing, &cx.cache.namespaces) {
                     for t in affinity {
                         affinity_counts.add(&node.labels, &t.topology_key, 1);
                     }
                 }
                 for t in anti {
-                    if term_matches(t, pod, existing, &cx.namespaces) {
+                    if term_matches(t, pod, existing, &cx.cache.namespaces) {
                         anti_counts.add(&node.labels, &t.topology_key, 1);
                     }
                 }
@@ -181,20 +183,20 @@ pub(super) fn update_with_pod(
     let affinity = required_affinity(pod);
     let anti = required_anti_affinity(pod);
     for t in required_anti_affinity(existing) {
-        if term_matches(t, existing, pod, &cx.namespaces) {
+        if term_matches(t, existing, pod, &cx.cache.namespaces) {
             Arc::make_mut(&mut s.existing_anti).update(&node.labels, &t.topology_key, delta);
         }
     }
     if affinity.is_empty() && anti.is_empty() {
         return;
     }
-    if matches_all(affinity, pod, existing, &cx.namespaces) {
+    if matches_all(affinity, pod, existing, &cx.cache.namespaces) {
         for t in affinity {
             Arc::make_mut(&mut s.affinity).update(&node.labels, &t.topology_key, delta);
         }
     }
     for t in anti {
-        if term_matches(t, pod, existing, &cx.namespaces) {
+        if term_matches(t, pod, existing, &cx.cache.namespaces) {
             Arc::make_mut(&mut s.anti).update(&node.labels, &t.topology_key, delta);
         }
     }
@@ -311,6 +313,7 @@ mod tests {
         let mut state = CycleState::default();
         let pre = pl.pre_filter(&cx, &mut state, &p);
         let got: Vec<Want> = cx
+            .cache
             .nodes()
             .map(|n| {
                 if pre.is_skip() {

@@ -100,7 +100,7 @@ pub(super) fn pre_score(
     if let Err(e) = validate(own_terms) {
         return Err(Status::error(format!("failed to parse pod: {e}")));
     }
-    if !has_constraints && cx.affinity_totals.with_affinity <= 0 {
+    if !has_constraints && cx.cache.affinity_totals.with_affinity <= 0 {
         // No preferred terms of its own and no pod with affinity anywhere: nothing scores.
         return Err(Status::skip());
     }
@@ -122,12 +122,12 @@ pub(super) fn pre_score(
 pub(super) fn remembered(cx: &Cluster, pod: &PodInfo, hard_weight: i64) -> ScoreState {
     let mut parts = Vec::with_capacity(2);
     if !preferred_affinity(pod).is_empty() || !preferred_anti_affinity(pod).is_empty() {
-        parts.push(counting::preferred(cx.affinity_counts(), cx, pod));
+        parts.push(counting::preferred(cx.affinity_counts(), &cx.cache, pod));
     }
-    if cx.affinity_totals.with_affinity > 0 {
+    if cx.cache.affinity_totals.with_affinity > 0 {
         parts.push(counting::existing_score(
             cx.affinity_counts(),
-            cx,
+            &cx.cache,
             pod,
             hard_weight,
         ));
@@ -147,7 +147,7 @@ pub(super) fn recount(
     let pref_anti = preferred_anti_affinity(pod);
     let has_constraints = !pref.is_empty() || !pref_anti.is_empty();
     let mut topo = TopologyCounts::default();
-    for node in cx.nodes() {
+    for node in cx.cache.nodes() {
         // Unless the incoming pod has preferred terms, only pods with affinity contribute.
         if (!has_constraints && node.pods_with_affinity == 0) || node.labels.is_empty() {
             continue;
@@ -162,13 +162,13 @@ pub(super) fn recount(
             }
             for w in pref {
                 let t = &w.pod_affinity_term;
-                if term_matches(t, pod, existing, &cx.namespaces) {
+                if term_matches(t, pod, existing, &cx.cache.namespaces) {
                     topo.add(labels, &t.topology_key, i64::from(w.weight));
                 }
             }
             for w in pref_anti {
                 let t = &w.pod_affinity_term;
-                if term_matches(t, pod, existing, &cx.namespaces) {
+                if term_matches(t, pod, existing, &cx.cache.namespaces) {
                     topo.add(labels, &t.topology_key, -i64::from(w.weight));
                 }
             }
@@ -177,20 +177,20 @@ pub(super) fn recount(
             }
             if hard_weight > 0 {
                 for t in required_affinity(existing) {
-                    if term_matches(t, existing, pod, &cx.namespaces) {
+                    if term_matches(t, existing, pod, &cx.cache.namespaces) {
                         topo.add(labels, &t.topology_key, hard_weight);
                     }
                 }
             }
             for w in preferred_affinity(existing) {
                 let t = &w.pod_affinity_term;
-                if term_matches(t, existing, pod, &cx.namespaces) {
+                if term_matches(t, existing, pod, &cx.cache.namespaces) {
                     topo.add(labels, &t.topology_key, i64::from(w.weight));
                 }
             }
             for w in preferred_anti_affinity(existing) {
                 let t = &w.pod_affinity_term;
-                if term_matches(t, existing, pod, &cx.namespaces) {
+                if term_matches(t, existing, pod, &cx.cache.namespaces) {
                     topo.add(labels, &t.topology_key, -i64::from(w.weight));
                 }
             }
@@ -283,7 +283,7 @@ mod tests {
         let cx = cluster(&c.nodes, &c.pods);
         let pl = InterPodAffinity::new(Some(&c.args)).unwrap();
         let p = c.pod.build_info();
-        let names: Vec<String> = cx.nodes().map(|n| n.name.to_string()).collect();
+        let names: Vec<String> = cx.cache.nodes().map(|n| n.name.to_string()).collect();
         let names: Vec<&str> = names.iter().map(String::as_str).collect();
         let feasible = indices(&cx, &names);
         let mut state = CycleState::default();
@@ -294,7 +294,7 @@ mod tests {
             assert!(st.is_success(), "{}: {st:?}", c.name);
             let mut scores: Vec<i64> = feasible
                 .iter()
-                .map(|i| pl.score(&cx, &state, &p, cx.node(*i).unwrap()))
+                .map(|i| pl.score(&cx, &state, &p, cx.cache.node(*i).unwrap()))
                 .collect();
             pl.normalize_scores(&state, &p, &mut scores);
             Some(scores)

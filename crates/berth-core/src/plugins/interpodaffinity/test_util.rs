@@ -16,8 +16,8 @@ pub(crate) fn cluster(nodes: &[NodeBuilder], pods: &[PodBuilder]) -> Cluster {
         cx.apply_node(n.build()).expect("test node is valid");
     }
     for p in pods {
-        let info = p.build_info_with(&mut cx.names);
-        cx.apply_pod(Arc::new(info));
+        let info = p.build_info_with(&mut cx.cache.names);
+        cx.cache.apply_pod(Arc::new(info));
     }
     cx
 }
@@ -30,8 +30,8 @@ pub(crate) fn cluster_of(nodes: &[Arc<Node>], pods: &[PodBuilder]) -> Cluster {
         cx.apply_node(n.clone()).expect("test node is valid");
     }
     for p in pods {
-        let info = p.build_info_with(&mut cx.names);
-        cx.apply_pod(Arc::new(info));
+        let info = p.build_info_with(&mut cx.cache.names);
+        cx.cache.apply_pod(Arc::new(info));
     }
     cx
 }
@@ -49,7 +49,8 @@ pub(crate) fn bare_node(name: &str, labels: &[(&str, &str)]) -> Arc<Node> {
 
 /// A node of `cx` by name.
 pub(crate) fn node_with<'c>(cx: &'c Cluster, name: &str) -> &'c NodeInfo {
-    cx.node_by_name(name)
+    cx.cache
+        .node_by_name(name)
         .unwrap_or_else(|| panic!("no node {name}"))
 }
 

@@ -207,7 +207,7 @@ impl Plugin for BalancedAllocation {
         pod: &PodInfo,
         _nodes: &[NodeIdx],
     ) -> Status {
-        if self.ids(&cx.names).all(|id| pod.requests[id] == 0) {
+        if self.ids(&cx.cache.names).all(|id| pod.requests[id] == 0) {
             Status::skip()
         } else {
             Status::success()
@@ -219,7 +219,7 @@ impl Plugin for BalancedAllocation {
             .reservation
             .as_ref()
             .and_then(|r| r.restored(pod, node.idx));
-        Self::score_terms(&self.terms(&cx.names, pod), node, restored)
+        Self::score_terms(&self.terms(&cx.cache.names, pod), node, restored)
     }
 
     /// [`Plugin::score`] over every feasible node, with the pod's terms worked out once.
@@ -231,7 +231,7 @@ impl Plugin for BalancedAllocation {
         nodes: &[NodeIdx],
         out: &mut Vec<i64>,
     ) {
-        let terms = self.terms(&cx.names, pod);
+        let terms = self.terms(&cx.cache.names, pod);
         // Nodes where nothing is given back: the default two resources are copied into the
         // loop, which then keeps them in registers rather than reading them (and the list's
         // length) per node.
@@ -281,18 +281,18 @@ mod tests {
         let infos: Vec<NodeInfo> = nodes
             .iter()
             .map(|(b, existing)| {
-                let mut n = b.build_info_with(&mut cx.names);
+                let mut n = b.build_info_with(&mut cx.cache.names);
                 for (i, e) in existing.iter().enumerate() {
                     let e = e
                         .clone()
                         .meta("name", json!(format!("e{i}")))
                         .node_name("n");
-                    n.add_pod(Arc::new(e.build_info_with(&mut cx.names)));
+                    n.add_pod(Arc::new(e.build_info_with(&mut cx.cache.names)));
                 }
                 n
             })
             .collect();
-        let p = p.build_info_with(&mut cx.names);
+        let p = p.build_info_with(&mut cx.cache.names);
         let pl = BalancedAllocation::new(Some(&args)).unwrap();
         let mut st = CycleState::default();
         let skip = pl.pre_score(&cx, &mut st, &p, &[]).is_skip();
@@ -400,10 +400,10 @@ mod tests {
     #[test]
     fn reserved_capacity_counts_as_used() {
         let mut cx = Cluster::default();
-        let mut n = sized("a", "4", "10000Mi").build_info_with(&mut cx.names);
+        let mut n = sized("a", "4", "10000Mi").build_info_with(&mut cx.cache.names);
         n.reserved[ResourceId::CPU] = 1000;
         n.touch();
-        let p = cpu_mem("1", "5000Mi").build_info_with(&mut cx.names);
+        let p = cpu_mem("1", "5000Mi").build_info_with(&mut cx.cache.names);
         let pl = BalancedAllocation::new(None).unwrap();
         // cpu (1000 + 1000) / 4000 = 0.5, memory 0.5.
         assert_eq!(pl.score(&cx, &CycleState::default(), &p, &n), 100);

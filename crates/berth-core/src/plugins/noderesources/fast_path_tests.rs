@@ -69,8 +69,8 @@ proptest! {
                 if *g > 0 {
                     p = p.req(EXT, &g.to_string());
                 }
-                let info = p.node_name(&format!("n{n}")).build_info_with(&mut cx.names);
-                cx.apply_pod(Arc::new(info));
+                let info = p.node_name(&format!("n{n}")).build_info_with(&mut cx.cache.names);
+                cx.cache.apply_pod(Arc::new(info));
             }
         }
         let (c, m, g) = want;
@@ -78,8 +78,8 @@ proptest! {
         if g > 0 {
             p = p.req(EXT, &g.to_string());
         }
-        let p = p.build_info_with(&mut cx.names);
-        let infos: Vec<_> = cx.nodes().cloned().collect();
+        let p = p.build_info_with(&mut cx.cache.names);
+        let infos: Vec<_> = cx.cache.nodes().cloned().collect();
         let ignored = if ignore_gpu { json!([EXT]) } else { json!([]) };
         let fit = Fit::new(Some(&json!({"scoringStrategy": scoring, "ignoredResources": ignored})))
             .expect("valid args");

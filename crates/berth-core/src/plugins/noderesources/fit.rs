@@ -83,7 +83,7 @@ impl Wants {
             len: 0,
             slots: [(0, 0); MAX_RESOURCES],
         };
-        let n = cx.names.len().min(MAX_RESOURCES);
+        let n = cx.cache.names.len().min(MAX_RESOURCES);
         for (i, &want) in pod.requests.0[..n].iter().enumerate() {
             if want > 0 {
                 me.slots[me.len % MAX_RESOURCES] = (i, want);
@@ -258,7 +258,7 @@ impl Plugin for Fit {
             .reservation
             .as_ref()
             .and_then(|r| r.restored(pod, node.idx));
-        for i in 0..cx.names.len() {
+        for i in 0..cx.cache.names.len() {
             let id = ResourceId(i as u8);
             let want = pod.requests[id];
             if want <= 0 {
@@ -273,7 +273,7 @@ impl Plugin for Fit {
             if want <= free {
                 continue;
             }
-            let name = cx.names.name(id);
+            let name = cx.cache.names.name(id);
             // `pods` is the pod-count limit, checked above, never a request to fit.
             if name == "pods" || self.ignored(name) {
                 continue;
@@ -306,7 +306,7 @@ impl Plugin for Fit {
             .reservation
             .as_ref()
             .and_then(|r| r.restored(pod, node.idx));
-        self.scorer.score(&cx.names, pod, node, back)
+        self.scorer.score(&cx.cache.names, pod, node, back)
     }
 
     /// [`Plugin::score`] over every feasible node, with the pod's terms worked out once.
@@ -318,7 +318,7 @@ impl Plugin for Fit {
         nodes: &[NodeIdx],
         out: &mut Vec<i64>,
     ) {
-        let terms = self.scorer.terms(&cx.names, pod);
+        let terms = self.scorer.terms(&cx.cache.names, pod);
         // Two loops, so that the common one (no reservation gives anything back) asks
         // nothing per node.
         match super::gives_back(state) {
@@ -416,13 +416,13 @@ mod tests {
     }
 
     fn node_with(cx: &mut Cluster, b: NodeBuilder, existing: &[PodBuilder]) -> NodeInfo {
-        let mut n = b.build_info_with(&mut cx.names);
+        let mut n = b.build_info_with(&mut cx.cache.names);
         for (i, p) in existing.iter().enumerate() {
             let p = p
                 .clone()
                 .meta("name", json!(format!("existing{i}")))
                 .node_name("n");
-            n.add_pod(Arc::new(p.build_info_with(&mut cx.names)));
+            n.add_pod(Arc::new(p.build_info_with(&mut cx.cache.names)));
         }
         n
     }
@@ -644,7 +644,7 @@ mod tests {
             let mut cx = Cluster::default();
             let pl = fit(c.args.clone());
             let n = node_with(&mut cx, fit_test_node(), &c.existing);
-            let p = c.pod.build_info_with(&mut cx.names);
+            let p = c.pod.build_info_with(&mut cx.cache.names);
             let mut st = CycleState::default();
             assert!(pl.pre_filter(&cx, &mut st, &p).is_success(), "{}", c.name);
             let got = pl.filter(&cx, &st, &p, &n);
@@ -668,12 +668,12 @@ mod tests {
         let n = node_with(&mut cx, b, &[containers(&[(10, 20, none())])]);
         let pl = fit(json!({}));
         let st = CycleState::default();
-        let empty = pod("p").build_info_with(&mut cx.names);
+        let empty = pod("p").build_info_with(&mut cx.cache.names);
         assert_eq!(
             pl.filter(&cx, &st, &empty, &n),
             Status::unschedulable(TOO_MANY_PODS)
         );
-        let p = containers(&[(1, 1, none())]).build_info_with(&mut cx.names);
+        let p = containers(&[(1, 1, none())]).build_info_with(&mut cx.cache.names);
         let got = pl.filter(&cx, &st, &p, &n);
         assert_eq!(got.code(), Code::Unschedulable);
         assert_eq!(
@@ -681,7 +681,7 @@ mod tests {
             ["Too many pods", "Insufficient cpu", "Insufficient memory"]
         );
         // Unresolvable wins as soon as one request exceeds what the node has at all.
-        let big = containers(&[(11, 1, none())]).build_info_with(&mut cx.names);
+        let big = containers(&[(11, 1, none())]).build_info_with(&mut cx.cache.names);
         let got = pl.filter(&cx, &st, &big, &n);
         assert_eq!(got.code(), Code::UnschedulableAndUnresolvable);
         assert_eq!(
@@ -701,12 +701,16 @@ mod tests {
         n.reserved[ResourceId::CPU] = 3000;
         n.touch();
         let pl = fit(json!({}));
-        let p = pod("p").req("cpu", "2").build_info_with(&mut cx.names);
+        let p = pod("p")
+            .req("cpu", "2")
+            .build_info_with(&mut cx.cache.names);
         assert_eq!(
             pl.filter(&cx, &CycleState::default(), &p, &n),
             Status::unschedulable("Insufficient cpu")
         );
-        let q = pod("q").req("cpu", "1").build_info_with(&mut cx.names);
+        let q = pod("q")
+            .req("cpu", "1")
+            .build_info_with(&mut cx.cache.names);
         assert!(pl.filter(&cx, &CycleState::default(), &q, &n).is_success());
     }
 
@@ -733,7 +737,7 @@ mod tests {
             .iter()
             .map(|(b, existing)| node_with(&mut cx, b.clone(), existing))
             .collect();
-        let p = pod.build_info_with(&mut cx.names);
+        let p = pod.build_info_with(&mut cx.cache.names);
         let pl = fit(args);
         let mut st = CycleState::default();
         assert!(pl.pre_score(&cx, &mut st, &p, &[]).is_success());
@@ -982,7 +986,7 @@ mod tests {
         let mut n = node_with(&mut cx, sized("a", "4", "10000Mi"), &[]);
         n.reserved[ResourceId::CPU] = 1000;
         n.touch();
-        let p = cpu_mem("2", "5000Mi").build_info_with(&mut cx.names);
+        let p = cpu_mem("2", "5000Mi").build_info_with(&mut cx.cache.names);
         // cpu (4000 - 3000) / 4000 = 25, memory 50.
         assert_eq!(
             fit(json!({})).score(&cx, &CycleState::default(), &p, &n),

@@ -117,7 +117,7 @@ pub fn may_fit(cx: &Cluster, pod: &PodInfo, node: &NodeInfo) -> bool {
         return true;
     };
     let alloc = Allocatable {
-        names: &cx.names,
+        names: &cx.cache.names,
         node,
     };
     match filter_node_kind(cx.numa.view_node(node), request, &alloc) {
@@ -169,7 +169,7 @@ pub fn explain(cx: &Cluster, pod: &PodInfo, node: &NodeInfo) -> Option<String> {
     }
     let view = cx.numa.view(&node.name);
     let alloc = Allocatable {
-        names: &cx.names,
+        names: &cx.cache.names,
         node,
     };
     let r = filter_node(view, &request, &alloc).err()?;
@@ -268,7 +268,7 @@ impl Plugin for NodeResourceTopologyMatch {
             return Status::error("NodeResourceTopologyMatch: no PreFilter state");
         };
         let alloc = Allocatable {
-            names: &cx.names,
+            names: &cx.cache.names,
             node,
         };
         let slot = cx.numa.slot(node);
@@ -344,7 +344,7 @@ impl Plugin for NodeResourceTopologyMatch {
         if pod.is_reserve_pod() || !cx.numa.has_topology() {
             return Status::success();
         }
-        let Some(name) = cx.node(node).map(|n| n.name.clone()) else {
+        let Some(name) = cx.cache.node(node).map(|n| n.name.clone()) else {
             return Status::success();
         };
         if let Some(s) = state.numa.as_ref() {
@@ -363,7 +363,7 @@ impl Plugin for NodeResourceTopologyMatch {
     }
 
     fn unreserve(&self, cx: &mut Cluster, _state: &mut CycleState, pod: &PodInfo, node: NodeIdx) {
-        if let Some(name) = cx.node(node).map(|n| n.name.clone()) {
+        if let Some(name) = cx.cache.node(node).map(|n| n.name.clone()) {
             cx.numa.unreserve(&name, &pod.uid);
         }
     }

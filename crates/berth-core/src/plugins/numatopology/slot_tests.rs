@@ -73,7 +73,7 @@ fn apply(cx: &mut Cluster, op: &Op, by_slot: bool, now: Time) {
             let _ = cx.apply_node(node(&name(i)).build());
         }
         Op::DeleteNode(i) => {
-            cx.delete_node(&name(i));
+            cx.cache.delete_node(&name(i));
         }
         Op::Nrt(i, cpu) => {
             let _ = cx.numa.apply_nrt(&nrt(&name(i), cpu), now);
@@ -81,7 +81,7 @@ fn apply(cx: &mut Cluster, op: &Op, by_slot: bool, now: Time) {
         Op::DeleteNrt(i) => cx.numa.delete_nrt(&name(i)),
         Op::ForgetNode(i) => cx.numa.delete_node(&name(i)),
         Op::Verdict(i, passed) => {
-            let Some(idx) = cx.node_idx(&name(i)) else {
+            let Some(idx) = cx.cache.node_idx(&name(i)) else {
                 return;
             };
             if by_slot {
@@ -91,7 +91,7 @@ fn apply(cx: &mut Cluster, op: &Op, by_slot: bool, now: Time) {
             }
         }
         Op::Remember(i) => {
-            if let Some(n) = cx.node_by_name(&name(i)) {
+            if let Some(n) = cx.cache.node_by_name(&name(i)) {
                 let (idx, n) = (n.idx, n.name.clone());
                 cx.numa.remember(idx, &n);
             }
@@ -118,7 +118,7 @@ fn same_view(a: NodeNumaView<'_>, b: NodeNumaView<'_>) -> bool {
 
 /// Every live node's view through its slot equals its view by name.
 fn check(cx: &Cluster) -> Result<(), TestCaseError> {
-    for n in cx.nodes() {
+    for n in cx.cache.nodes() {
         prop_assert_eq!(cx.numa.slot(n), cx.numa.cache().slot(&n.name), "{}", n.name);
         prop_assert!(
             same_view(cx.numa.view_node(n), cx.numa.view(&n.name)),
@@ -169,7 +169,7 @@ fn a_slot_trusted_past_a_layout_change_is_caught() {
     let _ = cx.apply_node(node("n1").build());
     let _ = cx.numa.apply_nrt(&nrt("n0", 4), 0);
     let (idx, n) = {
-        let info = cx.node_by_name("n0").expect("added");
+        let info = cx.cache.node_by_name("n0").expect("added");
         (info.idx, info.name.clone())
     };
     let stale = cx.numa.remember(idx, &n);
@@ -182,7 +182,7 @@ fn a_slot_trusted_past_a_layout_change_is_caught() {
     );
     // The memo is not trusted after the change: n0 has no topology any more.
     assert!(check(&cx).is_ok());
-    let info = cx.node_by_name("n0").expect("added");
+    let info = cx.cache.node_by_name("n0").expect("added");
     assert_eq!(cx.numa.view_node(info), NodeNumaView::NoTopology);
     // Trusted anyway, it would show n1's data for n0: the property catches it.
     cx.numa.trust_stale_memos();

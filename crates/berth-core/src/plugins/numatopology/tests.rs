@@ -243,9 +243,9 @@ fn filter_reasons_are_scheduler_plugins_fixed_strings_counted_per_node() {
             "{scope} {name}: {got}"
         );
         let cx = s.cluster();
-        let mut names = cx.names.clone();
+        let mut names = cx.cache.names.clone();
         let info = PodInfo::new(p, &mut names).expect("valid pod");
-        let n1 = cx.node_by_name("n1").expect("n1");
+        let n1 = cx.cache.node_by_name("n1").expect("n1");
         assert_eq!(
             explain(cx, &info, n1).as_deref(),
             Some(detail),

@@ -50,7 +50,7 @@ pub(super) fn remembered_one(
     c: &Constraint,
     required_keys: &[&str],
 ) -> Arc<DomainCounts> {
-    cx.domain_counts(&DomainQuery {
+    cx.cache.domain_counts(&DomainQuery {
         namespace: &pod.key.namespace,
         selector: c.selector.as_ref(),
         topology_key: &c.topology_key,

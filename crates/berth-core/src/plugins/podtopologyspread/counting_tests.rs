@@ -90,7 +90,7 @@ fn query_pod(cx: &mut Cluster, ns: usize, shape: usize) -> PodInfo {
         .namespace(NAMESPACES[ns])
         .label("app", "a")
         .spec("topologySpreadConstraints", json!(constraints))
-        .build_info_with(&mut cx.names)
+        .build_info_with(&mut cx.cache.names)
 }
 
 /// The straightforward answer: every live node carrying `required`, its pods counted
@@ -102,7 +102,7 @@ fn naive(
     required: &[&str],
 ) -> DomainCounts {
     let mut m = DomainCounts::default();
-    for n in cx.nodes() {
+    for n in cx.cache.nodes() {
         if !required.iter().all(|k| n.labels.contains_key(*k)) {
             continue;
         }
@@ -150,7 +150,7 @@ fn run(ops: &[Op]) -> Result<(), TestCaseError> {
         match *op {
             Op::Node(i, z, r) => apply_node(&mut cx, i, z, r),
             Op::DeleteNode(i) => {
-                cx.delete_node(&node_name(i));
+                cx.cache.delete_node(&node_name(i));
             }
             Op::Pod(i, ns, app, terminating) => {
                 let mut b = pod(&format!("p{step}"))
@@ -162,46 +162,46 @@ fn run(ops: &[Op]) -> Result<(), TestCaseError> {
                 if terminating {
                     b = b.meta("deletionTimestamp", json!("2026-01-01T00:00:00Z"));
                 }
-                let info = Arc::new(b.build_info_with(&mut cx.names));
+                let info = Arc::new(b.build_info_with(&mut cx.cache.names));
                 pods.push(info.key.clone());
-                cx.apply_pod(info);
+                cx.cache.apply_pod(info);
             }
             Op::DeletePod(j) => {
                 if !pods.is_empty() {
                     let k = pods.swap_remove(j % pods.len());
-                    cx.remove_pod(&k);
+                    cx.cache.remove_pod(&k);
                 }
             }
             Op::Assume(i, app, forget) => {
                 let info = Arc::new(
                     pod(&format!("p{step}"))
                         .label("app", APPS[app])
-                        .build_info_with(&mut cx.names),
+                        .build_info_with(&mut cx.cache.names),
                 );
                 let key = info.key.clone();
-                cx.apply_pod(info);
-                if let Some(idx) = cx.node_idx(&node_name(i)) {
-                    cx.assume(&key, idx);
+                cx.cache.apply_pod(info);
+                if let Some(idx) = cx.cache.node_idx(&node_name(i)) {
+                    cx.cache.assume(&key, idx);
                 }
                 if forget {
-                    cx.forget(&key);
+                    cx.cache.forget(&key);
                 }
                 pods.push(key);
             }
             Op::RemoveAndRestore(i) => {
-                let Some(idx) = cx.node_idx(&node_name(i)) else {
+                let Some(idx) = cx.cache.node_idx(&node_name(i)) else {
                     continue;
                 };
-                let Some(saved) = cx.node(idx).cloned() else {
+                let Some(saved) = cx.cache.node(idx).cloned() else {
                     continue;
                 };
                 if let Some(first) = saved.pods.first().map(|p| p.key.clone()) {
-                    if let Some(n) = cx.node_mut(idx) {
+                    if let Some(n) = cx.cache.node_mut(idx) {
                         n.remove_pod(&first);
                     }
                     ask(&mut cx, 0, 3, 2)?;
                 }
-                if let Some(n) = cx.node_mut(idx) {
+                if let Some(n) = cx.cache.node_mut(idx) {
                     *n = saved;
                 }
                 ask(&mut cx, 0, 3, 2)?;
@@ -235,8 +235,8 @@ fn a_pod_added_after_a_question_is_counted_at_the_next() {
     let info = pod("x")
         .label("app", "a")
         .node_name("n0")
-        .build_info_with(&mut cx.names);
-    cx.apply_pod(Arc::new(info));
+        .build_info_with(&mut cx.cache.names);
+    cx.cache.apply_pod(Arc::new(info));
     let after = counting::remembered_one(&cx, &p, zone, &["zone"]);
     assert_eq!(after.get("z0"), Some(&1));
     assert_eq!(

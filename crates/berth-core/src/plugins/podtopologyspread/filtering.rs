@@ -170,7 +170,7 @@ pub(super) fn recount(
 ) -> Vec<Arc<DomainCounts>> {
     let ns = &*pod.key.namespace;
     let mut counts: Vec<DomainCounts> = vec![DomainCounts::default(); constraints.len()];
-    for node in cx.nodes() {
+    for node in cx.cache.nodes() {
         if !has_all_keys(&node.labels, constraints) {
             continue;
         }
@@ -287,6 +287,7 @@ mod tests {
         let pre = pl.pre_filter(&cx, &mut state, &p);
         assert!(pre.is_success(), "{}: {pre:?}", c.name);
         let got: Vec<Option<Code>> = cx
+            .cache
             .nodes()
             .map(|n| {
                 let st = pl.filter(&cx, &state, &p, n);
@@ -591,6 +592,7 @@ mod tests {
         let mut state = CycleState::default();
         assert!(pl.pre_filter(&cx, &mut state, &p).is_success());
         let fits: Vec<bool> = cx
+            .cache
             .nodes()
             .map(|n| pl.filter(&cx, &state, &p, n).is_success())
             .collect();

@@ -94,7 +94,7 @@ pub(super) fn pre_score(
     pod: &PodInfo,
     nodes: &[NodeIdx],
 ) -> Result<ScoreState, Status> {
-    if cx.node_count() == 0 {
+    if cx.cache.node_count() == 0 {
         return Err(Status::skip());
     }
     let constraints = constraints_for(pod, defaults, Action::ScheduleAnyway)
@@ -116,7 +116,7 @@ pub(super) fn pre_score(
     // Domains of the feasible nodes; only those are counted below.
     let mut ignored_count = 0;
     for &idx in nodes {
-        let Some(node) = cx.node(idx) else {
+        let Some(node) = cx.cache.node(idx) else {
             s.ignored.push(false);
             continue;
         };
@@ -182,7 +182,7 @@ pub(super) fn recount_into(
     required: &RequiredNodeAffinity,
 ) {
     let ns = &*pod.key.namespace;
-    for node in cx.nodes() {
+    for node in cx.cache.nodes() {
         if s.is_ignored(node) {
             continue;
         }
@@ -271,7 +271,7 @@ mod tests {
         assert!(st.is_success(), "{}: {st:?}", c.name);
         let mut scores: Vec<i64> = feasible
             .iter()
-            .map(|i| pl.score(&cx, &state, &p, cx.node(*i).unwrap()))
+            .map(|i| pl.score(&cx, &state, &p, cx.cache.node(*i).unwrap()))
             .collect();
         pl.normalize_scores(&state, &p, &mut scores);
         assert_eq!(scores, c.want, "{}", c.name);

@@ -157,6 +157,7 @@ impl State {
         let idx = match ns.nominated {
             Some(i) => Some(i),
             None => cx
+                .cache
                 .node(node)
                 .and_then(|info| nominate(cx, self, pod, ns, info, true))
                 .map(|(i, _)| i),
@@ -402,7 +403,9 @@ impl Reservation {
         let store = &cx.reservations;
         st.ignored = true;
         for node in store.busy_nodes() {
-            let Some(n) = cx.node(node) else { continue };
+            let Some(n) = cx.cache.node(node) else {
+                continue;
+            };
             st.nodes.insert(
                 node,
                 NodeState {
@@ -455,7 +458,7 @@ impl Reservation {
         // free once its victims still on the node are gone (never on top of a pod that came
         // meanwhile; the preemptor then preempts again or lands elsewhere).
         if crate::reservation::hold::preemptor_of(r).is_some() {
-            let leaving = crate::reservation::hold::victims_on(cx, r, node.idx);
+            let leaving = crate::reservation::hold::victims_on(&cx.cache, r, node.idx);
             if node.pods.len() as i64 - leaving as i64 + 1 > node.allowed_pods {
                 return Status::unschedulable("Too many pods");
             }
@@ -521,7 +524,7 @@ impl Reservation {
             let detailed = st.named.as_deref() == Some(&*r.name);
             for id in allocate::bits(fit.reservation_short) {
                 reasons.push(allocate::reservation_reason(
-                    &cx.names,
+                    &cx.cache.names,
                     id,
                     detailed.then_some((pod.requests[id], r)),
                 ));
@@ -533,7 +536,7 @@ impl Reservation {
             return Status::success();
         }
         let mut all: Vec<Cow<'static, str>> = allocate::bits(node_short)
-            .map(|id| allocate::node_reason(&cx.names, id))
+            .map(|id| allocate::node_reason(&cx.cache.names, id))
             .collect();
         all.sort();
         all.extend(reasons);
@@ -812,7 +815,9 @@ impl Plugin for Reservation {
             }
             let Some(ns) = st.nodes.get(&n) else { continue };
             left -= 1;
-            let Some(info) = cx.node(n) else { continue };
+            let Some(info) = cx.cache.node(n) else {
+                continue;
+            };
             let nominated = nominate(cx, st, pod, ns, info, false);
             let order = nominated
                 .and_then(|(i, _)| cx.reservations.get(i))
@@ -980,8 +985,9 @@ mod tests {
                 .build(),
         );
         let cx = &s.s().cluster;
-        let idx = cx.node_idx("n1").unwrap();
+        let idx = cx.cache.node_idx("n1").unwrap();
         let stand_in = cx
+            .cache
             .node(idx)
             .unwrap()
             .pods

@@ -210,7 +210,7 @@ fn pod_has_pvcs(cx: &Cluster, pod: &PodInfo) -> Result<bool, String> {
             continue;
         };
         has = true;
-        let Some(pvc) = cx.pvcs.get(&claim_key(pod, &name)) else {
+        let Some(pvc) = cx.cache.pvcs.get(&claim_key(pod, &name)) else {
             return Err(if ephemeral {
                 format!("waiting for ephemeral volume controller to create the persistentvolumeclaim {name:?}")
             } else {
@@ -239,7 +239,8 @@ fn pod_has_pvcs(cx: &Cluster, pod: &PodInfo) -> Result<bool, String> {
 fn pod_volumes_bound(cx: &Cluster, pod: &PodInfo) -> bool {
     pod.spec().volumes.iter().flatten().all(|v| {
         volume_claim(&pod.key.name, v).is_none_or(|(name, _)| {
-            cx.claim(&claim_key(pod, &name))
+            cx.cache
+                .claim(&claim_key(pod, &name))
                 .is_some_and(|c| fully_bound(c))
         })
     })
@@ -254,7 +255,7 @@ fn pod_volume_claims(cx: &Cluster, pod: &PodInfo) -> Result<Option<State>, Strin
             continue;
         };
         let key = claim_key(pod, &name);
-        let Some(pvc) = cx.claim(&key) else {
+        let Some(pvc) = cx.cache.claim(&key) else {
             return Err(format!(
                 "error getting PVC \"{}/{name}\": persistentvolumeclaim {name:?} not found",
                 pod.key.namespace
@@ -264,7 +265,7 @@ fn pod_volume_claims(cx: &Cluster, pod: &PodInfo) -> Result<Option<State>, Strin
             st.bound.push(pvc.clone());
             continue;
         }
-        let delay = is_delay_binding(pvc, |c| cx.storage_classes.get(c).cloned())?;
+        let delay = is_delay_binding(pvc, |c| cx.cache.storage_classes.get(c).cloned())?;
         if delay && claim_volume_name(pvc).is_empty() {
             st.delayed.push(pvc.clone());
         } else {
@@ -278,7 +279,7 @@ fn pod_volume_claims(cx: &Cluster, pod: &PodInfo) -> Result<Option<State>, Strin
         let class = claim_class(pvc);
         if !st.pvs_by_class.iter().any(|(c, _)| c == class) {
             st.pvs_by_class
-                .push((class.to_string(), cx.volumes_of_class(class)));
+                .push((class.to_string(), cx.cache.volumes_of_class(class)));
         }
     }
     Ok(Some(st))
@@ -293,7 +294,7 @@ fn find_pod_volumes(
     let mut out = PodVolumes::default();
     let mut reasons = Reasons::default();
     for pvc in &st.bound {
-        match cx.volume(claim_volume_name(pvc)) {
+        match cx.cache.volume(claim_volume_name(pvc)) {
             None => {
                 reasons.pv_not_exist = true;
                 break;
@@ -378,7 +379,7 @@ fn check_provisions(
                 pvc.metadata.name.as_deref().unwrap_or("")
             ));
         }
-        let Some(class) = cx.storage_classes.get(class_name) else {
+        let Some(class) = cx.cache.storage_classes.get(class_name) else {
             return Err(format!("failed to find storage class {class_name:?}"));
         };
         let provisioner = class.provisioner.as_str();
@@ -413,6 +414,7 @@ fn has_enough_capacity(
         return Some(None);
     };
     let tracked = cx
+        .cache
         .csi_drivers
         .get(provisioner)
         .and_then(|d| d.spec.storage_capacity)
@@ -420,7 +422,8 @@ fn has_enough_capacity(
     if !tracked {
         return Some(None);
     }
-    cx.csi_capacities
+    cx.cache
+        .csi_capacities
         .values()
         .find(|c| {
             c.storage_class_name == class
@@ -581,7 +584,7 @@ impl Plugin for VolumeBinding {
             st.all_bound = true;
             return Status::success();
         }
-        let Some(info) = cx.node(node) else {
+        let Some(info) = cx.cache.node(node) else {
             return Status::error(format!("no pod volume found for node {node:?}"));
         };
         let node_name = info.name.to_string();
@@ -594,7 +597,7 @@ impl Plugin for VolumeBinding {
         for b in found.static_bindings {
             let (pv, dirty) = bind_volume_to_claim(&b.pv, &b.pvc);
             if dirty {
-                cx.assumed_volumes.assume_pv(pv.clone());
+                cx.cache.assumed_volumes.assume_pv(pv.clone());
             }
             assumed
                 .static_bindings
@@ -607,7 +610,7 @@ impl Plugin for VolumeBinding {
                 .annotations
                 .get_or_insert_with(Default::default)
                 .insert(ANN_SELECTED_NODE.into(), node_name.clone());
-            cx.assumed_volumes.assume_pvc(
+            cx.cache.assumed_volumes.assume_pvc(
                 claim_key(pod, pvc.metadata.name.as_deref().unwrap_or("")),
                 pvc.clone(),
             );
@@ -630,11 +633,12 @@ impl Plugin for VolumeBinding {
             return;
         };
         for b in &v.static_bindings {
-            cx.assumed_volumes
+            cx.cache
+                .assumed_volumes
                 .restore_pv(b.pv.metadata.name.as_deref().unwrap_or(""));
         }
         for p in &v.provisions {
-            cx.assumed_volumes.restore_pvc(&claim_key(
+            cx.cache.assumed_volumes.restore_pvc(&claim_key(
                 pod,
                 p.pvc.metadata.name.as_deref().unwrap_or(""),
             ));

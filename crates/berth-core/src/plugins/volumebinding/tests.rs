@@ -70,11 +70,13 @@ fn add_pvc(cx: &mut Cluster, c: Arc<PersistentVolumeClaim>) {
         "default",
         c.metadata.name.as_deref().unwrap(),
     );
-    cx.pvcs.insert(key, c);
+    cx.cache.pvcs.insert(key, c);
 }
 
 fn add_pv(cx: &mut Cluster, v: Arc<PersistentVolume>) {
-    cx.pvs.insert(v.metadata.name.as_deref().unwrap().into(), v);
+    cx.cache
+        .pvs
+        .insert(v.metadata.name.as_deref().unwrap().into(), v);
 }
 
 fn user(name: &str, claim: &str) -> PodInfo {
@@ -96,7 +98,7 @@ fn run(cx: &Cluster, p: &PodInfo) -> (Status, Vec<(String, Status)>, CycleState)
     let pre = plugin().pre_filter(cx, &mut st, p);
     let mut out = Vec::new();
     if pre.is_success() {
-        for n in cx.nodes() {
+        for n in cx.cache.nodes() {
             out.push((n.name.to_string(), plugin().filter(cx, &st, p, n)));
         }
     }
@@ -166,7 +168,7 @@ fn a_bound_claim_keeps_the_pod_where_its_volume_is() {
     assert_eq!(nodes[0].1.code(), Code::UnschedulableAndUnresolvable);
 
     // Its volume gone: no node.
-    cx.pvs.clear();
+    cx.cache.pvs.clear();
     let (_, nodes, _) = run(&cx, &user("p", "c"));
     assert!(passing(&nodes).is_empty());
     assert_eq!(nodes[0].1.message(), ERR_REASON_PV_NOT_EXIST);
@@ -175,7 +177,7 @@ fn a_bound_claim_keeps_the_pod_where_its_volume_is() {
 #[test]
 fn a_delayed_claim_takes_the_smallest_matching_static_volume() {
     let mut cx = cluster(&[("n1", "a"), ("n2", "a")]);
-    cx.storage_classes.insert(
+    cx.cache.storage_classes.insert(
         "local".into(),
         class(
             "local",
@@ -235,7 +237,7 @@ fn a_delayed_claim_takes_the_smallest_matching_static_volume() {
 
     // Reserve assumes the smallest one bound to the claim; a second claim of the same
     // burst then gets the other volume, and a third none.
-    let n2 = cx.node_idx("n2").unwrap();
+    let n2 = cx.cache.node_idx("n2").unwrap();
     let p = user("p", "c");
     assert!(plugin().reserve(&mut cx, &mut st, &p, n2).is_success());
     let pending = st.volume_binding.as_ref().unwrap().pending().unwrap();
@@ -245,6 +247,7 @@ fn a_delayed_claim_takes_the_smallest_matching_static_volume() {
     assert_eq!(claim_ref.name.as_deref(), Some("c"));
     assert_eq!(claim_ref.uid.as_deref(), Some("uid-c"));
     assert!(cx
+        .cache
         .volume("fit")
         .unwrap()
         .spec
@@ -271,6 +274,7 @@ fn a_delayed_claim_takes_the_smallest_matching_static_volume() {
     // Unreserve gives the first pod's volume back.
     plugin().unreserve(&mut cx, &mut st, &p, n2);
     assert!(cx
+        .cache
         .volume("fit")
         .unwrap()
         .spec
@@ -285,7 +289,7 @@ fn a_delayed_claim_takes_the_smallest_matching_static_volume() {
 #[test]
 fn provisioning_follows_allowed_topologies_and_storage_capacity() {
     let mut cx = cluster(&[("n1", "a"), ("n2", "b")]);
-    cx.storage_classes.insert(
+    cx.cache.storage_classes.insert(
         "zonal".into(),
         class(
             "zonal",
@@ -302,13 +306,13 @@ fn provisioning_follows_allowed_topologies_and_storage_capacity() {
     assert_eq!(nodes[1].1.message(), ERR_REASON_BIND_CONFLICT);
 
     // Reserve: the claim is assumed to carry the selected node.
-    let n1 = cx.node_idx("n1").unwrap();
+    let n1 = cx.cache.node_idx("n1").unwrap();
     let p = user("p", "c");
     assert!(plugin().reserve(&mut cx, &mut st, &p, n1).is_success());
     let key = ObjectKey::new(Kind::PersistentVolumeClaim, "default", "c");
-    assert_eq!(selected_node(cx.claim(&key).unwrap()), Some("n1"));
+    assert_eq!(selected_node(cx.cache.claim(&key).unwrap()), Some("n1"));
     assert_eq!(
-        selected_node(cx.pvcs.get(&key).unwrap()),
+        selected_node(cx.cache.pvcs.get(&key).unwrap()),
         None,
         "the API object is untouched"
     );
@@ -316,10 +320,11 @@ fn provisioning_follows_allowed_topologies_and_storage_capacity() {
     let (_, nodes, _) = run(&cx, &user("q", "c"));
     assert_eq!(passing(&nodes), ["n1"]);
     plugin().unreserve(&mut cx, &mut st, &p, n1);
-    assert_eq!(selected_node(cx.claim(&key).unwrap()), None);
+    assert_eq!(selected_node(cx.cache.claim(&key).unwrap()), None);
 
     // Storage capacity: only where the driver publishes it.
-    cx.storage_classes
+    cx.cache
+        .storage_classes
         .insert("zonal".into(), class("zonal", json!({})));
     let cap = |name: &str, zone: &str, size: &str| {
         Arc::new(
@@ -332,11 +337,11 @@ fn provisioning_follows_allowed_topologies_and_storage_capacity() {
             .unwrap(),
         )
     };
-    cx.csi_capacities.insert(
+    cx.cache.csi_capacities.insert(
         ObjectKey::new(Kind::CsiStorageCapacity, "kube-system", "a"),
         cap("a", "a", "5Gi"),
     );
-    cx.csi_capacities.insert(
+    cx.cache.csi_capacities.insert(
         ObjectKey::new(Kind::CsiStorageCapacity, "kube-system", "b"),
         cap("b", "b", "50Gi"),
     );
@@ -346,7 +351,7 @@ fn provisioning_follows_allowed_topologies_and_storage_capacity() {
         ["n1", "n2"],
         "capacity is not tracked without a CSIDriver saying so"
     );
-    cx.csi_drivers.insert(
+    cx.cache.csi_drivers.insert(
         "csi.example.com".into(),
         Arc::new(
             serde_json::from_value(

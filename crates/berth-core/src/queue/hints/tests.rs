@@ -27,9 +27,11 @@ fn cluster() -> (Cluster, NodeIdx, NodeIdx, ObjectKey) {
                 .build(),
         )
         .unwrap();
-    let info = pod("p").req("cpu", "2").build_info_with(&mut cx.names);
+    let info = pod("p")
+        .req("cpu", "2")
+        .build_info_with(&mut cx.cache.names);
     let key = info.key.clone();
-    cx.apply_pod(Arc::new(info));
+    cx.cache.apply_pod(Arc::new(info));
     (cx, big, small, key)
 }
 
@@ -300,11 +302,15 @@ fn a_full_pod_slot_is_no_room() {
     let n = cx
         .apply_node(node("n").alloc("cpu", "4").alloc("pods", "1").build())
         .unwrap();
-    let running = pod("running").node_name("n").build_info_with(&mut cx.names);
-    cx.apply_pod(Arc::new(running));
-    let info = pod("p").req("cpu", "1").build_info_with(&mut cx.names);
+    let running = pod("running")
+        .node_name("n")
+        .build_info_with(&mut cx.cache.names);
+    cx.cache.apply_pod(Arc::new(running));
+    let info = pod("p")
+        .req("cpu", "1")
+        .build_info_with(&mut cx.cache.names);
     let key = info.key.clone();
-    cx.apply_pod(Arc::new(info));
+    cx.cache.apply_pod(Arc::new(info));
     let ev = ClusterEvent::node_updated(n, kind::NODE_LABEL);
     assert!(!worth_requeuing(
         &cx,
@@ -573,9 +579,9 @@ fn storage_events_move_pods_the_volume_plugins_rejected_as_their_hints_say() {
                 {"name": "inline", "csi": {"driver": "inline.csi.example.com"}},
             ]),
         )
-        .build_info_with(&mut cx.names);
+        .build_info_with(&mut cx.cache.names);
     let key = info.key.clone();
-    cx.apply_pod(Arc::new(info));
+    cx.cache.apply_pod(Arc::new(info));
     let vb: &[&'static str] = &[names::VOLUME_BINDING];
     let vz: &[&'static str] = &[names::VOLUME_ZONE];
     let claim = |ns: &str, name: &str| {
