@@ -651,7 +651,13 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<
     let (mut parts, body) = req.into_parts();
     parts.uri = match upstream_uri(&shared, &parts.uri) {
         Ok(uri) => uri,
-        Err(response) => return Ok(response),
+        Err(message) => {
+            return Ok(status_response(
+                StatusCode::BAD_REQUEST,
+                "BadRequest",
+                &message,
+            ))
+        }
     };
     parts.version = http::Version::HTTP_11;
     strip_hop_by_hop(&mut parts.headers);
@@ -714,9 +720,8 @@ async fn hold(shared: &Shared, path: &str) -> Abort {
     }
 }
 
-/// The request's URI on the upstream API server; a `400 BadRequest` answer when it cannot
-/// be built.
-fn upstream_uri(shared: &Shared, uri: &Uri) -> Result<Uri, Response<ProxyBody>> {
+/// The request's URI on the upstream API server; why not when it cannot be built.
+fn upstream_uri(shared: &Shared, uri: &Uri) -> Result<Uri, String> {
     let path = uri
         .path_and_query()
         .cloned()
@@ -726,10 +731,7 @@ fn upstream_uri(shared: &Shared, uri: &Uri) -> Result<Uri, Response<ProxyBody>> 
         .authority(shared.authority.clone())
         .path_and_query(path)
         .build()
-        .map_err(|e| {
-            let message = format!("FaultProxy: cannot forward this request: {e}");
-            status_response(StatusCode::BAD_REQUEST, "BadRequest", &message)
-        })
+        .map_err(|e| format!("FaultProxy: cannot forward this request: {e}"))
 }
 
 /// The body of a watch response, relayed by a task that cuts it when its time comes
