@@ -84,46 +84,10 @@ pub fn parse_duration_nanos(text: &str) -> Result<i64, DurationError> {
         if !(first == b'.' || first.is_ascii_digit()) {
             return Err(invalid());
         }
-        // Integer part.
-        let int_len = s.bytes().take_while(u8::is_ascii_digit).count();
-        let mut value: u64 = 0;
-        for b in s[..int_len].bytes() {
-            if value > LIMIT / 10 {
-                return Err(invalid());
-            }
-            value = value * 10 + u64::from(b - b'0');
-            if value > LIMIT {
-                return Err(invalid());
-            }
-        }
-        let has_int = int_len > 0;
-        s = &s[int_len..];
-        // Fraction: digits beyond what fits are read but ignored, as in Go.
-        let mut frac: u64 = 0;
-        let mut scale: f64 = 1.0;
-        let mut has_frac = false;
-        if let Some(rest) = s.strip_prefix('.') {
-            let frac_len = rest.bytes().take_while(u8::is_ascii_digit).count();
-            has_frac = frac_len > 0;
-            let mut overflow = false;
-            for b in rest[..frac_len].bytes() {
-                if overflow {
-                    continue;
-                }
-                if frac > (LIMIT - 1) / 10 {
-                    overflow = true;
-                    continue;
-                }
-                let next = frac * 10 + u64::from(b - b'0');
-                if next > LIMIT {
-                    overflow = true;
-                    continue;
-                }
-                frac = next;
-                scale *= 10.0;
-            }
-            s = &rest[frac_len..];
-        }
+        let (value, has_int, rest) = leading_int(s).ok_or_else(invalid)?;
+        let (frac, scale, has_frac, rest) = leading_fraction(rest);
+        s = rest;
+        let mut value = value;
         if !has_int && !has_frac {
             return Err(invalid());
         }
@@ -173,6 +137,53 @@ pub fn parse_duration_nanos(text: &str) -> Result<i64, DurationError> {
         return Ok(0i64.wrapping_sub_unsigned(total));
     }
     i64::try_from(total).map_err(|_| invalid())
+}
+
+/// The integer part at the start of `s` (Go's `leadingInt`): its value, whether there were
+/// digits, and the rest. `None` when it exceeds the limit.
+fn leading_int(s: &str) -> Option<(u64, bool, &str)> {
+    let int_len = s.bytes().take_while(u8::is_ascii_digit).count();
+    let mut value: u64 = 0;
+    for b in s[..int_len].bytes() {
+        if value > LIMIT / 10 {
+            return None;
+        }
+        value = value * 10 + u64::from(b - b'0');
+        if value > LIMIT {
+            return None;
+        }
+    }
+    Some((value, int_len > 0, &s[int_len..]))
+}
+
+/// The fraction at the start of `s` if it starts with `.` (Go's `leadingFraction`): its
+/// digits as an integer, the power of ten to divide it by, whether there were digits, and
+/// the rest. Digits beyond what fits are read but ignored, as in Go.
+fn leading_fraction(s: &str) -> (u64, f64, bool, &str) {
+    let Some(rest) = s.strip_prefix('.') else {
+        return (0, 1.0, false, s);
+    };
+    let frac_len = rest.bytes().take_while(u8::is_ascii_digit).count();
+    let mut frac: u64 = 0;
+    let mut scale: f64 = 1.0;
+    let mut overflow = false;
+    for b in rest[..frac_len].bytes() {
+        if overflow {
+            continue;
+        }
+        if frac > (LIMIT - 1) / 10 {
+            overflow = true;
+            continue;
+        }
+        let next = frac * 10 + u64::from(b - b'0');
+        if next > LIMIT {
+            overflow = true;
+            continue;
+        }
+        frac = next;
+        scale *= 10.0;
+    }
+    (frac, scale, frac_len > 0, &rest[frac_len..])
 }
 
 /// Parses Go duration text into whole milliseconds, truncating toward zero like Go's

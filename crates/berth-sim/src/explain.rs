@@ -347,6 +347,13 @@ pub fn text(e: &Explanation) -> String {
             }
         );
     }
+    reservations_block(&mut out, e);
+    change_block(&mut out, &e.change);
+    out
+}
+
+/// The reservations whose owners match the pod, and what became of each.
+fn reservations_block(out: &mut String, e: &Explanation) {
     if !e.reservations.is_empty() {
         out.push_str("\nRESERVATIONS MATCHING THE POD AS OWNER\n");
         for r in &e.reservations {
@@ -368,8 +375,12 @@ pub fn text(e: &Explanation) -> String {
             );
         }
     }
+}
+
+/// The smallest change that would let it fit.
+fn change_block(out: &mut String, change: &Change) {
     out.push_str("\nSMALLEST CHANGE\n");
-    match &e.change {
+    match change {
         Change::NotNeeded { node } => {
             let _ = writeln!(out, "  none needed: it fits on {node}");
         }
@@ -390,7 +401,6 @@ pub fn text(e: &Explanation) -> String {
             let _ = writeln!(out, "  {why}");
         }
     }
-    out
 }
 
 fn verdict_word(v: ReservationVerdict) -> &'static str {

@@ -218,9 +218,7 @@ fn claim_write(
     if delay && selected_node(pvc).is_none() {
         return None;
     }
-    let Some(sc) = class(store, claim_class(pvc)) else {
-        return None;
-    };
+    let sc = class(store, claim_class(pvc))?;
     if sc.provisioner.is_empty() || sc.provisioner == NOT_SUPPORTED_PROVISIONER {
         return None;
     }
@@ -253,9 +251,9 @@ fn claim_write(
             .cloned()
             .unwrap_or_else(|| n.to_string())
     });
-    return Some(Object::PersistentVolume(Arc::new(provisioned(
+    Some(Object::PersistentVolume(Arc::new(provisioned(
         pvc, &sc, &name, node,
-    ))));
+    ))))
 }
 
 /// The volume a provisioner creates for `pvc` (bound to it from the start, as

@@ -623,16 +623,7 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<
     let faults = shared.control.borrow().faults.clone();
     if held_by(&faults, req.uri().path()) {
         bump(&counters.held);
-        let mut control = shared.control.clone();
-        let path = req.uri().path().to_string();
-        loop {
-            if control.changed().await.is_err() {
-                return Err(Abort::Timeout);
-            }
-            if !held_by(&control.borrow_and_update().faults, &path) {
-                return Err(Abort::Timeout);
-            }
-        }
+        return Err(hold(&shared, req.uri().path()).await);
     }
     if !faults.latency.is_zero() {
         tokio::time::sleep(faults.latency).await;
@@ -658,25 +649,14 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<
 
     let binding = req.method() == http::Method::POST && req.uri().path().ends_with("/binding");
     let (mut parts, body) = req.into_parts();
-    let path = parts
-        .uri
-        .path_and_query()
-        .cloned()
-        .unwrap_or_else(|| http::uri::PathAndQuery::from_static("/"));
-    parts.uri = match Uri::builder()
-        .scheme("https")
-        .authority(shared.authority.clone())
-        .path_and_query(path)
-        .build()
-    {
+    parts.uri = match upstream_uri(&shared, &parts.uri) {
         Ok(uri) => uri,
-        Err(e) => {
-            let message = format!("FaultProxy: cannot forward this request: {e}");
+        Err(message) => {
             return Ok(status_response(
                 StatusCode::BAD_REQUEST,
                 "BadRequest",
                 &message,
-            ));
+            ))
         }
     };
     parts.version = http::Version::HTTP_11;
@@ -724,6 +704,34 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<
         body.map_err(BoxError::from).boxed_unsync()
     };
     Ok(Response::from_parts(parts, body))
+}
+
+/// A request held by the faults: it waits until they no longer hold its path (or the
+/// proxy stops), and then times out, as a request to a stalled server does.
+async fn hold(shared: &Shared, path: &str) -> Abort {
+    let mut control = shared.control.clone();
+    loop {
+        if control.changed().await.is_err() {
+            return Abort::Timeout;
+        }
+        if !held_by(&control.borrow_and_update().faults, path) {
+            return Abort::Timeout;
+        }
+    }
+}
+
+/// The request's URI on the upstream API server; why not when it cannot be built.
+fn upstream_uri(shared: &Shared, uri: &Uri) -> Result<Uri, String> {
+    let path = uri
+        .path_and_query()
+        .cloned()
+        .unwrap_or_else(|| http::uri::PathAndQuery::from_static("/"));
+    Uri::builder()
+        .scheme("https")
+        .authority(shared.authority.clone())
+        .path_and_query(path)
+        .build()
+        .map_err(|e| format!("FaultProxy: cannot forward this request: {e}"))
 }
 
 /// The body of a watch response, relayed by a task that cuts it when its time comes
