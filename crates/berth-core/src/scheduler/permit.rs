@@ -293,8 +293,9 @@ impl Scheduler {
         n
     }
 
-    /// A member's cycle failed (no node fits, or an error): in strict mode its gang's
-    /// waiting members are rejected at once, as Koordinator's Coscheduling does
+    /// A member's cycle failed (no node fits, or an error) and it is not waiting for the
+    /// victims of its preemption: in strict mode its gang's waiting members are rejected at
+    /// once, as Koordinator's Coscheduling does
     /// (`GangGroup .. gets rejected due to member Pod .. is unschedulable ..`).
     pub(super) fn gang_member_failed(&mut self, now: Time, pod: &PodInfo) {
         let Some(gang) = self.gangs.gang(&pod.key).cloned() else {
@@ -304,7 +305,9 @@ impl Scheduler {
             return;
         };
         let strict = matches!(self.gangs.policy(&gang, pod), Ok(Some(p)) if p.strict);
-        if !strict {
+        // A member nominated by its preemption waits for its victims to go (their deletion
+        // takes real time in a cluster): its gang keeps waiting for it, up to the time-out.
+        if !strict || self.nominator.node_of(&pod.key).is_some() {
             return;
         }
         let reason = self.last_message.get(&pod.key).cloned().unwrap_or_default();
