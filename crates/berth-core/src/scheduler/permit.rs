@@ -267,8 +267,9 @@ impl Scheduler {
         n
     }
 
-    /// A member's cycle failed (no node fits, or an error): in strict mode its gang's
-    /// waiting members are rejected at once, as Koordinator's Coscheduling does
+    /// A member's cycle failed (no node fits, or an error) and it is not waiting for the
+    /// victims of its preemption: in strict mode its gang's waiting members are rejected at
+    /// once, as Koordinator's Coscheduling does
     /// (`GangGroup .. gets rejected due to member Pod .. is unschedulable ..`).
     pub(super) fn gang_member_failed(&mut self, now: Time, pod: &PodInfo) {
         let Some(gang) = self.gangs.gang(&pod.key).cloned() else {
@@ -278,7 +279,9 @@ impl Scheduler {
             return;
         };
         let strict = matches!(self.gangs.policy(&gang, pod), Ok(Some(p)) if p.strict);
-        if !strict {
+        // A member nominated by its preemption waits for its victims to go (their deletion
+        // takes real time in a cluster): its gang keeps waiting for it, up to the time-out.
+        if !strict || self.nominator.node_of(&pod.key).is_some() {
             return;
         }
         let reason = self.last_message.get(&pod.key).cloned().unwrap_or_default();
@@ -402,6 +405,50 @@ impl Scheduler {
             }
         }
         Some(report)
+    }
+
+    /// Gang-aware preemption: what PostFilter decided for `pod` stands only if, once its
+    /// victims are gone, the whole gang can be placed: every other member it needs is
+    /// already assumed (waiting at Permit, holding its room) or bound, and no victim is a
+    /// member of its gang. Otherwise nothing is evicted for a gang that would still not
+    /// form, and the message says why.
+    pub(super) fn gang_preemption(
+        &self,
+        pod: &PodInfo,
+        result: Option<PostFilterResult>,
+        diag: &mut Diagnosis,
+    ) -> Option<PostFilterResult> {
+        let r = result?;
+        if !matches!(r.nomination, Nomination::Node(_)) {
+            return Some(r);
+        }
+        let Some(gang) = self.gangs.gang(&pod.key) else {
+            return Some(r);
+        };
+        let Ok(Some(policy)) = self.gangs.policy(gang, pod) else {
+            return Some(r);
+        };
+        let placed = self
+            .gangs
+            .members(gang)
+            .filter(|k| **k != pod.key && self.gang_member_placed(k))
+            .count();
+        let own_victim = r.victims.iter().any(|v| self.gangs.gang(v) == Some(gang));
+        if placed + 1 >= policy.min as usize && !own_victim {
+            return Some(r);
+        }
+        let why = if own_victim {
+            "a victim is a member of the same gang".to_string()
+        } else {
+            format!(
+                "only {placed} other member(s) of gang {gang} are placed, of the {} it needs",
+                policy.min.saturating_sub(1)
+            )
+        };
+        diag.post_filter_msg = Some(format!(
+            "preemption: not attempted: {why}; a gang preempts only when all its members can be placed."
+        ));
+        None
     }
 
     /// Whether `key` waits at Permit (its bind not asked for yet).
