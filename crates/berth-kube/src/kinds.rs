@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use berth_api::dra::{DeviceClass, ResourceClaim, ResourceSlice};
+use berth_api::dra::{DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice};
 use berth_api::nrt::NodeResourceTopology;
 use berth_api::reservation::Reservation;
 use berth_core::object::{Kind, Object, ObjectKey};
@@ -31,7 +31,7 @@ pub struct Served {
     /// `topology.node.k8s.io` `noderesourcetopologies` at `v1alpha2`, else `v1alpha1`.
     pub nrt: Option<ApiResource>,
     /// `resource.k8s.io/v1` is served (GA and on by default since Kubernetes 1.34): its
-    /// ResourceSlices, DeviceClasses and ResourceClaims are watched.
+    /// ResourceSlices, DeviceClasses, ResourceClaims and ResourceClaimTemplates are watched.
     pub dra: bool,
 }
 
@@ -182,6 +182,16 @@ pub fn device_class(obj: DynamicObject) -> Result<Object, Unreadable> {
 /// Decodes a watched ResourceClaim.
 pub fn resource_claim(obj: DynamicObject) -> Result<Object, Unreadable> {
     decode::<ResourceClaim>(Kind::ResourceClaim, obj, Object::ResourceClaim)
+}
+
+/// Decodes a watched ResourceClaimTemplate (a Reservation's device claims are read from
+/// the templates its template names).
+pub fn resource_claim_template(obj: DynamicObject) -> Result<Object, Unreadable> {
+    decode::<ResourceClaimTemplate>(
+        Kind::ResourceClaimTemplate,
+        obj,
+        Object::ResourceClaimTemplate,
+    )
 }
 
 /// Decodes a watched NodeResourceTopology of either served version.

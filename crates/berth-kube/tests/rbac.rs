@@ -161,7 +161,9 @@ fn berth_runs_with_only_the_rights_deploy_grants() {
             ("delete", "noderesourcetopologies.topology.node.k8s.io"), ("update", "reservations.scheduling.koordinator.sh"),
             ("create", "persistentvolumes"), ("patch", "persistentvolumes"), ("delete", "persistentvolumeclaims"),
             ("create", "resourceclaims.resource.k8s.io"), ("delete", "resourceclaims.resource.k8s.io"),
-            ("list", "resourceclaimtemplates.resource.k8s.io"), ("update", "resourceslices.resource.k8s.io"),
+            ("update", "resourceslices.resource.k8s.io"), ("create", "resourceclaimtemplates.resource.k8s.io"),
+            ("update", "resourceclaimtemplates.resource.k8s.io"), ("delete", "resourceclaimtemplates.resource.k8s.io"),
+            ("patch", "resourceclaimtemplates.resource.k8s.io"),
         ] {
             let (allowed, out) = can_i(&cluster, &sa_kubeconfig, verb, resource);
             assert!(!allowed, "berth's ServiceAccount may {verb} {resource}, which it never needs: {out}");
@@ -179,6 +181,8 @@ fn berth_runs_with_only_the_rights_deploy_grants() {
             ("watch", "resourceslices.resource.k8s.io"), ("watch", "deviceclasses.resource.k8s.io"),
             ("watch", "resourceclaims.resource.k8s.io"), ("update", "resourceclaims.resource.k8s.io"),
             ("update", "resourceclaims.resource.k8s.io/status"),
+            ("get", "resourceclaimtemplates.resource.k8s.io"), ("list", "resourceclaimtemplates.resource.k8s.io"),
+            ("watch", "resourceclaimtemplates.resource.k8s.io"),
             ("watch", "noderesourcetopologies.topology.node.k8s.io"), ("create", "events.events.k8s.io"),
             ("patch", "events.events.k8s.io"),
         ] {
