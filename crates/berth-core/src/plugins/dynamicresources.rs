@@ -97,6 +97,13 @@ pub fn pod_claims(pod: &Pod) -> Result<Vec<(String, ObjectKey)>, String> {
     Ok(out)
 }
 
+impl State {
+    /// The claims still to allocate.
+    pub(crate) fn plans(&self) -> &[ClaimPlan] {
+        &self.plans
+    }
+}
+
 /// The DynamicResources plugin.
 #[derive(Debug, Default)]
 pub struct DynamicResources;
@@ -208,7 +215,7 @@ impl DynamicResources {
 
     /// The reservation whose devices the pod may take on `node`: the one the Reservation
     /// plugin nominates there (`reserving`: the one its Reserve takes).
-    fn access<'a>(
+    pub(crate) fn access<'a>(
         cx: &'a Cluster,
         cycle: &CycleState,
         pod: &PodInfo,
@@ -259,7 +266,7 @@ impl DynamicResources {
     }
 
     /// How reservations hold each of `devices` for the pod (empty: none holds any).
-    fn held(
+    pub(crate) fn held(
         cx: &Cluster,
         devices: &allocator::NodeDevices<'_>,
         access: &Access<'_>,
