@@ -227,25 +227,23 @@ fn matching(
     out: &mut Vec<u32>,
 ) -> Result<(), Failure> {
     verdicts.clear();
+    // Only compiled selectors have verdicts: the search stops at the first that is not.
     for (sel, _) in &alt.selectors {
         if let Ok(sel) = sel {
             verdicts.push(devices.index.verdicts(sel.expression()));
         }
     }
-    for k in 0..devices.len() {
+    for (k, value) in values.iter_mut().enumerate().take(devices.len()) {
         let pos = devices.reached[k];
         let mut ok = true;
-        let mut compiled = 0;
-        for (sel, label) in &alt.selectors {
+        for ((sel, label), known) in alt.selectors.iter().zip(verdicts.iter()) {
             let sel = sel.as_ref().map_err(|e| Failure::Error(e.clone()))?;
-            let known = &verdicts[compiled];
-            compiled += 1;
             let selected = match known.get(pos) {
                 Some(v) => v,
                 None => {
                     let c = devices.get(k);
-                    let value = values[k]
-                        .get_or_insert_with(|| cel::device_value(&c.id.driver, c.device()));
+                    let value =
+                        value.get_or_insert_with(|| cel::device_value(&c.id.driver, c.device()));
                     match sel.matches(value) {
                         Ok(v) => {
                             known.set(pos, v);
@@ -260,6 +258,12 @@ fn matching(
             if !selected {
                 ok = false;
                 break;
+            }
+        }
+        // A selector that did not compile, after those that selected the device: its error.
+        if ok && verdicts.len() < alt.selectors.len() {
+            if let Some((Err(e), _)) = alt.selectors.iter().find(|(s, _)| s.is_err()) {
+                return Err(Failure::Error(e.clone()));
             }
         }
         if ok {
