@@ -16,6 +16,7 @@
 
 mod change;
 mod gang;
+pub mod dra;
 mod numa;
 mod reservations;
 
@@ -175,6 +176,9 @@ pub struct NodeExplanation {
     /// filtering then treats the node as having none.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub topology_refused: Option<String>,
+    /// Where DynamicResources rejected the node: per claim and request, why no device.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub devices: Vec<dra::ClaimDevices>,
 }
 
 impl NodeExplanation {
@@ -427,6 +431,14 @@ fn evaluate(s: &Scheduler, prof_idx: usize, pod: &Arc<PodInfo>, now: Time, out: 
         } else {
             diag.add(&node_status(&rejections));
         }
+        let devices = if rejections
+            .iter()
+            .any(|r| r.plugin == crate::plugins::names::DYNAMIC_RESOURCES)
+        {
+            dra::detail(cx, &state, pod, node)
+        } else {
+            Vec::new()
+        };
         by_idx.insert(idx, out.nodes.len());
         out.nodes.push(NodeExplanation {
             node: node.name.to_string(),
@@ -437,6 +449,7 @@ fn evaluate(s: &Scheduler, prof_idx: usize, pod: &Arc<PodInfo>, now: Time, out: 
             shortfall: Vec::new(),
             numa: numa::detail(cx, pod, node),
             topology_refused: cx.numa.refused_nrt(&node.name).map(str::to_string),
+            devices,
         });
     }
     for &idx in &feasible {

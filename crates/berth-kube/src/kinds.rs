@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use berth_api::dra::{DeviceClass, ResourceClaim, ResourceSlice};
+use berth_api::dra::{DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice};
 use berth_api::gang::{PodGroup, Workload};
 use berth_api::nrt::NodeResourceTopology;
 use berth_api::reservation::Reservation;
@@ -32,7 +32,7 @@ pub struct Served {
     /// `topology.node.k8s.io` `noderesourcetopologies` at `v1alpha2`, else `v1alpha1`.
     pub nrt: Option<ApiResource>,
     /// `resource.k8s.io/v1` is served (GA and on by default since Kubernetes 1.34): its
-    /// ResourceSlices, DeviceClasses and ResourceClaims are watched.
+    /// ResourceSlices, DeviceClasses, ResourceClaims and ResourceClaimTemplates are watched.
     pub dra: bool,
     /// Coscheduling's `podgroups` of the groups served ([`POD_GROUP_GROUPS`], v1alpha1).
     pub pod_groups: Vec<ApiResource>,
@@ -235,6 +235,16 @@ pub fn pod_group(obj: DynamicObject) -> Result<Object, Unreadable> {
 /// Decodes a watched Workload.
 pub fn workload(obj: DynamicObject) -> Result<Object, Unreadable> {
     decode::<Workload>(Kind::Workload, obj, Object::Workload)
+}
+
+/// Decodes a watched ResourceClaimTemplate (a Reservation's device claims are read from
+/// the templates its template names).
+pub fn resource_claim_template(obj: DynamicObject) -> Result<Object, Unreadable> {
+    decode::<ResourceClaimTemplate>(
+        Kind::ResourceClaimTemplate,
+        obj,
+        Object::ResourceClaimTemplate,
+    )
 }
 
 /// Decodes a watched NodeResourceTopology of either served version.

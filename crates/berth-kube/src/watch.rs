@@ -141,10 +141,12 @@ pub fn spawn_all(
         );
     }
     if served.dra {
-        // kube-scheduler's DynamicResources reads slices, classes and claims; only
-        // kube-controller-manager's claim controller reads ResourceClaimTemplates (it turns
-        // them into claims, which the pod waits for), so they are not watched.
-        let dra: [(Kind, &str, &str, Convert<DynamicObject>); 3] = [
+        // kube-scheduler's DynamicResources reads slices, classes and claims. Pods' claim
+        // templates are kube-controller-manager's to turn into claims (the pod waits for
+        // them); berth also reads the templates because a Reservation's device claims name
+        // them (there is no claim controller for reservations): a template's devices are
+        // allocated for the reservation itself.
+        let dra: [(Kind, &str, &str, Convert<DynamicObject>); 4] = [
             (
                 Kind::ResourceSlice,
                 "ResourceSlice",
@@ -162,6 +164,12 @@ pub fn spawn_all(
                 "ResourceClaim",
                 "resourceclaims",
                 kinds::resource_claim,
+            ),
+            (
+                Kind::ResourceClaimTemplate,
+                "ResourceClaimTemplate",
+                "resourceclaimtemplates",
+                kinds::resource_claim_template,
             ),
         ];
         for (kind, name, plural, convert) in dra {

@@ -143,18 +143,6 @@ fn read_case(path: &Path) -> Result<Case, String> {
         if obj["kind"] == "Workload" || obj["spec"].get("workloadRef").is_some() {
             return Err("Workload gang (berth run does not read spec.workloadRef yet)".into());
         }
-        // berth run does not watch ResourceClaimTemplates yet, which a Reservation's device
-        // claims are read from (simulate reads them): a known gap, not a difference to hide.
-        if obj["kind"] == "Reservation"
-            && obj["spec"]["template"]["spec"]
-                .get("resourceClaims")
-                .is_some()
-        {
-            return Err(
-                "Reservation holding devices (berth run does not watch ResourceClaimTemplates yet)"
-                    .into(),
-            );
-        }
         // A claim's status naming its consumer by UID: the API server assigns the pod
         // another, and kube-controller-manager's claim controller removes a consumer that
         // does not exist (and deallocates the claim), where simulate keeps it.
@@ -724,11 +712,6 @@ fn simulate(case: &Case) -> Vec<Value> {
 }
 
 async fn wait_seen(handle: &berth_kube::Handle, key: &ObjectKey, want: Option<&str>) {
-    // Like kube-scheduler, berth does not watch claim templates: only the claim controller
-    // reads them.
-    if key.kind == Kind::ResourceClaimTemplate {
-        return;
-    }
     for _ in 0..2000 {
         match (handle.seen(key), want) {
             (Some(Some(uid)), Some(w)) if uid == w => return,

@@ -279,6 +279,9 @@ fn node_block(out: &mut String, n: &NodeExplanation) {
         }
     }
     numa_lines(out, "    ", n);
+    for line in berth_core::explain::dra::lines(&n.devices) {
+        let _ = writeln!(out, "    devices: {line}");
+    }
 }
 
 /// The explanation as text for a person.

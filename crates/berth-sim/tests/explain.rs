@@ -105,6 +105,7 @@ fn explain_agrees_with_the_scheduler_on_every_scenario() {
         "preemption",
         "priority",
         "node-reservation",
+        "dra",
     ] {
         let dir = scenarios().join(set);
         let Ok(entries) = std::fs::read_dir(&dir) else {
@@ -731,6 +732,81 @@ fn explain_counts_the_members_waiting_at_permit() {
     let text = render(&e, ExplainFormat::Text).expect("text");
     assert!(
         text.contains("6 of minimum 8 placed (6 waiting at Permit), 2 not placed"),
+        "{text}"
+    );
+}
+
+#[test]
+fn explain_says_per_request_why_no_device_was_found() {
+    let path = scenarios().join("dra/explain-devices.yaml");
+    let text = std::fs::read_to_string(&path).expect("readable");
+    let input = parse_str(&path.display().to_string(), &text).expect("valid");
+    let sim = Simulation::run(vec![], Config::default(), &input);
+    let e = explain_pod(&sim, "big");
+    let text = berth_sim::explain::text(&e);
+    let node = |name: &str| e.nodes.iter().find(|n| n.node == name).expect("node");
+    // gpu-a: the class passes all four, the request's selector excludes the T4, gpu-0 is
+    // taken by first's claim and gpu-2 held by reservation r: 1 left of the 2 wanted.
+    let gpu = node("gpu-a");
+    assert_eq!(gpu.devices.len(), 1, "{text}");
+    let claim = &gpu.devices[0];
+    assert!(claim.claim.starts_with("default/big-gpus-"), "{text}");
+    let r = &claim.requests[0];
+    assert_eq!(
+        (r.request.as_str(), r.class.as_str(), r.wants.as_str()),
+        ("gpus", "gpu.example.com", "2")
+    );
+    assert_eq!((r.reached, r.free, r.enough), (4, 1, false), "{text}");
+    assert_eq!(r.excluded.len(), 1, "{text}");
+    assert!(
+        r.excluded[0].selector.ends_with(": selector #0")
+            && r.excluded[0]
+                .selector
+                .starts_with("claim default/big-gpus-"),
+        "{text}"
+    );
+    assert_eq!(r.excluded[0].devices, 1, "{text}");
+    assert_eq!(r.taken.len(), 1, "{text}");
+    assert_eq!(r.taken[0].device, "gpu.example.com/gpu-a/gpu-0", "{text}");
+    assert!(r.taken[0].by.starts_with("default/first-gpu-"), "{text}");
+    assert_eq!(r.held.len(), 1, "{text}");
+    assert_eq!(r.held[0].device, "gpu.example.com/gpu-a/gpu-2", "{text}");
+    assert_eq!(r.held[0].by, "reservation r", "{text}");
+    // The constraint: the one A100 left (gpu-1, root-0) is the largest group of 2 wanted.
+    assert_eq!(claim.constraints.len(), 1, "{text}");
+    let k = &claim.constraints[0];
+    assert_eq!(
+        (k.attribute.as_str(), k.wants, k.largest_group),
+        ("gpu.example.com/pcieRoot", 2, 1)
+    );
+    // cpu-1 reaches no device.
+    let cpu = &node("cpu-1").devices[0].requests[0];
+    assert_eq!((cpu.reached, cpu.free, cpu.enough), (0, 0, false), "{text}");
+    // The text says it per node, under DynamicResources' rejection.
+    assert!(text.contains("devices: claim default/big-gpus-"), "{text}");
+    assert!(
+        text.contains(
+            "request gpus (class gpu.example.com): wants 2, 1 left of 4 reached, not enough"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("taken: gpu.example.com/gpu-a/gpu-0 by default/first-gpu-"),
+        "{text}"
+    );
+    assert!(
+        text.contains("held: gpu.example.com/gpu-a/gpu-2 by reservation r"),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "matchAttribute gpu.example.com/pcieRoot: wants 2 sharing a value, at most 1 do"
+        ),
+        "{text}"
+    );
+    // A node DynamicResources passed, or a pod without claims: no device detail.
+    assert!(
+        e.nodes.iter().all(|n| n.feasible || !n.devices.is_empty()),
         "{text}"
     );
 }

@@ -11,6 +11,7 @@
 //! is never offered, except to an admin-access request, which takes nothing. The search
 //! gives up after [`MAX_STEPS`] device placements, as upstream's filter time-out does.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -23,9 +24,10 @@ use berth_api::k8s_openapi::api::core::v1::{
 };
 
 use super::cel::{self, Selector};
+use super::index::{DeviceIndex, Verdicts};
 use super::reserved::Held;
 use super::{DeviceId, DraState};
-use crate::model::selector::{Labels, NodeSelectorMatcher};
+use crate::model::selector::Labels;
 use crate::object::ObjectKey;
 
 /// How many device placements one Filter call may try (DRASchedulerFilterTimeout's
@@ -118,74 +120,53 @@ impl Candidate {
     }
 }
 
-fn slice_reaches(slice: &ResourceSlice, node: &str, labels: &Labels) -> bool {
-    let s = &slice.spec;
-    if s.node_name.as_deref() == Some(node) || s.all_nodes == Some(true) {
-        return true;
-    }
-    s.node_selector
-        .as_ref()
-        .and_then(|sel| NodeSelectorMatcher::new(sel).ok())
-        .is_some_and(|m| m.matches(node, labels))
+/// The devices one node reaches: positions in the [`DeviceIndex`]'s devices, in upstream's
+/// order. Borrowed from the index in the common case (only node-local slices).
+#[derive(Debug)]
+pub struct NodeDevices<'a> {
+    /// The index the positions point into.
+    pub index: &'a DeviceIndex,
+    /// The positions.
+    pub reached: Cow<'a, [u32]>,
 }
 
-fn device_reaches(device: &Device, node: &str, labels: &Labels) -> bool {
-    if device.node_name.as_deref() == Some(node) || device.all_nodes == Some(true) {
-        return true;
+impl NodeDevices<'_> {
+    /// How many devices the node reaches.
+    pub fn len(&self) -> usize {
+        self.reached.len()
     }
-    device
-        .node_selector
-        .as_ref()
-        .and_then(|sel| NodeSelectorMatcher::new(sel).ok())
-        .is_some_and(|m| m.matches(node, labels))
+
+    /// Whether the node reaches none.
+    pub fn is_empty(&self) -> bool {
+        self.reached.is_empty()
+    }
+
+    /// The `k`-th device the node reaches.
+    pub fn get(&self, k: usize) -> &Candidate {
+        &self.index.devices()[self.reached[k] as usize]
+    }
+
+    /// The devices, in order.
+    pub fn iter(&self) -> impl Iterator<Item = &Candidate> + '_ {
+        self.reached
+            .iter()
+            .map(|&p| &self.index.devices()[p as usize])
+    }
 }
 
 /// The devices `node` reaches, in upstream's order. Only the newest generation of each
-/// pool counts; a pool is complete or not at all considered stale parts.
+/// pool counts.
+pub fn node_devices<'a>(state: &'a DraState, node: &str, labels: &Labels) -> NodeDevices<'a> {
+    let index = state.index();
+    NodeDevices {
+        index,
+        reached: index.reached(node, labels),
+    }
+}
+
+/// [`node_devices`], as owned candidates.
 pub fn candidates(state: &DraState, node: &str, labels: &Labels) -> Vec<Candidate> {
-    let mut newest: BTreeMap<(&str, &str), i64> = BTreeMap::new();
-    for s in state.slices.values() {
-        let g = newest
-            .entry((&s.spec.driver, &s.spec.pool.name))
-            .or_insert(s.spec.pool.generation);
-        *g = (*g).max(s.spec.pool.generation);
-    }
-    let mut slices: Vec<&Arc<ResourceSlice>> = state
-        .slices
-        .values()
-        .filter(|s| {
-            newest.get(&(&*s.spec.driver, &*s.spec.pool.name)) == Some(&s.spec.pool.generation)
-        })
-        .collect();
-    slices.sort_by(|a, b| {
-        (&a.spec.driver, &a.spec.pool.name, &a.metadata.name).cmp(&(
-            &b.spec.driver,
-            &b.spec.pool.name,
-            &b.metadata.name,
-        ))
-    });
-    let mut out = Vec::new();
-    for slice in slices {
-        let per_device = slice.spec.per_device_node_selection == Some(true);
-        if !per_device && !slice_reaches(slice, node, labels) {
-            continue;
-        }
-        for (index, device) in slice.spec.devices.iter().enumerate() {
-            if per_device && !device_reaches(device, node, labels) {
-                continue;
-            }
-            out.push(Candidate {
-                id: DeviceId {
-                    driver: slice.spec.driver.as_str().into(),
-                    pool: slice.spec.pool.name.as_str().into(),
-                    device: device.name.as_str().into(),
-                },
-                slice: slice.clone(),
-                index,
-            });
-        }
-    }
-    out
+    node_devices(state, node, labels).iter().cloned().collect()
 }
 
 /// The value of a fully qualified attribute on a device of `driver`.
@@ -211,69 +192,124 @@ fn applies(constraint: &Constraint, request: &str, alternative: &str) -> bool {
             .any(|r| r == request || r == alternative)
 }
 
-/// The matching candidates of one alternative.
+/// Buffers the search reuses from one node to the next (the per-node path allocates nothing
+/// once they have grown to the cluster's shape).
+#[derive(Default)]
+struct Scratch {
+    /// Per device the node reaches: its CEL value, built on the first verdict not known.
+    values: Vec<Option<::cel::objects::Value>>,
+    /// The verdicts of the alternative's selectors being matched.
+    verdicts: Vec<Verdicts>,
+    /// Matching devices (node-local positions) of every alternative, back to back.
+    matches: Vec<u32>,
+    /// Per alternative slot: its range in `matches`.
+    ranges: Vec<(u32, u32)>,
+    /// (claim, request, first alternative slot) in search order.
+    units: Vec<(usize, usize, usize)>,
+    /// Per device the node reaches: placed in this search.
+    used: Vec<bool>,
+    /// Devices placed, in order.
+    placed: Vec<Placed>,
+}
+
+thread_local! {
+    static SCRATCH: std::cell::RefCell<Scratch> = std::cell::RefCell::new(Scratch::default());
+}
+
+/// Appends to `out` the devices (node-local positions) one alternative's selectors select,
+/// in order. Verdicts the index remembers are not evaluated again; a selector's compile
+/// error or a runtime error is the first one met, device by device, selector by selector.
 fn matching(
     alt: &Alternative,
-    cands: &[Candidate],
+    devices: &NodeDevices<'_>,
     values: &mut [Option<::cel::objects::Value>],
-) -> Result<Vec<usize>, Failure> {
-    let mut out = Vec::new();
-    for (i, c) in cands.iter().enumerate() {
+    verdicts: &mut Vec<Verdicts>,
+    out: &mut Vec<u32>,
+) -> Result<(), Failure> {
+    verdicts.clear();
+    // Only compiled selectors have verdicts: the search stops at the first that is not.
+    for (sel, _) in &alt.selectors {
+        if let Ok(sel) = sel {
+            verdicts.push(devices.index.verdicts(sel.expression()));
+        }
+    }
+    for (k, value) in values.iter_mut().enumerate().take(devices.len()) {
+        let pos = devices.reached[k];
         let mut ok = true;
-        for (sel, label) in &alt.selectors {
+        for ((sel, label), known) in alt.selectors.iter().zip(verdicts.iter()) {
             let sel = sel.as_ref().map_err(|e| Failure::Error(e.clone()))?;
-            let value =
-                values[i].get_or_insert_with(|| cel::device_value(&c.id.driver, c.device()));
-            match sel.matches(value) {
-                Ok(true) => {}
-                Ok(false) => {
-                    ok = false;
-                    break;
+            let selected = match known.get(pos) {
+                Some(v) => v,
+                None => {
+                    let c = devices.get(k);
+                    let value =
+                        value.get_or_insert_with(|| cel::device_value(&c.id.driver, c.device()));
+                    match sel.matches(value) {
+                        Ok(v) => {
+                            known.set(pos, v);
+                            v
+                        }
+                        Err(e) => {
+                            return Err(Failure::Error(format!("{label}: CEL runtime error: {e}")))
+                        }
+                    }
                 }
-                Err(e) => return Err(Failure::Error(format!("{label}: CEL runtime error: {e}"))),
+            };
+            if !selected {
+                ok = false;
+                break;
+            }
+        }
+        // A selector that did not compile, after those that selected the device: its error.
+        if ok && verdicts.len() < alt.selectors.len() {
+            if let Some((Err(e), _)) = alt.selectors.iter().find(|(s, _)| s.is_err()) {
+                return Err(Failure::Error(e.clone()));
             }
         }
         if ok {
-            out.push(i);
+            out.push(k as u32);
         }
     }
-    Ok(out)
+    Ok(())
 }
 
 /// One device placed by the search.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Copy)]
 struct Placed {
     claim: usize,
     request: usize,
-    name: String,
+    /// The alternative (index in the request's).
+    alt: usize,
+    /// Node-local position.
     cand: usize,
     admin: bool,
 }
 
 struct Search<'a> {
     plans: &'a [ClaimPlan],
-    cands: &'a [Candidate],
+    devices: &'a NodeDevices<'a>,
     taken: &'a BTreeMap<DeviceId, ObjectKey>,
-    /// Per candidate, how reservations hold it (empty: none holds any).
+    /// Per device the node reaches, how reservations hold it (empty: none holds any).
     held: &'a [Held],
-    /// Per claim, request, alternative: matching candidates.
-    matches: Vec<Vec<Vec<Vec<usize>>>>,
-    units: Vec<(usize, usize)>,
-    used: Vec<bool>,
-    placed: Vec<Placed>,
+    scratch: &'a mut Scratch,
     steps: usize,
 }
 
 impl Search<'_> {
     fn free(&self, cand: usize, admin: bool) -> bool {
         let foreign = self.held.get(cand) == Some(&Held::Foreign);
-        !self.used[cand] && (admin || (!foreign && !self.taken.contains_key(&self.cands[cand].id)))
+        !self.scratch.used[cand]
+            && (admin || (!foreign && !self.taken.contains_key(&self.devices.get(cand).id)))
+    }
+
+    fn alt_name(&self, claim: usize, request: usize, alt: usize) -> &str {
+        &self.plans[claim].requests[request].alternatives[alt].name
     }
 
     fn constraints_ok(&self, claim: usize, request: usize, name: &str, cand: usize) -> bool {
         let plan = &self.plans[claim];
         let rname = &plan.requests[request].name;
-        let c = &self.cands[cand];
+        let c = self.devices.get(cand);
         plan.constraints
             .iter()
             .filter(|k| applies(k, rname, name))
@@ -281,13 +317,19 @@ impl Search<'_> {
                 let Some(mine) = attribute(&c.id.driver, c.device(), &k.attribute) else {
                     return false;
                 };
-                self.placed
+                self.scratch
+                    .placed
                     .iter()
                     .filter(|p| {
-                        p.claim == claim && applies(k, &plan.requests[p.request].name, &p.name)
+                        p.claim == claim
+                            && applies(
+                                k,
+                                &plan.requests[p.request].name,
+                                self.alt_name(p.claim, p.request, p.alt),
+                            )
                     })
                     .all(|p| {
-                        let o = &self.cands[p.cand];
+                        let o = self.devices.get(p.cand);
                         attribute(&o.id.driver, o.device(), &k.attribute) == Some(mine)
                     })
             })
@@ -298,29 +340,28 @@ impl Search<'_> {
         if self.steps > MAX_STEPS {
             return Err(Failure::TimedOut);
         }
-        self.used[p.cand] = true;
-        self.placed.push(p);
+        self.scratch.used[p.cand] = true;
+        self.scratch.placed.push(p);
         Ok(())
     }
 
     fn unplace(&mut self) {
-        if let Some(p) = self.placed.pop() {
-            self.used[p.cand] = false;
+        if let Some(p) = self.scratch.placed.pop() {
+            self.scratch.used[p.cand] = false;
         }
     }
 
     /// Satisfies units `u..`: `Ok(true)` with every device placed.
     fn unit(&mut self, u: usize) -> Result<bool, Failure> {
-        let Some(&(claim, request)) = self.units.get(u) else {
+        let Some(&(claim, request, _)) = self.scratch.units.get(u) else {
             return Ok(true);
         };
         let n_alts = self.plans[claim].requests[request].alternatives.len();
         for a in 0..n_alts {
             let alt = &self.plans[claim].requests[request].alternatives[a];
-            let (mode, admin, name) = (alt.mode, alt.admin, alt.name.clone());
-            let done = match mode {
-                Mode::ExactCount(n) => self.choose(u, a, &name, admin, n, 0)?,
-                Mode::All => self.take_all(u, a, &name, admin)?,
+            let done = match alt.mode {
+                Mode::ExactCount(n) => self.choose(u, a, n, 0)?,
+                Mode::All => self.take_all(u, a)?,
             };
             if done {
                 return Ok(true);
@@ -329,34 +370,34 @@ impl Search<'_> {
         Ok(false)
     }
 
-    fn choose(
-        &mut self,
-        u: usize,
-        a: usize,
-        name: &str,
-        admin: bool,
-        left: usize,
-        from: usize,
-    ) -> Result<bool, Failure> {
+    /// The matching devices of unit `u`'s alternative `a`: its range in the buffer.
+    fn range(&self, u: usize, a: usize) -> (usize, usize) {
+        let (s, e) = self.scratch.ranges[self.scratch.units[u].2 + a];
+        (s as usize, e as usize)
+    }
+
+    fn choose(&mut self, u: usize, a: usize, left: usize, from: usize) -> Result<bool, Failure> {
         if left == 0 {
             return self.unit(u + 1);
         }
-        let (claim, request) = self.units[u];
-        let n = self.matches[claim][request][a].len();
-        for k in from..n {
-            let cand = self.matches[claim][request][a][k];
+        let (claim, request, _) = self.scratch.units[u];
+        let admin = self.plans[claim].requests[request].alternatives[a].admin;
+        let plans = self.plans;
+        let name = plans[claim].requests[request].alternatives[a].name.as_str();
+        let (start, end) = self.range(u, a);
+        for k in start + from..end {
+            let cand = self.scratch.matches[k] as usize;
             if !self.free(cand, admin) || !self.constraints_ok(claim, request, name, cand) {
                 continue;
             }
-            let p = Placed {
+            self.place(Placed {
                 claim,
                 request,
-                name: name.to_string(),
+                alt: a,
                 cand,
                 admin,
-            };
-            self.place(p)?;
-            if self.choose(u, a, name, admin, left - 1, k + 1)? {
+            })?;
+            if self.choose(u, a, left - 1, k + 1 - start)? {
                 return Ok(true);
             }
             self.unplace();
@@ -364,15 +405,19 @@ impl Search<'_> {
         Ok(false)
     }
 
-    fn take_all(&mut self, u: usize, a: usize, name: &str, admin: bool) -> Result<bool, Failure> {
-        let (claim, request) = self.units[u];
-        let all = self.matches[claim][request][a].clone();
-        if all.is_empty() {
+    fn take_all(&mut self, u: usize, a: usize) -> Result<bool, Failure> {
+        let (claim, request, _) = self.scratch.units[u];
+        let admin = self.plans[claim].requests[request].alternatives[a].admin;
+        let plans = self.plans;
+        let name = plans[claim].requests[request].alternatives[a].name.as_str();
+        let (start, end) = self.range(u, a);
+        if start == end {
             return Ok(false);
         }
         let mut placed = 0;
         let mut ok = true;
-        for cand in all {
+        for k in start..end {
+            let cand = self.scratch.matches[k] as usize;
             if !self.free(cand, admin) || !self.constraints_ok(claim, request, name, cand) {
                 ok = false;
                 break;
@@ -380,7 +425,7 @@ impl Search<'_> {
             self.place(Placed {
                 claim,
                 request,
-                name: name.to_string(),
+                alt: a,
                 cand,
                 admin,
             })?;
@@ -421,60 +466,100 @@ fn node_selector(node: &str, devices: &[&Candidate]) -> Option<NodeSelector> {
         .find_map(|c| c.slice.spec.node_selector.clone())
 }
 
-/// Allocates every claim of `plans` on `node` from `cands`, avoiding `taken` and the
-/// devices `held` (per candidate, or empty) says other reservations hold; the devices of the
+/// Prepares the search's buffers for `plans` on `devices`: the matching devices of every
+/// alternative (owners' reservation devices first), then searches.
+fn search(
+    plans: &[ClaimPlan],
+    devices: &NodeDevices<'_>,
+    taken: &BTreeMap<DeviceId, ObjectKey>,
+    held: &[Held],
+    scratch: &mut Scratch,
+) -> Result<(), Failure> {
+    let n = devices.len();
+    scratch.values.clear();
+    scratch.values.resize(n, None);
+    scratch.matches.clear();
+    scratch.ranges.clear();
+    scratch.units.clear();
+    scratch.used.clear();
+    scratch.used.resize(n, false);
+    scratch.placed.clear();
+    let mine = held.contains(&Held::Mine);
+    for (ci, plan) in plans.iter().enumerate() {
+        for (ri, req) in plan.requests.iter().enumerate() {
+            scratch.units.push((ci, ri, scratch.ranges.len()));
+            for alt in &req.alternatives {
+                let start = scratch.matches.len();
+                matching(
+                    alt,
+                    devices,
+                    &mut scratch.values,
+                    &mut scratch.verdicts,
+                    &mut scratch.matches,
+                )?;
+                if mine {
+                    // Owners take their reservation's devices before free ones.
+                    scratch.matches[start..]
+                        .sort_by_key(|&c| held.get(c as usize) != Some(&Held::Mine));
+                }
+                scratch
+                    .ranges
+                    .push((start as u32, scratch.matches.len() as u32));
+            }
+        }
+    }
+    let mut search = Search {
+        plans,
+        devices,
+        taken,
+        held,
+        scratch,
+        steps: 0,
+    };
+    if search.unit(0)? {
+        Ok(())
+    } else {
+        Err(Failure::NoFit)
+    }
+}
+
+/// Whether every claim of `plans` can be allocated on the node of `devices`, avoiding
+/// `taken` and the devices `held` (per device, or empty) says other reservations hold:
+/// Filter's question, answered without building the allocation.
+pub fn fits(
+    plans: &[ClaimPlan],
+    devices: &NodeDevices<'_>,
+    taken: &BTreeMap<DeviceId, ObjectKey>,
+    held: &[Held],
+) -> Result<(), Failure> {
+    SCRATCH.with(|s| match s.try_borrow_mut() {
+        Ok(mut scratch) => search(plans, devices, taken, held, &mut scratch),
+        Err(_) => search(plans, devices, taken, held, &mut Scratch::default()),
+    })
+}
+
+/// Allocates every claim of `plans` on `node` from `devices`, avoiding `taken` and the
+/// devices `held` (per device, or empty) says other reservations hold; the devices of the
 /// pod's own reservation are tried first.
 pub fn allocate(
     plans: &[ClaimPlan],
     node: &str,
-    cands: &[Candidate],
+    devices: &NodeDevices<'_>,
     taken: &BTreeMap<DeviceId, ObjectKey>,
     held: &[Held],
 ) -> Result<Vec<AllocationResult>, Failure> {
-    let mut values = vec![None; cands.len()];
-    let mut matches = Vec::with_capacity(plans.len());
-    let mut units = Vec::new();
-    for (ci, plan) in plans.iter().enumerate() {
-        let mut per_request = Vec::with_capacity(plan.requests.len());
-        for (ri, req) in plan.requests.iter().enumerate() {
-            let mut per_alt = Vec::with_capacity(req.alternatives.len());
-            for alt in &req.alternatives {
-                let mut m = matching(alt, cands, &mut values)?;
-                if held.contains(&Held::Mine) {
-                    // Owners take their reservation's devices before free ones.
-                    m.sort_by_key(|&c| held.get(c) != Some(&Held::Mine));
-                }
-                per_alt.push(m);
-            }
-            per_request.push(per_alt);
-            units.push((ci, ri));
-        }
-        matches.push(per_request);
-    }
-    let mut search = Search {
-        plans,
-        cands,
-        taken,
-        held,
-        matches,
-        units,
-        used: vec![false; cands.len()],
-        placed: Vec::new(),
-        steps: 0,
-    };
-    if !search.unit(0)? {
-        return Err(Failure::NoFit);
-    }
+    let mut scratch = Scratch::default();
+    search(plans, devices, taken, held, &mut scratch)?;
     let mut out = Vec::with_capacity(plans.len());
-    for ci in 0..plans.len() {
-        let mine: Vec<&Placed> = search.placed.iter().filter(|p| p.claim == ci).collect();
-        let devices: Vec<&Candidate> = mine.iter().map(|p| &cands[p.cand]).collect();
+    for (ci, plan) in plans.iter().enumerate() {
+        let mine: Vec<&Placed> = scratch.placed.iter().filter(|p| p.claim == ci).collect();
+        let cands: Vec<&Candidate> = mine.iter().map(|p| devices.get(p.cand)).collect();
         let results = mine
             .iter()
             .map(|p| {
-                let c = &cands[p.cand];
+                let c = devices.get(p.cand);
                 DeviceRequestAllocationResult {
-                    request: p.name.clone(),
+                    request: plan.requests[p.request].alternatives[p.alt].name.clone(),
                     driver: c.id.driver.to_string(),
                     pool: c.id.pool.to_string(),
                     device: c.id.device.to_string(),
@@ -488,7 +573,7 @@ pub fn allocate(
                 results,
                 config: Vec::new(),
             },
-            node_selector: node_selector(node, &devices),
+            node_selector: node_selector(node, &cands),
             allocation_timestamp: None,
         });
     }
@@ -502,6 +587,91 @@ pub fn plan(key: &ObjectKey, claim: &ResourceClaim, state: &DraState) -> Result<
     plan_spec(key, &claim.spec, state)
 }
 
+/// One way of satisfying a request as the claim spells it (`exactly`, or one entry of
+/// `firstAvailable`).
+struct Spelled<'a> {
+    name: String,
+    class: &'a str,
+    selectors: &'a [berth_api::dra::DeviceSelector],
+    mode: Option<&'a str>,
+    count: Option<i64>,
+    admin: bool,
+}
+
+/// Compiles the selectors of `class`, then `selectors`, each with the label upstream's
+/// messages name it by.
+fn compiled(
+    claim_name: &str,
+    class: &str,
+    class_selectors: &[berth_api::dra::DeviceSelector],
+    selectors: &[berth_api::dra::DeviceSelector],
+) -> Vec<(Result<Selector, String>, String)> {
+    let labelled = class_selectors
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (s, format!("class {class}: selector #{i}")))
+        .chain(
+            selectors
+                .iter()
+                .enumerate()
+                .map(|(i, s)| (s, format!("claim {claim_name}: selector #{i}"))),
+        );
+    labelled
+        .map(|(s, label)| {
+            let expr = s.cel.as_ref().map_or("", |c| c.expression.as_str());
+            let compiled =
+                cel::compile(expr).map_err(|e| format!("{label}: CEL compile error: {e}"));
+            (compiled, label)
+        })
+        .collect()
+}
+
+/// A request's alternative: its class's and its own selectors compiled, its count checked.
+fn alternative(
+    claim_name: &str,
+    spelled: Spelled<'_>,
+    state: &DraState,
+) -> Result<Alternative, String> {
+    let Spelled {
+        name,
+        class,
+        selectors,
+        mode,
+        count,
+        admin,
+    } = spelled;
+    let Some(dc) = state.classes.get(class) else {
+        return Err(format!(
+            "request {name}: device class {class} does not exist"
+        ));
+    };
+    let sels = compiled(claim_name, class, &dc.spec.selectors, selectors);
+    let mode = match mode.unwrap_or("ExactCount") {
+        "All" => Mode::All,
+        "ExactCount" => {
+            let n = count.unwrap_or(1);
+            if !(1..=MAX_RESULTS).contains(&n) {
+                return Err(format!(
+                    "claim {claim_name}, request {name}: exact count {n} is too large"
+                ));
+            }
+            Mode::ExactCount(n as usize)
+        }
+        other => {
+            return Err(format!(
+                "claim {claim_name}, request {name}: unsupported count mode {other}"
+            ))
+        }
+    };
+    Ok(Alternative {
+        name,
+        selectors: sels,
+        mode,
+        admin,
+        class: class.to_string(),
+    })
+}
+
 /// [`plan`] for a claim's spec alone (a reservation's template claim, which has no object).
 pub fn plan_spec(
     key: &ObjectKey,
@@ -512,78 +682,27 @@ pub fn plan_spec(
     let mut requests = Vec::new();
     for req in &spec.devices.requests {
         let mut alternatives = Vec::new();
-        let mut add = |name: String,
-                       class: &str,
-                       selectors: &[berth_api::dra::DeviceSelector],
-                       mode: Option<&str>,
-                       count: Option<i64>,
-                       admin: bool|
-         -> Result<(), String> {
-            let Some(dc) = state.classes.get(class) else {
-                return Err(format!(
-                    "request {name}: device class {class} does not exist"
-                ));
-            };
-            let mut sels = Vec::new();
-            for (i, s) in dc.spec.selectors.iter().enumerate() {
-                let expr = s.cel.as_ref().map_or("", |c| c.expression.as_str());
-                let label = format!("class {class}: selector #{i}");
-                let compiled =
-                    cel::compile(expr).map_err(|e| format!("{label}: CEL compile error: {e}"));
-                sels.push((compiled, label));
-            }
-            for (i, s) in selectors.iter().enumerate() {
-                let expr = s.cel.as_ref().map_or("", |c| c.expression.as_str());
-                let label = format!("claim {claim_name}: selector #{i}");
-                let compiled =
-                    cel::compile(expr).map_err(|e| format!("{label}: CEL compile error: {e}"));
-                sels.push((compiled, label));
-            }
-            let mode = match mode.unwrap_or("ExactCount") {
-                "All" => Mode::All,
-                "ExactCount" => {
-                    let n = count.unwrap_or(1);
-                    if !(1..=MAX_RESULTS).contains(&n) {
-                        return Err(format!(
-                            "claim {claim_name}, request {name}: exact count {n} is too large"
-                        ));
-                    }
-                    Mode::ExactCount(n as usize)
-                }
-                other => {
-                    return Err(format!(
-                        "claim {claim_name}, request {name}: unsupported count mode {other}"
-                    ))
-                }
-            };
-            alternatives.push(Alternative {
-                name,
-                selectors: sels,
-                mode,
-                admin,
-                class: class.to_string(),
-            });
-            Ok(())
-        };
         if let Some(e) = &req.exactly {
-            add(
-                req.name.clone(),
-                &e.device_class_name,
-                &e.selectors,
-                e.allocation_mode.as_deref(),
-                e.count,
-                e.admin_access == Some(true),
-            )?;
+            let spelled = Spelled {
+                name: req.name.clone(),
+                class: &e.device_class_name,
+                selectors: &e.selectors,
+                mode: e.allocation_mode.as_deref(),
+                count: e.count,
+                admin: e.admin_access == Some(true),
+            };
+            alternatives.push(alternative(&claim_name, spelled, state)?);
         } else if !req.first_available.is_empty() {
             for sub in &req.first_available {
-                add(
-                    format!("{}/{}", req.name, sub.name),
-                    &sub.device_class_name,
-                    &sub.selectors,
-                    sub.allocation_mode.as_deref(),
-                    sub.count,
-                    false,
-                )?;
+                let spelled = Spelled {
+                    name: format!("{}/{}", req.name, sub.name),
+                    class: &sub.device_class_name,
+                    selectors: &sub.selectors,
+                    mode: sub.allocation_mode.as_deref(),
+                    count: sub.count,
+                    admin: false,
+                };
+                alternatives.push(alternative(&claim_name, spelled, state)?);
             }
         } else {
             return Err(format!(

@@ -25,6 +25,8 @@ pub const MAX_EXPRESSION_LENGTH: usize = 10 * 1024;
 #[derive(Clone)]
 pub struct Selector {
     program: Arc<Program>,
+    /// The expression's text: what its remembered verdicts are keyed by.
+    expression: Arc<str>,
 }
 
 impl std::fmt::Debug for Selector {
@@ -109,6 +111,7 @@ pub fn compile(expression: &str) -> Result<Selector, String> {
     let program = env().compile(expression).map_err(|e| e.to_string())?;
     Ok(Selector {
         program: Arc::new(program),
+        expression: expression.into(),
     })
 }
 
@@ -270,6 +273,11 @@ pub fn device_value(driver: &str, device: &Device) -> Value {
 }
 
 impl Selector {
+    /// The expression's text.
+    pub fn expression(&self) -> &Arc<str> {
+        &self.expression
+    }
+
     /// Evaluates the selector for `device` (a value from [`device_value`]): `Ok(true)` when it
     /// selects the device, `Err` with the runtime error's message (also when the result is
     /// not a bool).

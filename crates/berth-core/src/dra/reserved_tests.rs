@@ -12,7 +12,7 @@ use std::sync::Arc;
 use berth_api::dra::{AllocationResult, ResourceClaimStatus};
 use proptest::prelude::*;
 
-use super::allocator::{allocate, candidates, plan, plan_spec};
+use super::allocator::{allocate, node_devices, plan, plan_spec};
 use super::reserved::{classify, Access, DeviceAllocated, HeldClaim};
 use super::tests::{claim, key, satisfies, state, taken_once, Dev, Req};
 use super::{devices_of, DeviceId, DraState};
@@ -41,18 +41,18 @@ fn allocate_on(
 ) -> Option<(AllocationResult, Vec<super::reserved::Held>)> {
     let labels = Labels::new();
     let name = format!("n{node}");
-    let cands = candidates(s, &name, &labels);
+    let devices = node_devices(s, &name, &labels);
     let active = |n: &str, uid: &str| res.get(n).is_some_and(|r| r.active && r.uid == uid);
-    let held = classify(s, cands.iter().map(|c| c.id.clone()), access, &active);
+    let held = classify(s, devices.iter().map(|c| c.id.clone()), access, &active);
     let _ = nodes;
-    let mut out = allocate(std::slice::from_ref(p), &name, &cands, s.taken(), &held).ok()?;
+    let mut out = allocate(std::slice::from_ref(p), &name, &devices, s.taken(), &held).ok()?;
     let a = out.pop()?;
     let per_result = a
         .devices
         .results
         .iter()
         .map(|r| {
-            cands
+            devices
                 .iter()
                 .position(|c| *c.id.device == r.device && *c.id.pool == r.pool)
                 .and_then(|i| held.get(i).copied())

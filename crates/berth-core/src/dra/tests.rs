@@ -14,7 +14,7 @@ use berth_api::dra::{
 };
 use proptest::prelude::*;
 
-use super::allocator::{allocate, candidates, plan};
+use super::allocator::{allocate, node_devices, plan};
 use super::{devices_of, DraState};
 use crate::model::selector::Labels;
 use crate::object::{Kind, ObjectKey};
@@ -65,7 +65,7 @@ pub(super) fn state(nodes: &[Vec<Dev>]) -> DraState {
                 .collect(),
             ..Default::default()
         };
-        s.slices.insert(format!("n{n}").into(), Arc::new(slice));
+        s.slice_applied(Arc::new(slice));
     }
     for (name, expr) in [
         ("any", "device.driver == \"d\""),
@@ -173,8 +173,8 @@ proptest! {
             let p = plan(&key(i), &c, &s).unwrap();
             for n in 0..nodes.len() {
                 let node = format!("n{n}");
-                let cands = candidates(&s, &node, &labels);
-                let Ok(mut out) = allocate(std::slice::from_ref(&p), &node, &cands, s.taken(), &[]) else {
+                let devices = node_devices(&s, &node, &labels);
+                let Ok(mut out) = allocate(std::slice::from_ref(&p), &node, &devices, s.taken(), &[]) else {
                     continue;
                 };
                 let a = out.pop().unwrap();

@@ -107,6 +107,13 @@ pub fn pod_claims(pod: &Pod) -> Result<Vec<(String, ObjectKey)>, String> {
     Ok(out)
 }
 
+impl State {
+    /// The claims still to allocate.
+    pub(crate) fn plans(&self) -> &[ClaimPlan] {
+        &self.plans
+    }
+}
+
 /// The DynamicResources plugin.
 #[derive(Debug, Default)]
 pub struct DynamicResources;
@@ -225,7 +232,7 @@ impl DynamicResources {
 
     /// The reservation whose devices the pod may take on `node`: the one the Reservation
     /// plugin nominates there (`reserving`: the one its Reserve takes).
-    fn access<'a>(
+    pub(crate) fn access<'a>(
         cx: &'a Cluster,
         cycle: &CycleState,
         pod: &PodInfo,
@@ -252,37 +259,56 @@ impl DynamicResources {
         }
     }
 
+    /// Reserve's allocation on `node`.
     fn allocate(
         cx: &Cluster,
         state: &State,
         node: &NodeInfo,
         access: &Access<'_>,
     ) -> Result<Vec<berth_api::dra::AllocationResult>, Status> {
-        let cands = allocator::candidates(&cx.cache.dra, &node.name, &node.labels);
+        let devices = allocator::node_devices(&cx.cache.dra, &node.name, &node.labels);
+        let held = Self::held(cx, &devices, access);
+        allocator::allocate(&state.plans, &node.name, &devices, cx.cache.dra.taken(), &held)
+            .map_err(failure)
+    }
+
+    /// Filter's question: can the claims be allocated on `node`.
+    fn fits(cx: &Cluster, state: &State, node: &NodeInfo, access: &Access<'_>) -> Status {
+        let devices = allocator::node_devices(&cx.cache.dra, &node.name, &node.labels);
+        let held = Self::held(cx, &devices, access);
+        match allocator::fits(&state.plans, &devices, cx.cache.dra.taken(), &held) {
+            Ok(()) => Status::success(),
+            Err(f) => failure(f),
+        }
+    }
+
+    /// How reservations hold each of `devices` for the pod (empty: none holds any).
+    pub(crate) fn held(
+        cx: &Cluster,
+        devices: &allocator::NodeDevices<'_>,
+        access: &Access<'_>,
+    ) -> Vec<reserved::Held> {
         let active = |name: &str, uid: &str| {
             cx.reservations
                 .idx(name)
                 .and_then(|i| cx.reservations.get(i))
                 .is_some_and(|r| r.is_active() && &*r.uid == uid)
         };
-        let held = reserved::classify(
+        reserved::classify(
             &cx.cache.dra,
-            cands.iter().map(|c| c.id.clone()),
+            devices.iter().map(|c| c.id.clone()),
             access,
             &active,
-        );
-        allocator::allocate(
-            &state.plans,
-            &node.name,
-            &cands,
-            cx.cache.dra.taken(),
-            &held,
         )
-        .map_err(|f| match f {
-            Failure::NoFit => Status::unresolvable(CANNOT_ALLOCATE),
-            Failure::TimedOut => Status::unresolvable("timed out trying to allocate devices"),
-            Failure::Error(e) => Status::error(e),
-        })
+    }
+}
+
+/// The status of a search that found nothing, in upstream's words.
+fn failure(f: Failure) -> Status {
+    match f {
+        Failure::NoFit => Status::unresolvable(CANNOT_ALLOCATE),
+        Failure::TimedOut => Status::unresolvable("timed out trying to allocate devices"),
+        Failure::Error(e) => Status::error(e),
     }
 }
 
@@ -368,10 +394,7 @@ impl Plugin for DynamicResources {
             return Status::success();
         }
         let access = Self::access(cx, state, pod, node, false);
-        match Self::allocate(cx, s, node, &access) {
-            Ok(_) => Status::success(),
-            Err(st) => st,
-        }
+        Self::fits(cx, s, node, &access)
     }
 
     /// kube-scheduler 1.35.4's PostFilter, whose words start every unschedulable pod's

@@ -18,7 +18,7 @@ use crate::time::Time;
 pub(super) fn keys(dra: &DraState, kind: Kind) -> Vec<ObjectKey> {
     match kind {
         Kind::ResourceSlice => dra
-            .slices
+            .slices()
             .keys()
             .map(|n| ObjectKey::cluster(kind, n))
             .collect(),
@@ -38,10 +38,7 @@ impl Scheduler {
     pub(super) fn apply_dra(&mut self, now: Time, obj: Object) {
         let dra = &mut self.cluster.cache.dra;
         match obj {
-            Object::ResourceSlice(s) => {
-                let name: Arc<str> = s.metadata.name.as_deref().unwrap_or("").into();
-                dra.slices.insert(name, s);
-            }
+            Object::ResourceSlice(s) => dra.slice_applied(s),
             Object::DeviceClass(c) => {
                 let name: Arc<str> = c.metadata.name.as_deref().unwrap_or("").into();
                 dra.classes.insert(name, c);
@@ -65,9 +62,7 @@ impl Scheduler {
     pub(super) fn delete_dra(&mut self, now: Time, key: &ObjectKey) {
         let dra = &mut self.cluster.cache.dra;
         match key.kind {
-            Kind::ResourceSlice => {
-                dra.slices.remove(&*key.name);
-            }
+            Kind::ResourceSlice => dra.slice_deleted(&key.name),
             Kind::DeviceClass => {
                 dra.classes.remove(&*key.name);
             }

@@ -111,10 +111,10 @@ pub const EXPECTED: Grants = &[
         ("resource.k8s.io", "resourceclaims", "status", "", ""),
         &["update"],
     ),
-    // Templates are kube-controller-manager's to read.
+    // Read for Reservations' device claims (pods' templates are kube-controller-manager's).
     (
         ("resource.k8s.io", "resourceclaimtemplates", "", "", ""),
-        &[],
+        &["get", "list", "watch"],
     ),
     (
         ("topology.node.k8s.io", "noderesourcetopologies", "", "", ""),
