@@ -12,6 +12,10 @@
 //! the replacement pod; kube-controller-manager's workload controllers create the
 //! replacement.
 //!
+//! It also keeps the room of pods scaled away from an opted-in workload ([`keep`]): it
+//! watches ReplicaSets, Deployments and StatefulSets for their `replicas` and opt-in, and
+//! each pass first creates the Reservations for the pods seen going since the last one.
+//!
 //! The controller keeps nothing between passes but what its watches show, as the pure
 //! controller keeps everything in the jobs: a restart carries on. A job it just wrote is read
 //! as written until the watch shows the write (or a few seconds passed), so a pass never acts
@@ -19,6 +23,7 @@
 //! arbiter counts it as it now is.
 
 pub mod cache;
+pub mod keep;
 mod perform;
 
 use std::collections::{BTreeMap, HashMap};
@@ -26,6 +31,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use berth_api::k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
 use berth_api::k8s_openapi::api::core::v1::Pod;
 use berth_api::migration::PodMigrationJob;
 use berth_api::reservation::Reservation;
@@ -70,6 +76,9 @@ pub struct Outcome {
     pub evictions_refused: u64,
     /// Job writes.
     pub job_writes: u64,
+    /// Reservations created to keep a scaled-down workload's room (also counted in
+    /// `reservations_created`).
+    pub reservations_kept: u64,
     /// Writes that failed (other than refused evictions).
     pub failed: u64,
 }
@@ -124,7 +133,109 @@ struct Caches {
     jobs: cache::Map<DynamicObject>,
     reservations: cache::Map<DynamicObject>,
     pods: cache::Map<Pod>,
+    replicasets: cache::Map<ReplicaSet>,
+    deployments: cache::Map<Deployment>,
+    statefulsets: cache::Map<StatefulSet>,
+    /// Pods seen going, in the order they went ([`keep`]).
+    gone: std::sync::Mutex<std::sync::mpsc::Receiver<keep::Gone>>,
 }
+
+/// How many kinds [`Caches`] watches (each lists once before the first pass).
+const WATCHED_KINDS: usize = 6;
+
+impl Caches {
+    fn start(
+        client: &Client,
+        tasks: &mut JoinSet<()>,
+        changed: &Arc<Notify>,
+        synced: &Synced,
+    ) -> Self {
+        let (went, gone) = std::sync::mpsc::channel();
+        let on_pod = move |pods: &BTreeMap<String, Pod>, pod: &Pod, change| {
+            if let Some(g) = keep::on_pod(pods, pod, change) {
+                let _ = went.send(g);
+            }
+        };
+        Caches {
+            jobs: cache::watch(
+                tasks,
+                Api::<DynamicObject>::all_with(client.clone(), &job_resource()),
+                changed.clone(),
+                synced.clone(),
+            ),
+            reservations: cache::watch(
+                tasks,
+                Api::<DynamicObject>::all_with(client.clone(), &Served::reservation_resource()),
+                changed.clone(),
+                synced.clone(),
+            ),
+            pods: cache::watch_with(
+                tasks,
+                Api::<Pod>::all(client.clone()),
+                changed.clone(),
+                synced.clone(),
+                on_pod,
+            ),
+            replicasets: cache::watch(
+                tasks,
+                Api::all(client.clone()),
+                changed.clone(),
+                synced.clone(),
+            ),
+            deployments: cache::watch(
+                tasks,
+                Api::all(client.clone()),
+                changed.clone(),
+                synced.clone(),
+            ),
+            statefulsets: cache::watch(
+                tasks,
+                Api::all(client.clone()),
+                changed.clone(),
+                synced.clone(),
+            ),
+            gone: std::sync::Mutex::new(gone),
+        }
+    }
+
+    /// The Reservations keeping the room of the pods scaled away since the last call.
+    fn kept(&self) -> Vec<Reservation> {
+        let gone: Vec<keep::Gone> = self
+            .gone
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .try_iter()
+            .collect();
+        if gone.is_empty() {
+            return Vec::new();
+        }
+        let replicasets = self
+            .replicasets
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let deployments = self
+            .deployments
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let statefulsets = self
+            .statefulsets
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let workloads = keep::Workloads {
+            replicasets: &replicasets,
+            deployments: &deployments,
+            statefulsets: &statefulsets,
+        };
+        gone.iter()
+            .filter_map(|g| keep::kept(g, &workloads))
+            .collect()
+    }
+}
+
+type Synced = tokio::sync::mpsc::UnboundedSender<()>;
 
 impl Caches {
     fn snapshot(&self) -> (Vec<Arc<PodMigrationJob>>, View) {
@@ -166,30 +277,11 @@ pub async fn run(
     let changed = Arc::new(Notify::new());
     let (synced, mut lists) = tokio::sync::mpsc::unbounded_channel();
     let mut tasks = JoinSet::new();
-    let caches = Caches {
-        jobs: cache::watch(
-            &mut tasks,
-            Api::<DynamicObject>::all_with(client.clone(), &job_resource()),
-            changed.clone(),
-            synced.clone(),
-        ),
-        reservations: cache::watch(
-            &mut tasks,
-            Api::<DynamicObject>::all_with(client.clone(), &Served::reservation_resource()),
-            changed.clone(),
-            synced.clone(),
-        ),
-        pods: cache::watch(
-            &mut tasks,
-            Api::<Pod>::all(client.clone()),
-            changed.clone(),
-            synced.clone(),
-        ),
-    };
+    let caches = Caches::start(&client, &mut tasks, &changed, &synced);
     let mut outcome = Outcome::default();
     tokio::pin!(shutdown);
     // The first pass waits for every kind's first list.
-    for _ in 0..3 {
+    for _ in 0..WATCHED_KINDS {
         tokio::select! {
             () = &mut shutdown => return outcome,
             _ = lists.recv() => {}
@@ -253,12 +345,34 @@ async fn pass(
     outcome: &mut Outcome,
 ) {
     outcome.passes += 1;
+    let kept = caches.kept();
     let (jobs, view) = caches.snapshot();
+    let now = crate::effects::wall_clock_ms();
+    let ctx = perform::Ctx {
+        client,
+        view: &view,
+        now,
+    };
+    for r in kept {
+        if perform::create_reservation(&ctx, &r, outcome).await {
+            outcome.reservations_kept += 1;
+            tracing::info!(
+                reservation = r.metadata.name.as_deref().unwrap_or(""),
+                kept_for = r
+                    .metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get(migration::keep_capacity::LABEL_KEPT_FOR))
+                    .map(String::as_str)
+                    .unwrap_or(""),
+                "room of a pod scaled away kept"
+            );
+        }
+    }
     let jobs = read_as_written(jobs, pending);
     if jobs.is_empty() {
         return;
     }
-    let now = crate::effects::wall_clock_ms();
     let actions = migration::reconcile(&jobs, &view, now, &options.args);
     if !actions.is_empty() {
         tracing::debug!(?actions, "pass");
@@ -267,11 +381,6 @@ async fn pass(
         .iter()
         .map(|j| (j.metadata.name.clone().unwrap_or_default(), (**j).clone()))
         .collect();
-    let ctx = perform::Ctx {
-        client,
-        view: &view,
-        now,
-    };
     for action in actions {
         perform::action(&ctx, action, &mut current, pending, outcome).await;
     }

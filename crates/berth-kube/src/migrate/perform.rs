@@ -3,6 +3,7 @@
 use std::time::Instant;
 
 use berth_api::migration::PodMigrationJob;
+use berth_api::reservation::Reservation;
 use berth_core::migration::{after_eviction, Action, MigrationView};
 use berth_core::time::Time;
 use k8s_openapi::api::core::v1::Pod;
@@ -32,31 +33,11 @@ pub(super) async fn action(
         Api::all_with(ctx.client.clone(), &Served::reservation_resource());
     match action {
         Action::CreateReservation(r) => {
-            let name = r.metadata.name.clone().unwrap_or_default();
-            if ctx.view.reservation(&name).is_some() {
-                return;
-            }
-            let obj: DynamicObject = match serde_json::to_value(&*r)
-                .and_then(serde_json::from_value)
-            {
-                Ok(o) => o,
-                Err(e) => {
-                    outcome.failed += 1;
-                    tracing::error!(reservation = name, error = %e, "reservation cannot be encoded");
-                    return;
-                }
-            };
-            let pp = PostParams::default();
-            match retry(Backoff::default(), || reservations.create(&pp, &obj)).await {
-                Ok(_) => {
-                    outcome.reservations_created += 1;
-                    tracing::info!(reservation = name, "reservation created for a migration");
-                }
-                Err(e) if classify(&e) == Class::Conflict => {}
-                Err(e) => {
-                    outcome.failed += 1;
-                    tracing::warn!(reservation = name, error = %e, "creating the reservation failed");
-                }
+            if create_reservation(ctx, &r, outcome).await {
+                tracing::info!(
+                    reservation = r.metadata.name.as_deref().unwrap_or(""),
+                    "reservation created for a migration"
+                );
             }
         }
         Action::DeleteReservation(name) => {
@@ -105,6 +86,42 @@ pub(super) async fn action(
             if next != j {
                 write_job(ctx, next, current, pending, outcome).await;
             }
+        }
+    }
+}
+
+/// Creates `r` unless the view has it already; whether it was created (one of its name
+/// created meanwhile is the same one, and not counted).
+pub(super) async fn create_reservation(
+    ctx: &Ctx<'_>,
+    r: &Reservation,
+    outcome: &mut Outcome,
+) -> bool {
+    let name = r.metadata.name.clone().unwrap_or_default();
+    if ctx.view.reservation(&name).is_some() {
+        return false;
+    }
+    let obj: DynamicObject = match serde_json::to_value(r).and_then(serde_json::from_value) {
+        Ok(o) => o,
+        Err(e) => {
+            outcome.failed += 1;
+            tracing::error!(reservation = name, error = %e, "reservation cannot be encoded");
+            return false;
+        }
+    };
+    let reservations: Api<DynamicObject> =
+        Api::all_with(ctx.client.clone(), &Served::reservation_resource());
+    let pp = PostParams::default();
+    match retry(Backoff::default(), || reservations.create(&pp, &obj)).await {
+        Ok(_) => {
+            outcome.reservations_created += 1;
+            true
+        }
+        Err(e) if classify(&e) == Class::Conflict => false,
+        Err(e) => {
+            outcome.failed += 1;
+            tracing::warn!(reservation = name, error = %e, "creating the reservation failed");
+            false
         }
     }
 }

@@ -197,7 +197,8 @@ pub const PROVISIONER_EXPECTED: Grants = &[
     (("", "secrets", "", "", ""), &[]),
 ];
 
-/// `berth migrate`'s rights: read and evict pods, make and remove Reservations, write jobs.
+/// `berth migrate`'s rights: read and evict pods, make and remove Reservations, write jobs,
+/// read workloads (keep-capacity).
 /// Keep in step with deploy/migrate/60-migrate.yaml and the chart's rbac-migrate.yaml.
 pub const MIGRATE_EXPECTED: Grants = &[
     (("", "pods", "", "", ""), &["list", "watch"]),
@@ -233,7 +234,9 @@ pub const MIGRATE_EXPECTED: Grants = &[
         &[],
     ),
     (("", "nodes", "", "", ""), &[]),
-    (("apps", "deployments", "", "", ""), &[]),
+    (("apps", "deployments", "", "", ""), &["list", "watch"]),
+    (("apps", "replicasets", "", "", ""), &["list", "watch"]),
+    (("apps", "statefulsets", "", "", ""), &["list", "watch"]),
     (("", "secrets", "", "", ""), &[]),
 ];
 
