@@ -612,6 +612,89 @@ async fn kept_expire(client: &Client) {
     .await;
 }
 
+/// Seed 004 in a cluster: a node opted in with `node.berth.dev/reserved-cpus-migration:
+/// ReservationFirst` starts reserving CPUs 0-3; the pod holding CPUs 0-1 (its
+/// `resource-status` cpuset, written here as the scheduler's bind would) gets one
+/// PodMigrationJob and moves off the node; a pod of the node on other CPUs gets none.
+async fn reserved_cores(client: &Client, cluster: &TestCluster) {
+    let ns = "cores";
+    // Room for the moved pod's Reservation whatever the earlier cases left.
+    cluster
+        .create_node("n3", "8", "16Gi", 110, &[])
+        .await
+        .expect("node");
+    create(client, deployment(ns, "cpu", 2, json!({}))).await;
+    running(client, ns, "app=cpu", 2).await;
+    let pods = pods_of(client, ns, "app=cpu").await;
+    let node = node_of(&pods[0]).expect("bound");
+    let api = Api::<Pod>::namespaced(client.clone(), ns);
+    let mut holders = Vec::new();
+    for (i, p) in pods.iter().enumerate() {
+        if node_of(p).as_deref() != Some(node.as_str()) {
+            continue;
+        }
+        let cpuset = if i == 0 { "0-1" } else { "4-5" };
+        let name = p.metadata.name.clone().unwrap_or_default();
+        let status = json!({"cpuset": cpuset}).to_string();
+        api.patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {
+                "scheduling.koordinator.sh/resource-status": status}}})),
+        )
+        .await
+        .expect("cpuset");
+        holders.push((name, cpuset));
+    }
+    Api::<k8s_openapi::api::core::v1::Node>::all(client.clone())
+        .patch(
+            &node,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {
+                "node.koordinator.sh/reservation": "{\"reservedCPUs\":\"0-3\"}",
+                "node.berth.dev/reserved-cpus-migration": "ReservationFirst"}}})),
+        )
+        .await
+        .expect("reserve");
+    let moved = &holders[0].0;
+    let job_name = format!("reserved-cpus-{ns}-{moved}");
+    let j = eventually(90, || async {
+        match job_api(client).get_opt(&job_name).await.expect("get") {
+            None => Err(format!("no job {job_name}")),
+            Some(j) => {
+                let j = serde_json::to_value(j).expect("json");
+                match j["status"]["phase"].as_str() {
+                    Some("Succeeded") => Ok(j.to_string()),
+                    Some("Failed") => panic!("the job failed: {j}"),
+                    _ => Err(j["status"].to_string()),
+                }
+            }
+        }
+    })
+    .await;
+    let j: Value = serde_json::from_str(&j).expect("json");
+    assert_eq!(
+        j["metadata"]["labels"]["app.kubernetes.io/created-by"],
+        "berth-reserved-cpus"
+    );
+    assert_ne!(j["status"]["nodeName"], json!(node), "moved off the node");
+    assert!(
+        api.get_opt(moved)
+            .await
+            .expect("get")
+            .is_none_or(|p| p.metadata.deletion_timestamp.is_some()),
+        "the pod on reserved CPUs was evicted"
+    );
+    for (other, _) in &holders[1..] {
+        let name = format!("reserved-cpus-{ns}-{other}");
+        assert!(
+            job_api(client).get_opt(&name).await.expect("get").is_none(),
+            "{other} holds no reserved CPU: no job"
+        );
+    }
+    running(client, ns, "app=cpu", 2).await;
+}
+
 #[test]
 fn pod_migration_jobs_in_a_cluster() {
     // `RUST_LOG=berth_kube=debug` shows what the controller does.
@@ -640,7 +723,9 @@ fn pod_migration_jobs_in_a_cluster() {
                 .await
                 .expect("node");
         }
-        for ns in ["first", "budget", "stuck", "pair", "keep", "expire"] {
+        for ns in [
+            "first", "budget", "stuck", "pair", "keep", "expire", "cores",
+        ] {
             cluster.create_namespace(ns).await.expect("namespace");
         }
         let kubelet = tokio::spawn(kubelet(client.clone()));
@@ -704,10 +789,12 @@ fn pod_migration_jobs_in_a_cluster() {
         one_at_a_time(&client).await;
         keep_after_scale_down(&client).await;
         kept_expire(&client).await;
+        reserved_cores(&client, &cluster).await;
 
         let _ = stop.send(());
         let outcome = controller.await.expect("the controller stopped");
-        assert_eq!(outcome.evicted, 4, "{outcome:?}");
+        assert_eq!(outcome.evicted, 5, "{outcome:?}");
+        assert_eq!(outcome.jobs_created, 1, "{outcome:?}");
         assert_eq!(outcome.reservations_kept, 5, "{outcome:?}");
         assert!(outcome.evictions_refused >= 1, "{outcome:?}");
         assert_eq!(outcome.failed, 0, "{outcome:?}");

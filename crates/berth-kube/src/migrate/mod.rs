@@ -25,6 +25,7 @@
 pub mod cache;
 pub mod keep;
 mod perform;
+mod reserved;
 
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
@@ -32,8 +33,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use berth_api::k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
-use berth_api::k8s_openapi::api::core::v1::Pod;
+use berth_api::k8s_openapi::api::core::v1::{Node, Pod};
 use berth_api::migration::PodMigrationJob;
+use berth_api::nrt::NodeResourceTopology;
 use berth_api::reservation::Reservation;
 use berth_core::migration::{self, MigrationArgs, MigrationView};
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
@@ -76,6 +78,8 @@ pub struct Outcome {
     pub evictions_refused: u64,
     /// Job writes.
     pub job_writes: u64,
+    /// PodMigrationJobs created for pods on newly reserved CPUs.
+    pub jobs_created: u64,
     /// Reservations created to keep a scaled-down workload's room (also counted in
     /// `reservations_created`).
     pub reservations_kept: u64,
@@ -136,16 +140,22 @@ struct Caches {
     replicasets: cache::Map<ReplicaSet>,
     deployments: cache::Map<Deployment>,
     statefulsets: cache::Map<StatefulSet>,
+    nodes: cache::Map<Node>,
+    /// NodeResourceTopologies, if the API server serves them.
+    nrts: Option<cache::Map<DynamicObject>>,
     /// Pods seen going, in the order they went ([`keep`]).
     gone: std::sync::Mutex<std::sync::mpsc::Receiver<keep::Gone>>,
 }
 
-/// How many kinds [`Caches`] watches (each lists once before the first pass).
-const WATCHED_KINDS: usize = 6;
-
 impl Caches {
+    /// How many kinds are watched (each lists once before the first pass).
+    fn watched(&self) -> usize {
+        7 + usize::from(self.nrts.is_some())
+    }
+
     fn start(
         client: &Client,
+        served: &Served,
         tasks: &mut JoinSet<()>,
         changed: &Arc<Notify>,
         synced: &Synced,
@@ -194,8 +204,46 @@ impl Caches {
                 changed.clone(),
                 synced.clone(),
             ),
+            nodes: cache::watch(
+                tasks,
+                Api::all(client.clone()),
+                changed.clone(),
+                synced.clone(),
+            ),
+            nrts: served.nrt.as_ref().map(|ar| {
+                cache::watch(
+                    tasks,
+                    Api::<DynamicObject>::all_with(client.clone(), ar),
+                    changed.clone(),
+                    synced.clone(),
+                )
+            }),
             gone: std::sync::Mutex::new(gone),
         }
+    }
+
+    /// The PodMigrationJobs seed 004's descheduler asks for now ([`reserved`]).
+    fn reserved_cpu_jobs(
+        &self,
+        jobs: &[Arc<PodMigrationJob>],
+    ) -> migration::reserved_cpus::Planned {
+        let nodes = self.nodes.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let nrts: BTreeMap<String, NodeResourceTopology> = match &self.nrts {
+            None => BTreeMap::new(),
+            Some(m) => m
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .values()
+                .filter_map(|o| match crate::kinds::nrt(o.clone()) {
+                    Ok(berth_core::Object::NodeResourceTopology(t)) => {
+                        Some((t.metadata.name.clone().unwrap_or_default(), (*t).clone()))
+                    }
+                    _ => None,
+                })
+                .collect(),
+        };
+        let pods = self.pods.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        reserved::plan(&nodes, &nrts, &pods, jobs)
     }
 
     /// The Reservations keeping the room of the pods scaled away since the last call.
@@ -277,11 +325,12 @@ pub async fn run(
     let changed = Arc::new(Notify::new());
     let (synced, mut lists) = tokio::sync::mpsc::unbounded_channel();
     let mut tasks = JoinSet::new();
-    let caches = Caches::start(&client, &mut tasks, &changed, &synced);
+    let served = Served::discover(&client).await;
+    let caches = Caches::start(&client, &served, &mut tasks, &changed, &synced);
     let mut outcome = Outcome::default();
     tokio::pin!(shutdown);
     // The first pass waits for every kind's first list.
-    for _ in 0..WATCHED_KINDS {
+    for _ in 0..caches.watched() {
         tokio::select! {
             () = &mut shutdown => return outcome,
             _ = lists.recv() => {}
@@ -368,6 +417,10 @@ async fn pass(
                 "room of a pod scaled away kept"
             );
         }
+    }
+    let planned = caches.reserved_cpu_jobs(&jobs);
+    if !planned.jobs.is_empty() || !planned.refused.is_empty() {
+        reserved::create(client, planned, outcome).await;
     }
     let jobs = read_as_written(jobs, pending);
     if jobs.is_empty() {

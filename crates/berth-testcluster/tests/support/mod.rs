@@ -198,7 +198,7 @@ pub const PROVISIONER_EXPECTED: Grants = &[
 ];
 
 /// `berth migrate`'s rights: read and evict pods, make and remove Reservations, write jobs,
-/// read workloads (keep-capacity).
+/// read workloads (keep-capacity), nodes and their NRTs, create jobs (reserved CPUs).
 /// Keep in step with deploy/migrate/60-migrate.yaml and the chart's rbac-migrate.yaml.
 pub const MIGRATE_EXPECTED: Grants = &[
     (("", "pods", "", "", ""), &["list", "watch"]),
@@ -209,7 +209,7 @@ pub const MIGRATE_EXPECTED: Grants = &[
     ),
     (
         ("scheduling.koordinator.sh", "podmigrationjobs", "", "", ""),
-        &["list", "watch", "update"],
+        &["list", "watch", "create", "update"],
     ),
     (
         (
@@ -233,7 +233,11 @@ pub const MIGRATE_EXPECTED: Grants = &[
         ),
         &[],
     ),
-    (("", "nodes", "", "", ""), &[]),
+    (("", "nodes", "", "", ""), &["list", "watch"]),
+    (
+        ("topology.node.k8s.io", "noderesourcetopologies", "", "", ""),
+        &["list", "watch"],
+    ),
     (("apps", "deployments", "", "", ""), &["list", "watch"]),
     (("apps", "replicasets", "", "", ""), &["list", "watch"]),
     (("apps", "statefulsets", "", "", ""), &["list", "watch"]),
