@@ -695,6 +695,43 @@ async fn reserved_cores(client: &Client, cluster: &TestCluster) {
     running(client, ns, "app=cpu", 2).await;
 }
 
+/// The job's `deleteOptions` reach the Eviction API: a precondition naming another UID makes
+/// the API server refuse the eviction (the job waits, `FailedEvict` with its message) and the
+/// pod stays.
+async fn delete_options_passed_on(client: &Client) {
+    let ns = "opts";
+    create(client, deployment(ns, "web", 1, json!({}))).await;
+    let pod = the_pod(client, ns, "web").await;
+    let name = pod.metadata.name.clone().unwrap_or_default();
+    let mut j = pmj("move-opts", ns, &name);
+    j["spec"]["mode"] = json!("EvictDirectly");
+    j["spec"]["deleteOptions"] = json!({"preconditions": {"uid": "not-the-pod"}});
+    create(client, j).await;
+    let status = eventually(60, || async {
+        let j = job(client, "move-opts").await;
+        let waiting = j["status"]["reason"] == "FailedEvict";
+        waiting
+            .then(|| j["status"].to_string())
+            .ok_or_else(|| j["status"].to_string())
+    })
+    .await;
+    assert!(
+        status.contains("the UID in the precondition (not-the-pod) does not match"),
+        "{status}"
+    );
+    let still = Api::<Pod>::namespaced(client.clone(), ns)
+        .get(&name)
+        .await
+        .expect("the pod stays");
+    assert_eq!(still.metadata.uid, pod.metadata.uid);
+    assert!(still.metadata.deletion_timestamp.is_none());
+    // Ended here, so the controller evicts nothing more for it.
+    job_api(client)
+        .delete("move-opts", &DeleteParams::default())
+        .await
+        .expect("delete the job");
+}
+
 #[test]
 fn pod_migration_jobs_in_a_cluster() {
     // `RUST_LOG=berth_kube=debug` shows what the controller does.
@@ -724,7 +761,7 @@ fn pod_migration_jobs_in_a_cluster() {
                 .expect("node");
         }
         for ns in [
-            "first", "budget", "stuck", "pair", "keep", "expire", "cores",
+            "first", "budget", "stuck", "pair", "keep", "expire", "cores", "opts",
         ] {
             cluster.create_namespace(ns).await.expect("namespace");
         }
@@ -767,19 +804,49 @@ fn pod_migration_jobs_in_a_cluster() {
         )
         .await
         .expect("client");
-        let controller = tokio::spawn(migrate::run(
-            migrate_client,
-            // One pod of a workload unavailable or migrating at a time (one_at_a_time); the
-            // other cases have one job per workload, which the limit never holds back.
+        // Two replicas electing a leader on the Lease berth-system/berth-migrate: the first
+        // leads (the Lease names it before the second starts), the second stays a standby
+        // and never acts, so two replicas never both evict.
+        let options = |identity: &str| {
             MigrateOptions {
+                // One pod of a workload unavailable or migrating at a time (one_at_a_time);
+                // the other cases have one job per workload, which the limit never holds
+                // back.
                 args: berth_core::migration::MigrationArgs {
                     max_unavailable_per_workload: Some(1),
                     ..Default::default()
                 },
+                identity: identity.into(),
                 ..Default::default()
-            },
+            }
+            .elect_leader_in("berth-system")
+        };
+        let controller = tokio::spawn(migrate::run(
+            migrate_client.clone(),
+            options("first"),
             async move {
                 let _ = stopped.await;
+            },
+        ));
+        let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+            Api::namespaced(client.clone(), "berth-system");
+        eventually(30, || async {
+            let holder = leases
+                .get_opt(migrate::LEASE_NAME)
+                .await
+                .expect("lease")
+                .and_then(|l| l.spec?.holder_identity);
+            (holder.as_deref() == Some("first"))
+                .then(String::new)
+                .ok_or_else(|| format!("lease held by {holder:?}"))
+        })
+        .await;
+        let (stop_standby, standby_stopped) = tokio::sync::oneshot::channel::<()>();
+        let standby = tokio::spawn(migrate::run(
+            migrate_client,
+            options("second"),
+            async move {
+                let _ = standby_stopped.await;
             },
         ));
 
@@ -790,9 +857,18 @@ fn pod_migration_jobs_in_a_cluster() {
         keep_after_scale_down(&client).await;
         kept_expire(&client).await;
         reserved_cores(&client, &cluster).await;
+        delete_options_passed_on(&client).await;
 
+        let _ = stop_standby.send(());
+        let idle = standby.await.expect("the standby stopped");
+        assert_eq!(
+            idle,
+            migrate::Outcome::default(),
+            "the standby acted while another held the lease"
+        );
         let _ = stop.send(());
         let outcome = controller.await.expect("the controller stopped");
+        assert!(!outcome.lost_lease, "{outcome:?}");
         assert_eq!(outcome.evicted, 5, "{outcome:?}");
         assert_eq!(outcome.jobs_created, 1, "{outcome:?}");
         assert_eq!(outcome.reservations_kept, 5, "{outcome:?}");

@@ -44,6 +44,10 @@ use tokio::sync::Notify;
 use tokio::task::JoinSet;
 
 use crate::kinds::{Served, RESERVATION_GROUP};
+use crate::leader::{Elector, Fence, Role};
+use crate::settings::LeaderElection;
+use std::sync::atomic::AtomicBool;
+use tokio::sync::{oneshot, watch};
 
 /// How `berth migrate` runs.
 #[derive(Debug, Clone)]
@@ -52,14 +56,38 @@ pub struct MigrateOptions {
     pub args: MigrationArgs,
     /// A pass at least this often, changes or not (time-outs, retried evictions).
     pub resync: Duration,
+    /// Leader election on its own Lease ([`LEASE_NAME`]), so that of several replicas only
+    /// one acts (two could both evict); `None`: this process acts from the start.
+    pub leader_election: Option<LeaderElection>,
+    /// This process's identity in the Lease.
+    pub identity: String,
 }
+
+/// The Lease `berth migrate` elects its leader on (in the namespace it runs in), not
+/// `berth run`'s: the two are different controllers, each with one leader.
+pub const LEASE_NAME: &str = "berth-migrate";
 
 impl Default for MigrateOptions {
     fn default() -> Self {
         Self {
             args: MigrationArgs::default(),
             resync: Duration::from_secs(1),
+            leader_election: None,
+            identity: crate::leader::identity(),
         }
+    }
+}
+
+impl MigrateOptions {
+    /// Leader election with client-go's timings on `namespace`/[`LEASE_NAME`].
+    pub fn elect_leader_in(mut self, namespace: &str) -> Self {
+        self.leader_election = Some(LeaderElection {
+            leader_elect: true,
+            resource_name: LEASE_NAME.into(),
+            resource_namespace: namespace.into(),
+            ..LeaderElection::default()
+        });
+        self
     }
 }
 
@@ -85,6 +113,8 @@ pub struct Outcome {
     pub reservations_kept: u64,
     /// Writes that failed (other than refused evictions).
     pub failed: u64,
+    /// It stopped because it lost the leader lease (or was refused it).
+    pub lost_lease: bool,
 }
 
 /// The resource of PodMigrationJobs.
@@ -316,7 +346,10 @@ type Pending = HashMap<String, (Vec<String>, PodMigrationJob, Instant)>;
 /// How long a job written is read as written while the watch still shows the version before.
 const WRITE_SEEN_WITHIN: Duration = Duration::from_secs(5);
 
-/// Runs the controller until `shutdown` completes.
+/// Runs the controller until `shutdown` completes, or, with leader election, until this
+/// process loses the lease (it then stops at once, as kube-scheduler and `berth run` do: the
+/// process exits and restarts as a standby). A standby keeps its watches warm and writes
+/// nothing; every write of a leader is fenced by the lease's renew deadline.
 pub async fn run(
     client: Client,
     options: MigrateOptions,
@@ -328,11 +361,15 @@ pub async fn run(
     let served = Served::discover(&client).await;
     let caches = Caches::start(&client, &served, &mut tasks, &changed, &synced);
     let mut outcome = Outcome::default();
+    let mut election = Election::start(&client, &options);
     tokio::pin!(shutdown);
     // The first pass waits for every kind's first list.
     for _ in 0..caches.watched() {
         tokio::select! {
-            () = &mut shutdown => return outcome,
+            () = &mut shutdown => {
+                election.stop().await;
+                return outcome;
+            }
             _ = lists.recv() => {}
         }
     }
@@ -340,18 +377,100 @@ pub async fn run(
     let mut pending: Pending = HashMap::new();
     loop {
         while lists.try_recv().is_ok() {}
-        pass(&client, &caches, &options, &mut pending, &mut outcome).await;
+        match election.role() {
+            Role::Leader if election.fence.allows() => {
+                pass(
+                    &client,
+                    &caches,
+                    &options,
+                    &election.fence,
+                    &mut pending,
+                    &mut outcome,
+                )
+                .await;
+            }
+            Role::Lost | Role::Forbidden => {
+                tracing::error!(role = ?election.role(), "leader lease lost or refused; stopping");
+                outcome.lost_lease = true;
+                break;
+            }
+            _ => {}
+        }
         tokio::select! {
             () = &mut shutdown => break,
             () = changed.notified() => {
                 // Let a burst of watch events land before the next pass.
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
+            _ = election.changed() => {}
             () = tokio::time::sleep(options.resync) => {}
         }
     }
+    election.stop().await;
     tasks.abort_all();
     outcome
+}
+
+/// The leader election of one run, or none.
+struct Election {
+    role: watch::Receiver<Role>,
+    fence: Arc<Fence>,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<()>>,
+    /// Keeps the role's sender alive without an elector (`changed` then never fires).
+    _leader: Option<watch::Sender<Role>>,
+}
+
+impl Election {
+    fn start(client: &Client, options: &MigrateOptions) -> Self {
+        let Some(le) = options.leader_election.clone() else {
+            let (tx, rx) = watch::channel(Role::Leader);
+            return Self {
+                role: rx,
+                fence: Fence::open(),
+                stop: None,
+                task: None,
+                _leader: Some(tx),
+            };
+        };
+        let (tx, rx) = watch::channel(Role::Standby);
+        let (stop, stopped) = oneshot::channel();
+        let fence = Fence::closed();
+        let elector = Elector::new(
+            client.clone(),
+            le,
+            options.identity.clone(),
+            fence.clone(),
+            Arc::new(AtomicBool::new(true)),
+        );
+        Self {
+            role: rx,
+            fence,
+            stop: Some(stop),
+            task: Some(tokio::spawn(elector.run(tx, stopped))),
+            _leader: None,
+        }
+    }
+
+    fn role(&self) -> Role {
+        *self.role.borrow()
+    }
+
+    async fn changed(&mut self) {
+        if self.role.changed().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+
+    /// Stops the elector, releasing the lease if held.
+    async fn stop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
+    }
 }
 
 /// The jobs as the cache shows them, but a job whose last write the watch has not shown yet
@@ -390,6 +509,7 @@ async fn pass(
     client: &Client,
     caches: &Caches,
     options: &MigrateOptions,
+    fence: &Fence,
     pending: &mut Pending,
     outcome: &mut Outcome,
 ) {
@@ -435,6 +555,12 @@ async fn pass(
         .map(|j| (j.metadata.name.clone().unwrap_or_default(), (**j).clone()))
         .collect();
     for action in actions {
+        if !fence.allows() {
+            tracing::warn!(
+                "the leader lease's renew deadline passed mid-pass; nothing more written"
+            );
+            return;
+        }
         perform::action(&ctx, action, &mut current, pending, outcome).await;
     }
 }

@@ -7,7 +7,8 @@ use berth_api::reservation::Reservation;
 use berth_core::migration::{after_eviction, Action, MigrationView};
 use berth_core::time::Time;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, DeleteParams, DynamicObject, EvictParams, PostParams};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{DeleteOptions, ObjectMeta};
+use kube::api::{Api, DeleteParams, DynamicObject, PostParams};
 use kube::Client;
 
 use super::{job_resource, Outcome, Pending, View};
@@ -71,7 +72,13 @@ pub(super) async fn action(
                 .pod(&namespace, &name)
                 .and_then(|p| p.spec.as_ref()?.node_name.clone())
                 .unwrap_or_default();
-            let result = evict(ctx.client, &namespace, &name).await;
+            let result = evict(
+                ctx.client,
+                &namespace,
+                &name,
+                j.spec.delete_options.as_ref(),
+            )
+            .await;
             match &result {
                 Ok(()) => {
                     outcome.evicted += 1;
@@ -130,13 +137,42 @@ pub(super) async fn create_reservation(
 /// PodDisruptionBudget's 429 among them). A pod gone already counts as evicted. The client
 /// must not retry a 429 itself (berth's clients do not; kube's default client retries for
 /// minutes): the refusal is the answer, recorded on the job and retried on a later pass.
-async fn evict(client: &Client, namespace: &str, name: &str) -> Result<(), String> {
+async fn evict(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    delete_options: Option<&DeleteOptions>,
+) -> Result<(), String> {
     let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
-    match api.evict(name, &EvictParams::default()).await {
+    let body = eviction(namespace, name, delete_options);
+    let pp = PostParams::default();
+    match api
+        .create_subresource::<_, serde_json::Value>("eviction", name, &pp, &body)
+        .await
+    {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
         Err(kube::Error::Api(s)) => Err(refusal(&s)),
         Err(e) => Err(e.to_string()),
+    }
+}
+
+/// The Eviction of `namespace/name`, with the job's `spec.deleteOptions` as they are
+/// (Koordinator passes them on; the API server validates and applies them: grace period,
+/// preconditions, propagation, dry run). Built here rather than with kube's `evict`, whose
+/// body spells the field `delete_options`, which the API server ignores.
+fn eviction(
+    namespace: &str,
+    name: &str,
+    delete_options: Option<&DeleteOptions>,
+) -> k8s_openapi::api::policy::v1::Eviction {
+    k8s_openapi::api::policy::v1::Eviction {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(namespace.into()),
+            ..ObjectMeta::default()
+        },
+        delete_options: delete_options.cloned(),
     }
 }
 
@@ -243,5 +279,32 @@ fn job_write_failed(name: &str, e: &kube::Error, outcome: &mut Outcome) {
     } else {
         outcome.failed += 1;
         tracing::warn!(job = name, error = %e, "writing the job failed");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Preconditions;
+
+    #[test]
+    fn the_jobs_delete_options_are_the_evictions() {
+        let o = DeleteOptions {
+            grace_period_seconds: Some(5),
+            preconditions: Some(Preconditions {
+                uid: Some("u1".into()),
+                resource_version: None,
+            }),
+            ..DeleteOptions::default()
+        };
+        let body = serde_json::to_value(eviction("ns", "p", Some(&o))).expect("json");
+        assert_eq!(
+            body,
+            serde_json::json!({"apiVersion": "policy/v1", "kind": "Eviction",
+                "metadata": {"name": "p", "namespace": "ns"},
+                "deleteOptions": {"gracePeriodSeconds": 5, "preconditions": {"uid": "u1"}}})
+        );
+        let body = serde_json::to_value(eviction("ns", "p", None)).expect("json");
+        assert!(body.get("deleteOptions").is_none(), "{body}");
     }
 }

@@ -242,6 +242,20 @@ pub const MIGRATE_EXPECTED: Grants = &[
     (("apps", "replicasets", "", "", ""), &["list", "watch"]),
     (("apps", "statefulsets", "", "", ""), &["list", "watch"]),
     (("", "secrets", "", "", ""), &[]),
+    (
+        (
+            "coordination.k8s.io",
+            "leases",
+            "",
+            "berth-system",
+            "berth-migrate",
+        ),
+        &["create", "get", "update"],
+    ),
+    (
+        ("coordination.k8s.io", "leases", "", "berth-system", "berth"),
+        &["create"],
+    ),
 ];
 
 /// `namespace/name`'s ServiceAccount may do exactly what `table` lists.
