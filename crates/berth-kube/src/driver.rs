@@ -213,25 +213,7 @@ pub async fn start(clients: impl Into<Clients>, options: RunOptions) -> Result<H
     let ready = Arc::new(AtomicBool::new(false));
     let healthy = Arc::new(AtomicBool::new(true));
     let lease_ok = Arc::new(AtomicBool::new(true));
-    let names: Vec<&str> = options
-        .settings
-        .profiles
-        .iter()
-        .map(|p| p.scheduler_name.as_str())
-        .collect();
-    tracing::info!(profiles = ?names, identity = %options.identity, "scheduling the pods whose spec.schedulerName is one of the profiles");
-    let le = &options.settings.leader_election;
-    if le.leader_elect {
-        tracing::info!(
-            lease = %le.lease(),
-            lease_duration = ?le.lease_duration,
-            renew_deadline = ?le.renew_deadline,
-            retry_period = ?le.retry_period,
-            "leader election on"
-        );
-    } else {
-        tracing::info!("leader election off: this replica schedules from the start");
-    }
+    log_start(&options);
     let (stop_tx, stop_rx) = oneshot::channel();
     let (hold_tx, hold_rx) = watch::channel(false);
     let (snap_tx, snap_rx) = watch::channel(Snapshot::default());
@@ -243,46 +225,15 @@ pub async fn start(clients: impl Into<Clients>, options: RunOptions) -> Result<H
     tracing::info!(kinds = ?kinds, "watching");
 
     let (http_stop_tx, http_stop_rx) = oneshot::channel::<()>();
-    let metrics_addr = match options.metrics_addr {
-        Some(addr) => {
-            let health = Health {
-                metrics: metrics.clone(),
-                ready: ready.clone(),
-                healthy: healthy.clone(),
-                lease_ok: lease_ok.clone(),
-            };
-            let (bound, _task) = http::serve(addr, health, async {
-                let _ = http_stop_rx.await;
-            })
-            .await?;
-            tracing::info!(%bound, "serving /metrics, /healthz, /livez, /readyz");
-            Some(bound)
-        }
-        None => None,
+    let health = Health {
+        metrics: metrics.clone(),
+        ready: ready.clone(),
+        healthy: healthy.clone(),
+        lease_ok: lease_ok.clone(),
     };
+    let metrics_addr = serve_health(options.metrics_addr, health, http_stop_rx).await?;
 
-    // Without leader election this replica leads from the start; with it, it watches as a
-    // standby until the elector says otherwise.
-    let (role_tx, role_rx) = watch::channel(Role::Standby);
-    let (elector_stop_tx, elector_stop_rx) = oneshot::channel();
-    let (elector, fence) = if options.settings.leader_election.leader_elect {
-        let fence = Fence::closed();
-        let elector = Elector::new(
-            clients.leader.clone(),
-            options.settings.leader_election.clone(),
-            options.identity.clone(),
-            fence.clone(),
-            lease_ok,
-        );
-        (
-            Some(tokio::spawn(elector.run(role_tx, elector_stop_rx))),
-            fence,
-        )
-    } else {
-        role_tx.send_replace(Role::Leader);
-        drop(elector_stop_rx);
-        (None, Fence::open())
-    };
+    let (role_rx, elector_stop_tx, elector, fence) = elect(&clients, &options, lease_ok);
     let profiles = options.settings.profiles;
     let profile_label = match profiles.as_slice() {
         [one] => one.scheduler_name.clone(),
@@ -352,6 +303,82 @@ pub async fn start(clients: impl Into<Clients>, options: RunOptions) -> Result<H
         seen,
         rounds,
     })
+}
+
+/// Logs what this replica schedules and how it elects its leader.
+fn log_start(options: &RunOptions) {
+    let names: Vec<&str> = options
+        .settings
+        .profiles
+        .iter()
+        .map(|p| p.scheduler_name.as_str())
+        .collect();
+    tracing::info!(profiles = ?names, identity = %options.identity, "scheduling the pods whose spec.schedulerName is one of the profiles");
+    let le = &options.settings.leader_election;
+    if le.leader_elect {
+        tracing::info!(
+            lease = %le.lease(),
+            lease_duration = ?le.lease_duration,
+            renew_deadline = ?le.renew_deadline,
+            retry_period = ?le.retry_period,
+            "leader election on"
+        );
+    } else {
+        tracing::info!("leader election off: this replica schedules from the start");
+    }
+}
+
+/// Serves /metrics and the health endpoints on `addr`, if given, until `stop`; the address
+/// bound.
+async fn serve_health(
+    addr: Option<std::net::SocketAddr>,
+    health: Health,
+    stop: oneshot::Receiver<()>,
+) -> Result<Option<std::net::SocketAddr>, Error> {
+    let Some(addr) = addr else { return Ok(None) };
+    let (bound, _task) = http::serve(addr, health, async {
+        let _ = stop.await;
+    })
+    .await?;
+    tracing::info!(%bound, "serving /metrics, /healthz, /livez, /readyz");
+    Ok(Some(bound))
+}
+
+/// The elector, if leader election is on: the role it publishes, its stop, its task and the
+/// fence of writes. Without leader election this replica leads from the start; with it, it
+/// watches as a standby until the elector says otherwise.
+#[allow(clippy::type_complexity)]
+fn elect(
+    clients: &Clients,
+    options: &RunOptions,
+    lease_ok: Arc<AtomicBool>,
+) -> (
+    watch::Receiver<Role>,
+    oneshot::Sender<()>,
+    Option<tokio::task::JoinHandle<()>>,
+    Arc<Fence>,
+) {
+    let (role_tx, role_rx) = watch::channel(Role::Standby);
+    let (elector_stop_tx, elector_stop_rx) = oneshot::channel();
+    let (elector, fence) = if options.settings.leader_election.leader_elect {
+        let fence = Fence::closed();
+        let elector = Elector::new(
+            clients.leader.clone(),
+            options.settings.leader_election.clone(),
+            options.identity.clone(),
+            fence.clone(),
+            lease_ok,
+        );
+        (
+            Some(tokio::spawn(elector.run(role_tx, elector_stop_rx))),
+            fence,
+        )
+    } else {
+        role_tx.send_replace(Role::Leader);
+        drop(elector_stop_rx);
+        (None, Fence::open())
+    };
+    (role_rx, elector_stop_tx, elector, fence)
 }
 
 /// How many ready inputs one round takes at most before it schedules.

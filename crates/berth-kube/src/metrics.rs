@@ -160,159 +160,160 @@ impl Default for Metrics {
 impl Metrics {
     /// A registry with every metric registered and at zero.
     pub fn new() -> Self {
+        let metrics = Self {
+            registry: Mutex::new(Registry::default()),
+            attempts: Family::default(),
+            attempt_duration: Family::new_with_constructor(|| {
+                Histogram::new(exponential_buckets(0.001, 2.0, 15))
+            }),
+            pending: Family::default(),
+            sli: Histogram::new(exponential_buckets(0.01, 2.0, 20)),
+            reservations: Family::default(),
+            numa: Family::default(),
+            binds_in_flight: Family::default(),
+            bind_failures: Family::default(),
+            events_dropped: Family::default(),
+            fenced: Counter::default(),
+            requests: Family::default(),
+            watch_events: Family::default(),
+            watch_errors: Family::default(),
+            unreadable: Family::default(),
+            drp: Drp {
+                events: Family::<DrpLabels, Counter>::default(),
+                latency: drp_histogram(),
+                pending: drp_histogram(),
+                waiting: Gauge::default(),
+                last: Mutex::new(berth_core::drp::Metrics::default()),
+            },
+            preemption_attempts: Counter::default(),
+            preemption_victims: Counter::default(),
+            preemption_reservations: Family::default(),
+        };
+        // Registered in this order (the exposition's order), in three parts.
         let mut r = Registry::default();
-        let attempts = Family::<AttemptLabels, Counter>::default();
+        metrics.register_scheduling(&mut r);
+        metrics.register_operations(&mut r);
+        metrics.register_drp_and_preemption(&mut r);
+        *metrics.registry.lock().unwrap_or_else(|p| p.into_inner()) = r;
+        metrics
+    }
+
+    /// kube-scheduler's scheduling metrics, berth's reservations, NUMA cache, binds, events
+    /// and fenced writes.
+    fn register_scheduling(&self, r: &mut Registry) {
         r.register(
             "scheduler_schedule_attempts",
             "Number of attempts to schedule pods, by the result.",
-            attempts.clone(),
+            self.attempts.clone(),
         );
-        let attempt_duration = Family::<AttemptLabels, Histogram>::new_with_constructor(|| {
-            Histogram::new(exponential_buckets(0.001, 2.0, 15))
-        });
         r.register(
             "scheduler_scheduling_attempt_duration_seconds",
             "Scheduling attempt latency in seconds (scheduling algorithm + binding decision).",
-            attempt_duration.clone(),
+            self.attempt_duration.clone(),
         );
-        let pending = Family::<QueueLabels, Gauge>::default();
         r.register(
             "scheduler_pending_pods",
             "Number of pending pods, by the queue type.",
-            pending.clone(),
+            self.pending.clone(),
         );
-        let sli = Histogram::new(exponential_buckets(0.01, 2.0, 20));
         r.register(
             "scheduler_pod_scheduling_sli_duration_seconds",
             "E2e latency for a pod being scheduled, from the time the pod enters the scheduling queue until its binding is confirmed.",
-            sli.clone(),
+            self.sli.clone(),
         );
-        let reservations = Family::<PhaseLabels, Gauge>::default();
         r.register(
             "berth_reservations",
             "Reservations known to the scheduler, by phase.",
-            reservations.clone(),
+            self.reservations.clone(),
         );
-        let numa = Family::<NumaLabels, Gauge<u64, AtomicU64>>::default();
         r.register(
             "berth_numa_cache",
             "NUMA reserve cache figures (dirty nodes by reason, resyncs, fingerprint matches, flushes, generation) and NodeResourceTopology lookups.",
-            numa.clone(),
+            self.numa.clone(),
         );
-        let binds_in_flight = Family::<StateLabels, Gauge>::default();
         r.register(
             "berth_binds_in_flight",
             "Bindings by state: running (sent to the API server, or waiting for its rate limiter, and not yet answered) and waiting (for a slot under --max-binds-in-flight, or behind another write to the same pod).",
-            binds_in_flight.clone(),
+            self.binds_in_flight.clone(),
         );
-        let events_dropped = Family::<ReasonLabels, Counter>::default();
         r.register(
             "berth_events_dropped",
             "Events not sent: queue_full (the bounded queue to the event writer was full; events are best-effort and never delay scheduling), spam_filter (client-go's per-object spam filter), failed (the API server refused it or could not be reached after retries).",
-            events_dropped.clone(),
+            self.events_dropped.clone(),
         );
-        let fenced = Counter::default();
+    }
+
+    /// Bind failures, API requests, watches, unreadable objects.
+    fn register_operations(&self, r: &mut Registry) {
         r.register(
             "berth_writes_fenced",
             "Writes (binds, conditions, status writes, deletes) not started because this replica's leadership had run out (not renewed within renewDeadline).",
-            fenced.clone(),
+            self.fenced.clone(),
         );
-        let bind_failures = Family::<ClassLabels, Counter>::default();
         r.register(
             "berth_bind_failures",
             "Failed bindings, by class (conflict, not_found, transient).",
-            bind_failures.clone(),
+            self.bind_failures.clone(),
         );
-        let requests = Family::<RequestLabels, Counter>::default();
         r.register(
             "berth_api_requests",
             "Writes to the API server, by operation and final HTTP code (0: no answer).",
-            requests.clone(),
+            self.requests.clone(),
         );
-        let watch_events = Family::<KindLabels, Counter>::default();
         r.register(
             "berth_watch_events",
             "Watch and list events received, by kind.",
-            watch_events.clone(),
+            self.watch_events.clone(),
         );
-        let watch_errors = Family::<KindLabels, Counter>::default();
         r.register(
             "berth_watch_errors",
             "Watch failures (each followed by a re-list after back-off), by kind.",
-            watch_errors.clone(),
+            self.watch_errors.clone(),
         );
-        let unreadable = Family::<UnreadableLabels, Counter>::default();
         r.register(
             "berth_unreadable_objects",
             "Watched objects berth could not read or refused (reported with a warning event), by kind and the rule broken (malformed, negative, duplicate, inconsistent, out-of-range).",
-            unreadable.clone(),
+            self.unreadable.clone(),
         );
-        let drp = Drp {
-            events: Family::<DrpLabels, Counter>::default(),
-            latency: drp_histogram(),
-            pending: drp_histogram(),
-            waiting: Gauge::default(),
-            last: Mutex::new(berth_core::drp::Metrics::default()),
-        };
+    }
+
+    /// Dynamic Reservation Provisioning and preemption.
+    fn register_drp_and_preemption(&self, r: &mut Registry) {
         r.register(
             "berth_drp_reservations",
             "Dynamic Reservation Provisioning: pods that asked for a new Reservation (requested), Reservations created and adopted (created), Reservations that could not be used or handshakes lost with their node or pod (failed), handshakes that timed out (timed_out).",
-            drp.events.clone(),
+            self.drp.events.clone(),
         );
         r.register(
             "berth_drp_creation_latency_seconds",
             "From a pod's new-reservation-requirement to the adoption of its Reservation (recorded at the bucket's upper bound).",
-            drp.latency.clone(),
+            self.drp.latency.clone(),
         );
         r.register(
             "berth_drp_pending_duration_seconds",
             "How long each handshake waited for its Reservation, whatever its end (recorded at the bucket's upper bound).",
-            drp.pending.clone(),
+            self.drp.pending.clone(),
         );
         r.register(
             "berth_drp_waiting_pods",
             "Pods whose bind waits for their Reservation to be created.",
-            drp.waiting.clone(),
+            self.drp.waiting.clone(),
         );
-        let preemption_attempts = Counter::default();
         r.register(
             "scheduler_preemption_attempts",
             "Total preemption attempts in the cluster till now.",
-            preemption_attempts.clone(),
+            self.preemption_attempts.clone(),
         );
-        let preemption_victims = Counter::default();
         r.register(
             "berth_preemption_victims",
             "Pods evicted by preemption.",
-            preemption_victims.clone(),
+            self.preemption_victims.clone(),
         );
-        let preemption_reservations = Family::<ResultLabels, Counter>::default();
         r.register(
             "berth_preemption_reservations",
             "Reservations of reservation-backed preemption that ended, by result (completed: the preemptor landed on it; expired: TTL, preemptor deleted or placed elsewhere first).",
-            preemption_reservations.clone(),
+            self.preemption_reservations.clone(),
         );
-        Self {
-            drp,
-            registry: Mutex::new(r),
-            attempts,
-            attempt_duration,
-            pending,
-            sli,
-            reservations,
-            numa,
-            binds_in_flight,
-            bind_failures,
-            events_dropped,
-            fenced,
-            requests,
-            watch_events,
-            watch_errors,
-            unreadable,
-            preemption_attempts,
-            preemption_victims,
-            preemption_reservations,
-        }
     }
 
     /// The text exposition format.

@@ -450,6 +450,288 @@ async fn one_at_a_time(client: &Client) {
     assert!(held, "the second job was never held back by the limit");
 }
 
+/// The Reservations kept for `kept_for` (`Deployment.web`) of namespace `ns`: name, phase and
+/// metadata (with the status under `status`).
+async fn kept(client: &Client, ns: &str, kept_for: &str) -> Vec<(String, String, Value)> {
+    let api: Api<DynamicObject> = Api::all_with(
+        client.clone(),
+        &berth_kube::kinds::Served::reservation_resource(),
+    );
+    let selector = format!("reservation.berth.dev/kept-for={kept_for}");
+    let mut out: Vec<(String, String, Value)> = api
+        .list(&ListParams::default().labels(&selector))
+        .await
+        .expect("reservations")
+        .items
+        .into_iter()
+        .filter(|r| {
+            let annotation = r
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get("reservation.berth.dev/kept-for"))
+                .and_then(|a| serde_json::from_str::<Value>(a).ok());
+            annotation.is_some_and(|a| a["namespace"] == ns)
+        })
+        .map(|r| {
+            let phase = r.data["status"]["phase"].as_str().unwrap_or("").to_string();
+            let mut meta = serde_json::to_value(&r.metadata).unwrap_or_default();
+            meta["status"] = r.data["status"].clone();
+            (r.metadata.name.clone().unwrap_or_default(), phase, meta)
+        })
+        .collect();
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    out
+}
+
+async fn scale(client: &Client, ns: &str, name: &str, replicas: i32) {
+    Api::<k8s_openapi::api::apps::v1::Deployment>::namespaced(client.clone(), ns)
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": replicas}})),
+        )
+        .await
+        .expect("scale");
+}
+
+async fn running(client: &Client, ns: &str, sel: &str, n: usize) {
+    eventually(90, || async {
+        let pods = pods_of(client, ns, sel).await;
+        let ok = pods.len() == n && pods.iter().all(ready);
+        ok.then(String::new).ok_or_else(|| {
+            format!(
+                "{} pods, {} running, want {n}",
+                pods.len(),
+                pods.iter().filter(|p| ready(p)).count()
+            )
+        })
+    })
+    .await;
+}
+
+fn opted_in(ns: &str, replicas: i32, ttl: &str) -> Value {
+    let mut d = deployment(ns, "web", replicas, json!({}));
+    d["metadata"]["annotations"] = json!({"reservation.berth.dev/keep-after-scale-down": ttl});
+    d
+}
+
+/// A Deployment opted in with a 10-minute TTL scaled from 5 to 2 keeps 3 Reservations
+/// (no owner reference: the garbage collector refuses a namespaced owner of a
+/// cluster-scoped object; the workload is named by label and annotation, the ReplicaSet is
+/// the owner in `spec.owners`); the scale-up back to 5 lands its 3 new pods in them.
+async fn keep_after_scale_down(client: &Client) {
+    let ns = "keep";
+    create(client, opted_in(ns, 5, "10m")).await;
+    running(client, ns, "app=web", 5).await;
+    let before: Vec<String> = pods_of(client, ns, "app=web")
+        .await
+        .iter()
+        .filter_map(|p| p.metadata.name.clone())
+        .collect();
+    scale(client, ns, "web", 2).await;
+    running(client, ns, "app=web", 2).await;
+    let reservations = eventually(60, || async {
+        let k = kept(client, ns, "Deployment.web").await;
+        let ok = k.len() == 3 && k.iter().all(|(_, phase, _)| phase == "Available");
+        ok.then(|| serde_json::to_string(&k).unwrap_or_default())
+            .ok_or_else(|| format!("{k:?}"))
+    })
+    .await;
+    let reservations: Vec<(String, String, Value)> =
+        serde_json::from_str(&reservations).expect("json");
+    let names: Vec<String> = reservations.iter().map(|r| r.0.clone()).collect();
+    for (name, _, meta) in &reservations {
+        assert!(meta.get("ownerReferences").is_none(), "{name}: {meta}");
+        let pod = name.strip_suffix("-kept").expect("named after the pod");
+        assert!(
+            before.iter().any(|b| b == pod),
+            "{name} is a scaled-away pod's"
+        );
+        let kept_for: Value = serde_json::from_str(
+            meta["annotations"]["reservation.berth.dev/kept-for"]
+                .as_str()
+                .expect("annotated"),
+        )
+        .expect("json");
+        assert_eq!(kept_for["kind"], "Deployment");
+        assert_eq!(kept_for["namespace"], ns);
+        assert_eq!(kept_for["name"], "web");
+    }
+    scale(client, ns, "web", 5).await;
+    running(client, ns, "app=web", 5).await;
+    let pods = pods_of(client, ns, "app=web").await;
+    let mut landed: Vec<String> = pods
+        .iter()
+        .filter(|p| !before.contains(p.metadata.name.as_ref().unwrap_or(&String::new())))
+        .filter_map(|p| p.metadata.annotations.as_ref()?.get(ANN_ALLOCATED))
+        .filter_map(|a| serde_json::from_str::<Value>(a).ok())
+        .filter_map(|a| a["name"].as_str().map(str::to_string))
+        .collect();
+    landed.sort();
+    assert_eq!(landed, names, "each new pod in a kept Reservation");
+    eventually(30, || async {
+        let k = kept(client, ns, "Deployment.web").await;
+        let ok = k.iter().all(|(_, phase, _)| phase == "Succeeded");
+        ok.then(String::new).ok_or_else(|| format!("{k:?}"))
+    })
+    .await;
+}
+
+/// Kept Reservations nobody uses expire by their TTL (`Failed`, `Ready=False/Expired`); an
+/// eviction (the Deployment not shrinking) keeps nothing.
+async fn kept_expire(client: &Client) {
+    let ns = "expire";
+    create(client, opted_in(ns, 3, "4s")).await;
+    running(client, ns, "app=web", 3).await;
+    let victim = pods_of(client, ns, "app=web").await.remove(0);
+    Api::<Pod>::namespaced(client.clone(), ns)
+        .evict(
+            victim.metadata.name.as_deref().unwrap_or(""),
+            &Default::default(),
+        )
+        .await
+        .expect("evict");
+    running(client, ns, "app=web", 3).await;
+    scale(client, ns, "web", 1).await;
+    running(client, ns, "app=web", 1).await;
+    eventually(60, || async {
+        let k = kept(client, ns, "Deployment.web").await;
+        let expired = |m: &Value| {
+            m["status"]["conditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|c| c["type"] == "Ready" && c["reason"] == "Expired")
+        };
+        let ok = k.len() == 2
+            && k.iter()
+                .all(|(_, phase, m)| phase == "Failed" && expired(m));
+        ok.then(String::new).ok_or_else(|| format!("{k:?}"))
+    })
+    .await;
+}
+
+/// Seed 004 in a cluster: a node opted in with `node.berth.dev/reserved-cpus-migration:
+/// ReservationFirst` starts reserving CPUs 0-3; the pod holding CPUs 0-1 (its
+/// `resource-status` cpuset, written here as the scheduler's bind would) gets one
+/// PodMigrationJob and moves off the node; a pod of the node on other CPUs gets none.
+async fn reserved_cores(client: &Client, cluster: &TestCluster) {
+    let ns = "cores";
+    // Room for the moved pod's Reservation whatever the earlier cases left.
+    cluster
+        .create_node("n3", "8", "16Gi", 110, &[])
+        .await
+        .expect("node");
+    create(client, deployment(ns, "cpu", 2, json!({}))).await;
+    running(client, ns, "app=cpu", 2).await;
+    let pods = pods_of(client, ns, "app=cpu").await;
+    let node = node_of(&pods[0]).expect("bound");
+    let api = Api::<Pod>::namespaced(client.clone(), ns);
+    let mut holders = Vec::new();
+    for (i, p) in pods.iter().enumerate() {
+        if node_of(p).as_deref() != Some(node.as_str()) {
+            continue;
+        }
+        let cpuset = if i == 0 { "0-1" } else { "4-5" };
+        let name = p.metadata.name.clone().unwrap_or_default();
+        let status = json!({"cpuset": cpuset}).to_string();
+        api.patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {
+                "scheduling.koordinator.sh/resource-status": status}}})),
+        )
+        .await
+        .expect("cpuset");
+        holders.push((name, cpuset));
+    }
+    Api::<k8s_openapi::api::core::v1::Node>::all(client.clone())
+        .patch(
+            &node,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {
+                "node.koordinator.sh/reservation": "{\"reservedCPUs\":\"0-3\"}",
+                "node.berth.dev/reserved-cpus-migration": "ReservationFirst"}}})),
+        )
+        .await
+        .expect("reserve");
+    let moved = &holders[0].0;
+    let job_name = format!("reserved-cpus-{ns}-{moved}");
+    let j = eventually(90, || async {
+        match job_api(client).get_opt(&job_name).await.expect("get") {
+            None => Err(format!("no job {job_name}")),
+            Some(j) => {
+                let j = serde_json::to_value(j).expect("json");
+                match j["status"]["phase"].as_str() {
+                    Some("Succeeded") => Ok(j.to_string()),
+                    Some("Failed") => panic!("the job failed: {j}"),
+                    _ => Err(j["status"].to_string()),
+                }
+            }
+        }
+    })
+    .await;
+    let j: Value = serde_json::from_str(&j).expect("json");
+    assert_eq!(
+        j["metadata"]["labels"]["app.kubernetes.io/created-by"],
+        "berth-reserved-cpus"
+    );
+    assert_ne!(j["status"]["nodeName"], json!(node), "moved off the node");
+    assert!(
+        api.get_opt(moved)
+            .await
+            .expect("get")
+            .is_none_or(|p| p.metadata.deletion_timestamp.is_some()),
+        "the pod on reserved CPUs was evicted"
+    );
+    for (other, _) in &holders[1..] {
+        let name = format!("reserved-cpus-{ns}-{other}");
+        assert!(
+            job_api(client).get_opt(&name).await.expect("get").is_none(),
+            "{other} holds no reserved CPU: no job"
+        );
+    }
+    running(client, ns, "app=cpu", 2).await;
+}
+
+/// The job's `deleteOptions` reach the Eviction API: a precondition naming another UID makes
+/// the API server refuse the eviction (the job waits, `FailedEvict` with its message) and the
+/// pod stays.
+async fn delete_options_passed_on(client: &Client) {
+    let ns = "opts";
+    create(client, deployment(ns, "web", 1, json!({}))).await;
+    let pod = the_pod(client, ns, "web").await;
+    let name = pod.metadata.name.clone().unwrap_or_default();
+    let mut j = pmj("move-opts", ns, &name);
+    j["spec"]["mode"] = json!("EvictDirectly");
+    j["spec"]["deleteOptions"] = json!({"preconditions": {"uid": "not-the-pod"}});
+    create(client, j).await;
+    let status = eventually(60, || async {
+        let j = job(client, "move-opts").await;
+        let waiting = j["status"]["reason"] == "FailedEvict";
+        waiting
+            .then(|| j["status"].to_string())
+            .ok_or_else(|| j["status"].to_string())
+    })
+    .await;
+    assert!(
+        status.contains("the UID in the precondition (not-the-pod) does not match"),
+        "{status}"
+    );
+    let still = Api::<Pod>::namespaced(client.clone(), ns)
+        .get(&name)
+        .await
+        .expect("the pod stays");
+    assert_eq!(still.metadata.uid, pod.metadata.uid);
+    assert!(still.metadata.deletion_timestamp.is_none());
+    // Ended here, so the controller evicts nothing more for it.
+    job_api(client)
+        .delete("move-opts", &DeleteParams::default())
+        .await
+        .expect("delete the job");
+}
+
 #[test]
 fn pod_migration_jobs_in_a_cluster() {
     // `RUST_LOG=berth_kube=debug` shows what the controller does.
@@ -478,7 +760,9 @@ fn pod_migration_jobs_in_a_cluster() {
                 .await
                 .expect("node");
         }
-        for ns in ["first", "budget", "stuck", "pair"] {
+        for ns in [
+            "first", "budget", "stuck", "pair", "keep", "expire", "cores", "opts",
+        ] {
             cluster.create_namespace(ns).await.expect("namespace");
         }
         let kubelet = tokio::spawn(kubelet(client.clone()));
@@ -520,19 +804,49 @@ fn pod_migration_jobs_in_a_cluster() {
         )
         .await
         .expect("client");
-        let controller = tokio::spawn(migrate::run(
-            migrate_client,
-            // One pod of a workload unavailable or migrating at a time (one_at_a_time); the
-            // other cases have one job per workload, which the limit never holds back.
+        // Two replicas electing a leader on the Lease berth-system/berth-migrate: the first
+        // leads (the Lease names it before the second starts), the second stays a standby
+        // and never acts, so two replicas never both evict.
+        let options = |identity: &str| {
             MigrateOptions {
+                // One pod of a workload unavailable or migrating at a time (one_at_a_time);
+                // the other cases have one job per workload, which the limit never holds
+                // back.
                 args: berth_core::migration::MigrationArgs {
                     max_unavailable_per_workload: Some(1),
                     ..Default::default()
                 },
+                identity: identity.into(),
                 ..Default::default()
-            },
+            }
+            .elect_leader_in("berth-system")
+        };
+        let controller = tokio::spawn(migrate::run(
+            migrate_client.clone(),
+            options("first"),
             async move {
                 let _ = stopped.await;
+            },
+        ));
+        let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+            Api::namespaced(client.clone(), "berth-system");
+        eventually(30, || async {
+            let holder = leases
+                .get_opt(migrate::LEASE_NAME)
+                .await
+                .expect("lease")
+                .and_then(|l| l.spec?.holder_identity);
+            (holder.as_deref() == Some("first"))
+                .then(String::new)
+                .ok_or_else(|| format!("lease held by {holder:?}"))
+        })
+        .await;
+        let (stop_standby, standby_stopped) = tokio::sync::oneshot::channel::<()>();
+        let standby = tokio::spawn(migrate::run(
+            migrate_client,
+            options("second"),
+            async move {
+                let _ = standby_stopped.await;
             },
         ));
 
@@ -540,10 +854,24 @@ fn pod_migration_jobs_in_a_cluster() {
         pdb_waits(&client).await;
         unplaceable_fails(&client).await;
         one_at_a_time(&client).await;
+        keep_after_scale_down(&client).await;
+        kept_expire(&client).await;
+        reserved_cores(&client, &cluster).await;
+        delete_options_passed_on(&client).await;
 
+        let _ = stop_standby.send(());
+        let idle = standby.await.expect("the standby stopped");
+        assert_eq!(
+            idle,
+            migrate::Outcome::default(),
+            "the standby acted while another held the lease"
+        );
         let _ = stop.send(());
         let outcome = controller.await.expect("the controller stopped");
-        assert_eq!(outcome.evicted, 4, "{outcome:?}");
+        assert!(!outcome.lost_lease, "{outcome:?}");
+        assert_eq!(outcome.evicted, 5, "{outcome:?}");
+        assert_eq!(outcome.jobs_created, 1, "{outcome:?}");
+        assert_eq!(outcome.reservations_kept, 5, "{outcome:?}");
         assert!(outcome.evictions_refused >= 1, "{outcome:?}");
         assert_eq!(outcome.failed, 0, "{outcome:?}");
         handle.stop().await.expect("stop");

@@ -38,7 +38,7 @@ fn bare_cluster() -> TestCluster {
 }
 
 /// The objects in deploy/, deploy/provisioner/ and deploy/migrate/, as `kubectl apply` names them.
-const OBJECTS: [&str; 20] = [
+const OBJECTS: [&str; 22] = [
     "namespace/berth-system",
     "customresourcedefinition.apiextensions.k8s.io/reservations.scheduling.koordinator.sh",
     "customresourcedefinition.apiextensions.k8s.io/noderesourcetopologies.topology.node.k8s.io",
@@ -58,6 +58,8 @@ const OBJECTS: [&str; 20] = [
     "serviceaccount/berth-migrate",
     "clusterrole.rbac.authorization.k8s.io/berth-migrate",
     "clusterrolebinding.rbac.authorization.k8s.io/berth-migrate",
+    "role.rbac.authorization.k8s.io/berth-migrate-leader-election",
+    "rolebinding.rbac.authorization.k8s.io/berth-migrate-leader-election",
     "deployment.apps/berth-migrate",
 ];
 

@@ -144,6 +144,13 @@ struct MigrateArgs {
     /// Unavailable plus migrating pods of one workload at once (0: no limit).
     #[arg(long, value_name = "N", default_value_t = 0)]
     max_unavailable_per_workload: u32,
+    /// Elect a leader on the Lease `<namespace>/berth-migrate`, so that of several replicas
+    /// only one acts (`--leader-elect=false`: this process acts from the start).
+    #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
+    leader_elect: bool,
+    /// The Lease's namespace (default: the one berth runs in, else kube-system).
+    #[arg(long, value_name = "NAMESPACE")]
+    lease_namespace: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -352,6 +359,15 @@ fn migrate(args: MigrateArgs) -> anyhow::Result<i32> {
         },
         ..Default::default()
     };
+    let options = if args.leader_elect {
+        let namespace = args
+            .lease_namespace
+            .clone()
+            .unwrap_or_else(berth_kube::settings::default_lease_namespace);
+        options.elect_leader_in(&namespace)
+    } else {
+        options
+    };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -361,7 +377,9 @@ fn migrate(args: MigrateArgs) -> anyhow::Result<i32> {
         let client = berth_kube::client::connect(args.kubeconfig.as_deref(), &settings).await?;
         let outcome = berth_kube::migrate::run(client, options, shutdown_signal()).await;
         tracing::info!(?outcome, "PodMigrationJob controller stopped");
-        Ok(0)
+        // Like `berth run`, a lost lease is an exit with an error (the kubelet restarts it
+        // as a standby).
+        Ok(i32::from(outcome.lost_lease))
     })
 }
 

@@ -29,6 +29,7 @@
 
 pub mod arbitration;
 mod job;
+pub mod keep_capacity;
 pub mod reserved_cpus;
 pub mod template;
 #[cfg(test)]

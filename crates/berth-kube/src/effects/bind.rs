@@ -34,39 +34,10 @@ pub(super) async fn bind(
             message,
         }
     };
-    if !annotations.is_empty() {
-        // A merge patch naming the UID fails (422, the UID is immutable) on another
-        // incarnation of the pod.
-        let patch = Patch::Merge(json!({"metadata": {"uid": uid, "annotations": annotations}}));
-        let pp = PatchParams::default();
-        let r = retry(Backoff::default(), || api.patch(&pod.name, &pp, &patch)).await;
-        ctx.metrics.request(
-            "prebind_annotate",
-            r.as_ref().map_or_else(retry::code, |_| 200),
-        );
-        if let Err(e) = r {
-            let class = match classify(&e) {
-                Class::NotFound => BindFailure::NotFound,
-                Class::Conflict | Class::Rejected => BindFailure::Conflict,
-                Class::Transient => BindFailure::Transient,
-            };
-            return fail(class, format!("running PreBind: {e}"));
-        }
+    if let Err((class, message)) = prebind(ctx, &api, &pod, &uid, &annotations).await {
+        return fail(class, message);
     }
-    let binding = Binding {
-        metadata: ObjectMeta {
-            name: Some(pod.name.to_string()),
-            namespace: Some(pod.namespace.to_string()),
-            uid: Some(uid.clone()),
-            ..ObjectMeta::default()
-        },
-        target: ObjectReference {
-            api_version: Some("v1".into()),
-            kind: Some("Node".into()),
-            name: Some(node.clone()),
-            ..ObjectReference::default()
-        },
-    };
+    let binding = binding(&pod, &uid, &node);
     let pp = PostParams::default();
     let (bind_api, bucket) = match &ctx.bind {
         Some((client, bucket)) => (
@@ -125,6 +96,53 @@ pub(super) async fn bind(
         // overcommit after a lost answer): read the pod back first.
         Class::Transient if landed(&api, &pod, &uid, &node).await => Outcome::Done,
         Class::Transient => fail(BindFailure::Transient, e.to_string()),
+    }
+}
+
+/// PreBind: writes the annotations the plugins chose, if any. A merge patch naming the UID
+/// fails (422, the UID is immutable) on another incarnation of the pod.
+async fn prebind(
+    ctx: &Ctx,
+    api: &Api<Pod>,
+    pod: &ObjectKey,
+    uid: &str,
+    annotations: &BTreeMap<String, String>,
+) -> Result<(), (BindFailure, String)> {
+    if annotations.is_empty() {
+        return Ok(());
+    }
+    let patch = Patch::Merge(json!({"metadata": {"uid": uid, "annotations": annotations}}));
+    let pp = PatchParams::default();
+    let r = retry(Backoff::default(), || api.patch(&pod.name, &pp, &patch)).await;
+    ctx.metrics.request(
+        "prebind_annotate",
+        r.as_ref().map_or_else(retry::code, |_| 200),
+    );
+    r.map(|_| ()).map_err(|e| {
+        let class = match classify(&e) {
+            Class::NotFound => BindFailure::NotFound,
+            Class::Conflict | Class::Rejected => BindFailure::Conflict,
+            Class::Transient => BindFailure::Transient,
+        };
+        (class, format!("running PreBind: {e}"))
+    })
+}
+
+/// The Binding of this incarnation (`uid`) of `pod` to `node`.
+fn binding(pod: &ObjectKey, uid: &str, node: &str) -> Binding {
+    Binding {
+        metadata: ObjectMeta {
+            name: Some(pod.name.to_string()),
+            namespace: Some(pod.namespace.to_string()),
+            uid: Some(uid.to_string()),
+            ..ObjectMeta::default()
+        },
+        target: ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Node".into()),
+            name: Some(node.to_string()),
+            ..ObjectReference::default()
+        },
     }
 }
 

@@ -37,6 +37,31 @@ pub fn watch<K>(
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
 {
+    watch_with(tasks, api, changed, synced, |_, _, _| {})
+}
+
+/// What a watch event does to an object already in the map.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Change {
+    /// Added or changed.
+    Apply,
+    /// Deleted.
+    Delete,
+}
+
+/// [`watch`], and `hook` hears of each watch event (not of a re-list) in the stream's order,
+/// with the map as it was just before it (the object's previous state, the others').
+pub fn watch_with<K, H>(
+    tasks: &mut JoinSet<()>,
+    api: Api<K>,
+    changed: Arc<Notify>,
+    synced: tokio::sync::mpsc::UnboundedSender<()>,
+    mut hook: H,
+) -> Map<K>
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    H: FnMut(&BTreeMap<String, K>, &K, Change) + Send + 'static,
+{
     let map: Map<K> = Arc::default();
     let out = map.clone();
     tasks.spawn(async move {
@@ -55,10 +80,14 @@ where
                     let _ = synced.send(());
                 }
                 Ok(watcher::Event::Apply(o)) => {
-                    lock().insert(key_of(&o), o);
+                    let mut map = lock();
+                    hook(&map, &o, Change::Apply);
+                    map.insert(key_of(&o), o);
                 }
                 Ok(watcher::Event::Delete(o)) => {
-                    lock().remove(&key_of(&o));
+                    let mut map = lock();
+                    hook(&map, &o, Change::Delete);
+                    map.remove(&key_of(&o));
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "watch failed; re-listing after back-off");

@@ -12,6 +12,10 @@
 //! the replacement pod; kube-controller-manager's workload controllers create the
 //! replacement.
 //!
+//! It also keeps the room of pods scaled away from an opted-in workload ([`keep`]): it
+//! watches ReplicaSets, Deployments and StatefulSets for their `replicas` and opt-in, and
+//! each pass first creates the Reservations for the pods seen going since the last one.
+//!
 //! The controller keeps nothing between passes but what its watches show, as the pure
 //! controller keeps everything in the jobs: a restart carries on. A job it just wrote is read
 //! as written until the watch shows the write (or a few seconds passed), so a pass never acts
@@ -19,15 +23,19 @@
 //! arbiter counts it as it now is.
 
 pub mod cache;
+pub mod keep;
 mod perform;
+mod reserved;
 
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use berth_api::k8s_openapi::api::core::v1::Pod;
+use berth_api::k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
+use berth_api::k8s_openapi::api::core::v1::{Node, Pod};
 use berth_api::migration::PodMigrationJob;
+use berth_api::nrt::NodeResourceTopology;
 use berth_api::reservation::Reservation;
 use berth_core::migration::{self, MigrationArgs, MigrationView};
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
@@ -36,6 +44,10 @@ use tokio::sync::Notify;
 use tokio::task::JoinSet;
 
 use crate::kinds::{Served, RESERVATION_GROUP};
+use crate::leader::{Elector, Fence, Role};
+use crate::settings::LeaderElection;
+use std::sync::atomic::AtomicBool;
+use tokio::sync::{oneshot, watch};
 
 /// How `berth migrate` runs.
 #[derive(Debug, Clone)]
@@ -44,14 +56,38 @@ pub struct MigrateOptions {
     pub args: MigrationArgs,
     /// A pass at least this often, changes or not (time-outs, retried evictions).
     pub resync: Duration,
+    /// Leader election on its own Lease ([`LEASE_NAME`]), so that of several replicas only
+    /// one acts (two could both evict); `None`: this process acts from the start.
+    pub leader_election: Option<LeaderElection>,
+    /// This process's identity in the Lease.
+    pub identity: String,
 }
+
+/// The Lease `berth migrate` elects its leader on (in the namespace it runs in), not
+/// `berth run`'s: the two are different controllers, each with one leader.
+pub const LEASE_NAME: &str = "berth-migrate";
 
 impl Default for MigrateOptions {
     fn default() -> Self {
         Self {
             args: MigrationArgs::default(),
             resync: Duration::from_secs(1),
+            leader_election: None,
+            identity: crate::leader::identity(),
         }
+    }
+}
+
+impl MigrateOptions {
+    /// Leader election with client-go's timings on `namespace`/[`LEASE_NAME`].
+    pub fn elect_leader_in(mut self, namespace: &str) -> Self {
+        self.leader_election = Some(LeaderElection {
+            leader_elect: true,
+            resource_name: LEASE_NAME.into(),
+            resource_namespace: namespace.into(),
+            ..LeaderElection::default()
+        });
+        self
     }
 }
 
@@ -70,8 +106,15 @@ pub struct Outcome {
     pub evictions_refused: u64,
     /// Job writes.
     pub job_writes: u64,
+    /// PodMigrationJobs created for pods on newly reserved CPUs.
+    pub jobs_created: u64,
+    /// Reservations created to keep a scaled-down workload's room (also counted in
+    /// `reservations_created`).
+    pub reservations_kept: u64,
     /// Writes that failed (other than refused evictions).
     pub failed: u64,
+    /// It stopped because it lost the leader lease (or was refused it).
+    pub lost_lease: bool,
 }
 
 /// The resource of PodMigrationJobs.
@@ -124,7 +167,153 @@ struct Caches {
     jobs: cache::Map<DynamicObject>,
     reservations: cache::Map<DynamicObject>,
     pods: cache::Map<Pod>,
+    replicasets: cache::Map<ReplicaSet>,
+    deployments: cache::Map<Deployment>,
+    statefulsets: cache::Map<StatefulSet>,
+    nodes: cache::Map<Node>,
+    /// NodeResourceTopologies, if the API server serves them.
+    nrts: Option<cache::Map<DynamicObject>>,
+    /// Pods seen going, in the order they went ([`keep`]).
+    gone: std::sync::Mutex<std::sync::mpsc::Receiver<keep::Gone>>,
 }
+
+impl Caches {
+    /// How many kinds are watched (each lists once before the first pass).
+    fn watched(&self) -> usize {
+        7 + usize::from(self.nrts.is_some())
+    }
+
+    fn start(
+        client: &Client,
+        served: &Served,
+        tasks: &mut JoinSet<()>,
+        changed: &Arc<Notify>,
+        synced: &Synced,
+    ) -> Self {
+        let (went, gone) = std::sync::mpsc::channel();
+        let on_pod = move |pods: &BTreeMap<String, Pod>, pod: &Pod, change| {
+            if let Some(g) = keep::on_pod(pods, pod, change) {
+                let _ = went.send(g);
+            }
+        };
+        Caches {
+            jobs: cache::watch(
+                tasks,
+                Api::<DynamicObject>::all_with(client.clone(), &job_resource()),
+                changed.clone(),
+                synced.clone(),
+            ),
+            reservations: cache::watch(
+                tasks,
+                Api::<DynamicObject>::all_with(client.clone(), &Served::reservation_resource()),
+                changed.clone(),
+                synced.clone(),
+            ),
+            pods: cache::watch_with(
+                tasks,
+                Api::<Pod>::all(client.clone()),
+                changed.clone(),
+                synced.clone(),
+                on_pod,
+            ),
+            replicasets: cache::watch(
+                tasks,
+                Api::all(client.clone()),
+                changed.clone(),
+                synced.clone(),
+            ),
+            deployments: cache::watch(
+                tasks,
+                Api::all(client.clone()),
+                changed.clone(),
+                synced.clone(),
+            ),
+            statefulsets: cache::watch(
+                tasks,
+                Api::all(client.clone()),
+                changed.clone(),
+                synced.clone(),
+            ),
+            nodes: cache::watch(
+                tasks,
+                Api::all(client.clone()),
+                changed.clone(),
+                synced.clone(),
+            ),
+            nrts: served.nrt.as_ref().map(|ar| {
+                cache::watch(
+                    tasks,
+                    Api::<DynamicObject>::all_with(client.clone(), ar),
+                    changed.clone(),
+                    synced.clone(),
+                )
+            }),
+            gone: std::sync::Mutex::new(gone),
+        }
+    }
+
+    /// The PodMigrationJobs seed 004's descheduler asks for now ([`reserved`]).
+    fn reserved_cpu_jobs(
+        &self,
+        jobs: &[Arc<PodMigrationJob>],
+    ) -> migration::reserved_cpus::Planned {
+        let nodes = self.nodes.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let nrts: BTreeMap<String, NodeResourceTopology> = match &self.nrts {
+            None => BTreeMap::new(),
+            Some(m) => m
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .values()
+                .filter_map(|o| match crate::kinds::nrt(o.clone()) {
+                    Ok(berth_core::Object::NodeResourceTopology(t)) => {
+                        Some((t.metadata.name.clone().unwrap_or_default(), (*t).clone()))
+                    }
+                    _ => None,
+                })
+                .collect(),
+        };
+        let pods = self.pods.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        reserved::plan(&nodes, &nrts, &pods, jobs)
+    }
+
+    /// The Reservations keeping the room of the pods scaled away since the last call.
+    fn kept(&self) -> Vec<Reservation> {
+        let gone: Vec<keep::Gone> = self
+            .gone
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .try_iter()
+            .collect();
+        if gone.is_empty() {
+            return Vec::new();
+        }
+        let replicasets = self
+            .replicasets
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let deployments = self
+            .deployments
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let statefulsets = self
+            .statefulsets
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let workloads = keep::Workloads {
+            replicasets: &replicasets,
+            deployments: &deployments,
+            statefulsets: &statefulsets,
+        };
+        gone.iter()
+            .filter_map(|g| keep::kept(g, &workloads))
+            .collect()
+    }
+}
+
+type Synced = tokio::sync::mpsc::UnboundedSender<()>;
 
 impl Caches {
     fn snapshot(&self) -> (Vec<Arc<PodMigrationJob>>, View) {
@@ -157,7 +346,10 @@ type Pending = HashMap<String, (Vec<String>, PodMigrationJob, Instant)>;
 /// How long a job written is read as written while the watch still shows the version before.
 const WRITE_SEEN_WITHIN: Duration = Duration::from_secs(5);
 
-/// Runs the controller until `shutdown` completes.
+/// Runs the controller until `shutdown` completes, or, with leader election, until this
+/// process loses the lease (it then stops at once, as kube-scheduler and `berth run` do: the
+/// process exits and restarts as a standby). A standby keeps its watches warm and writes
+/// nothing; every write of a leader is fenced by the lease's renew deadline.
 pub async fn run(
     client: Client,
     options: MigrateOptions,
@@ -166,32 +358,18 @@ pub async fn run(
     let changed = Arc::new(Notify::new());
     let (synced, mut lists) = tokio::sync::mpsc::unbounded_channel();
     let mut tasks = JoinSet::new();
-    let caches = Caches {
-        jobs: cache::watch(
-            &mut tasks,
-            Api::<DynamicObject>::all_with(client.clone(), &job_resource()),
-            changed.clone(),
-            synced.clone(),
-        ),
-        reservations: cache::watch(
-            &mut tasks,
-            Api::<DynamicObject>::all_with(client.clone(), &Served::reservation_resource()),
-            changed.clone(),
-            synced.clone(),
-        ),
-        pods: cache::watch(
-            &mut tasks,
-            Api::<Pod>::all(client.clone()),
-            changed.clone(),
-            synced.clone(),
-        ),
-    };
+    let served = Served::discover(&client).await;
+    let caches = Caches::start(&client, &served, &mut tasks, &changed, &synced);
     let mut outcome = Outcome::default();
+    let mut election = Election::start(&client, &options);
     tokio::pin!(shutdown);
     // The first pass waits for every kind's first list.
-    for _ in 0..3 {
+    for _ in 0..caches.watched() {
         tokio::select! {
-            () = &mut shutdown => return outcome,
+            () = &mut shutdown => {
+                election.stop().await;
+                return outcome;
+            }
             _ = lists.recv() => {}
         }
     }
@@ -199,18 +377,100 @@ pub async fn run(
     let mut pending: Pending = HashMap::new();
     loop {
         while lists.try_recv().is_ok() {}
-        pass(&client, &caches, &options, &mut pending, &mut outcome).await;
+        match election.role() {
+            Role::Leader if election.fence.allows() => {
+                pass(
+                    &client,
+                    &caches,
+                    &options,
+                    &election.fence,
+                    &mut pending,
+                    &mut outcome,
+                )
+                .await;
+            }
+            Role::Lost | Role::Forbidden => {
+                tracing::error!(role = ?election.role(), "leader lease lost or refused; stopping");
+                outcome.lost_lease = true;
+                break;
+            }
+            _ => {}
+        }
         tokio::select! {
             () = &mut shutdown => break,
             () = changed.notified() => {
                 // Let a burst of watch events land before the next pass.
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
+            _ = election.changed() => {}
             () = tokio::time::sleep(options.resync) => {}
         }
     }
+    election.stop().await;
     tasks.abort_all();
     outcome
+}
+
+/// The leader election of one run, or none.
+struct Election {
+    role: watch::Receiver<Role>,
+    fence: Arc<Fence>,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<()>>,
+    /// Keeps the role's sender alive without an elector (`changed` then never fires).
+    _leader: Option<watch::Sender<Role>>,
+}
+
+impl Election {
+    fn start(client: &Client, options: &MigrateOptions) -> Self {
+        let Some(le) = options.leader_election.clone() else {
+            let (tx, rx) = watch::channel(Role::Leader);
+            return Self {
+                role: rx,
+                fence: Fence::open(),
+                stop: None,
+                task: None,
+                _leader: Some(tx),
+            };
+        };
+        let (tx, rx) = watch::channel(Role::Standby);
+        let (stop, stopped) = oneshot::channel();
+        let fence = Fence::closed();
+        let elector = Elector::new(
+            client.clone(),
+            le,
+            options.identity.clone(),
+            fence.clone(),
+            Arc::new(AtomicBool::new(true)),
+        );
+        Self {
+            role: rx,
+            fence,
+            stop: Some(stop),
+            task: Some(tokio::spawn(elector.run(tx, stopped))),
+            _leader: None,
+        }
+    }
+
+    fn role(&self) -> Role {
+        *self.role.borrow()
+    }
+
+    async fn changed(&mut self) {
+        if self.role.changed().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+
+    /// Stops the elector, releasing the lease if held.
+    async fn stop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
+    }
 }
 
 /// The jobs as the cache shows them, but a job whose last write the watch has not shown yet
@@ -249,16 +509,43 @@ async fn pass(
     client: &Client,
     caches: &Caches,
     options: &MigrateOptions,
+    fence: &Fence,
     pending: &mut Pending,
     outcome: &mut Outcome,
 ) {
     outcome.passes += 1;
+    let kept = caches.kept();
     let (jobs, view) = caches.snapshot();
+    let now = crate::effects::wall_clock_ms();
+    let ctx = perform::Ctx {
+        client,
+        view: &view,
+        now,
+    };
+    for r in kept {
+        if perform::create_reservation(&ctx, &r, outcome).await {
+            outcome.reservations_kept += 1;
+            tracing::info!(
+                reservation = r.metadata.name.as_deref().unwrap_or(""),
+                kept_for = r
+                    .metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get(migration::keep_capacity::LABEL_KEPT_FOR))
+                    .map(String::as_str)
+                    .unwrap_or(""),
+                "room of a pod scaled away kept"
+            );
+        }
+    }
+    let planned = caches.reserved_cpu_jobs(&jobs);
+    if !planned.jobs.is_empty() || !planned.refused.is_empty() {
+        reserved::create(client, planned, outcome).await;
+    }
     let jobs = read_as_written(jobs, pending);
     if jobs.is_empty() {
         return;
     }
-    let now = crate::effects::wall_clock_ms();
     let actions = migration::reconcile(&jobs, &view, now, &options.args);
     if !actions.is_empty() {
         tracing::debug!(?actions, "pass");
@@ -267,12 +554,13 @@ async fn pass(
         .iter()
         .map(|j| (j.metadata.name.clone().unwrap_or_default(), (**j).clone()))
         .collect();
-    let ctx = perform::Ctx {
-        client,
-        view: &view,
-        now,
-    };
     for action in actions {
+        if !fence.allows() {
+            tracing::warn!(
+                "the leader lease's renew deadline passed mid-pass; nothing more written"
+            );
+            return;
+        }
         perform::action(&ctx, action, &mut current, pending, outcome).await;
     }
 }

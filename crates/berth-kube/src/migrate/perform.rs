@@ -3,10 +3,12 @@
 use std::time::Instant;
 
 use berth_api::migration::PodMigrationJob;
+use berth_api::reservation::Reservation;
 use berth_core::migration::{after_eviction, Action, MigrationView};
 use berth_core::time::Time;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, DeleteParams, DynamicObject, EvictParams, PostParams};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{DeleteOptions, ObjectMeta};
+use kube::api::{Api, DeleteParams, DynamicObject, PostParams};
 use kube::Client;
 
 use super::{job_resource, Outcome, Pending, View};
@@ -32,31 +34,11 @@ pub(super) async fn action(
         Api::all_with(ctx.client.clone(), &Served::reservation_resource());
     match action {
         Action::CreateReservation(r) => {
-            let name = r.metadata.name.clone().unwrap_or_default();
-            if ctx.view.reservation(&name).is_some() {
-                return;
-            }
-            let obj: DynamicObject = match serde_json::to_value(&*r)
-                .and_then(serde_json::from_value)
-            {
-                Ok(o) => o,
-                Err(e) => {
-                    outcome.failed += 1;
-                    tracing::error!(reservation = name, error = %e, "reservation cannot be encoded");
-                    return;
-                }
-            };
-            let pp = PostParams::default();
-            match retry(Backoff::default(), || reservations.create(&pp, &obj)).await {
-                Ok(_) => {
-                    outcome.reservations_created += 1;
-                    tracing::info!(reservation = name, "reservation created for a migration");
-                }
-                Err(e) if classify(&e) == Class::Conflict => {}
-                Err(e) => {
-                    outcome.failed += 1;
-                    tracing::warn!(reservation = name, error = %e, "creating the reservation failed");
-                }
+            if create_reservation(ctx, &r, outcome).await {
+                tracing::info!(
+                    reservation = r.metadata.name.as_deref().unwrap_or(""),
+                    "reservation created for a migration"
+                );
             }
         }
         Action::DeleteReservation(name) => {
@@ -90,7 +72,13 @@ pub(super) async fn action(
                 .pod(&namespace, &name)
                 .and_then(|p| p.spec.as_ref()?.node_name.clone())
                 .unwrap_or_default();
-            let result = evict(ctx.client, &namespace, &name).await;
+            let result = evict(
+                ctx.client,
+                &namespace,
+                &name,
+                j.spec.delete_options.as_ref(),
+            )
+            .await;
             match &result {
                 Ok(()) => {
                     outcome.evicted += 1;
@@ -109,17 +97,82 @@ pub(super) async fn action(
     }
 }
 
+/// Creates `r` unless the view has it already; whether it was created (one of its name
+/// created meanwhile is the same one, and not counted).
+pub(super) async fn create_reservation(
+    ctx: &Ctx<'_>,
+    r: &Reservation,
+    outcome: &mut Outcome,
+) -> bool {
+    let name = r.metadata.name.clone().unwrap_or_default();
+    if ctx.view.reservation(&name).is_some() {
+        return false;
+    }
+    let obj: DynamicObject = match serde_json::to_value(r).and_then(serde_json::from_value) {
+        Ok(o) => o,
+        Err(e) => {
+            outcome.failed += 1;
+            tracing::error!(reservation = name, error = %e, "reservation cannot be encoded");
+            return false;
+        }
+    };
+    let reservations: Api<DynamicObject> =
+        Api::all_with(ctx.client.clone(), &Served::reservation_resource());
+    let pp = PostParams::default();
+    match retry(Backoff::default(), || reservations.create(&pp, &obj)).await {
+        Ok(_) => {
+            outcome.reservations_created += 1;
+            true
+        }
+        Err(e) if classify(&e) == Class::Conflict => false,
+        Err(e) => {
+            outcome.failed += 1;
+            tracing::warn!(reservation = name, error = %e, "creating the reservation failed");
+            false
+        }
+    }
+}
+
 /// Evicts through `pods/eviction`: `Err` with the API server's message when it refuses (a
 /// PodDisruptionBudget's 429 among them). A pod gone already counts as evicted. The client
 /// must not retry a 429 itself (berth's clients do not; kube's default client retries for
 /// minutes): the refusal is the answer, recorded on the job and retried on a later pass.
-async fn evict(client: &Client, namespace: &str, name: &str) -> Result<(), String> {
+async fn evict(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    delete_options: Option<&DeleteOptions>,
+) -> Result<(), String> {
     let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
-    match api.evict(name, &EvictParams::default()).await {
+    let body = eviction(namespace, name, delete_options);
+    let pp = PostParams::default();
+    match api
+        .create_subresource::<_, serde_json::Value>("eviction", name, &pp, &body)
+        .await
+    {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
         Err(kube::Error::Api(s)) => Err(refusal(&s)),
         Err(e) => Err(e.to_string()),
+    }
+}
+
+/// The Eviction of `namespace/name`, with the job's `spec.deleteOptions` as they are
+/// (Koordinator passes them on; the API server validates and applies them: grace period,
+/// preconditions, propagation, dry run). Built here rather than with kube's `evict`, whose
+/// body spells the field `delete_options`, which the API server ignores.
+fn eviction(
+    namespace: &str,
+    name: &str,
+    delete_options: Option<&DeleteOptions>,
+) -> k8s_openapi::api::policy::v1::Eviction {
+    k8s_openapi::api::policy::v1::Eviction {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(namespace.into()),
+            ..ObjectMeta::default()
+        },
+        delete_options: delete_options.cloned(),
     }
 }
 
@@ -226,5 +279,32 @@ fn job_write_failed(name: &str, e: &kube::Error, outcome: &mut Outcome) {
     } else {
         outcome.failed += 1;
         tracing::warn!(job = name, error = %e, "writing the job failed");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Preconditions;
+
+    #[test]
+    fn the_jobs_delete_options_are_the_evictions() {
+        let o = DeleteOptions {
+            grace_period_seconds: Some(5),
+            preconditions: Some(Preconditions {
+                uid: Some("u1".into()),
+                resource_version: None,
+            }),
+            ..DeleteOptions::default()
+        };
+        let body = serde_json::to_value(eviction("ns", "p", Some(&o))).expect("json");
+        assert_eq!(
+            body,
+            serde_json::json!({"apiVersion": "policy/v1", "kind": "Eviction",
+                "metadata": {"name": "p", "namespace": "ns"},
+                "deleteOptions": {"gracePeriodSeconds": 5, "preconditions": {"uid": "u1"}}})
+        );
+        let body = serde_json::to_value(eviction("ns", "p", None)).expect("json");
+        assert!(body.get("deleteOptions").is_none(), "{body}");
     }
 }

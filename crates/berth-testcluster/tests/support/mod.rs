@@ -209,7 +209,8 @@ pub const PROVISIONER_EXPECTED: Grants = &[
     (("", "secrets", "", "", ""), &[]),
 ];
 
-/// `berth migrate`'s rights: read and evict pods, make and remove Reservations, write jobs.
+/// `berth migrate`'s rights: read and evict pods, make and remove Reservations, write jobs,
+/// read workloads (keep-capacity), nodes and their NRTs, create jobs (reserved CPUs).
 /// Keep in step with deploy/migrate/60-migrate.yaml and the chart's rbac-migrate.yaml.
 pub const MIGRATE_EXPECTED: Grants = &[
     (("", "pods", "", "", ""), &["list", "watch"]),
@@ -220,7 +221,7 @@ pub const MIGRATE_EXPECTED: Grants = &[
     ),
     (
         ("scheduling.koordinator.sh", "podmigrationjobs", "", "", ""),
-        &["list", "watch", "update"],
+        &["list", "watch", "create", "update"],
     ),
     (
         (
@@ -244,9 +245,29 @@ pub const MIGRATE_EXPECTED: Grants = &[
         ),
         &[],
     ),
-    (("", "nodes", "", "", ""), &[]),
-    (("apps", "deployments", "", "", ""), &[]),
+    (("", "nodes", "", "", ""), &["list", "watch"]),
+    (
+        ("topology.node.k8s.io", "noderesourcetopologies", "", "", ""),
+        &["list", "watch"],
+    ),
+    (("apps", "deployments", "", "", ""), &["list", "watch"]),
+    (("apps", "replicasets", "", "", ""), &["list", "watch"]),
+    (("apps", "statefulsets", "", "", ""), &["list", "watch"]),
     (("", "secrets", "", "", ""), &[]),
+    (
+        (
+            "coordination.k8s.io",
+            "leases",
+            "",
+            "berth-system",
+            "berth-migrate",
+        ),
+        &["create", "get", "update"],
+    ),
+    (
+        ("coordination.k8s.io", "leases", "", "berth-system", "berth"),
+        &["create"],
+    ),
 ];
 
 /// `namespace/name`'s ServiceAccount may do exactly what `table` lists.
