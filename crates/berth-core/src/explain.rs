@@ -15,8 +15,8 @@
 //! reads is rendered by the command line.
 
 mod change;
-mod gang;
 pub mod dra;
+mod gang;
 mod numa;
 mod reservations;
 
@@ -310,7 +310,8 @@ pub fn explain(s: &Scheduler, target: &Target, now: Time) -> Result<Explanation,
 /// A pod target: the pod, and where it is unless it is pending.
 fn pod_subject(cx: &Cluster, target: &Target, key: &ObjectKey) -> Result<Subject, ExplainError> {
     let entry = cx
-        .cache.pod(key)
+        .cache
+        .pod(key)
         .ok_or_else(|| ExplainError::NotFound(target.to_string()))?;
     let placed = match entry.state {
         PodState::Pending if !entry.info.terminal => None,

@@ -268,8 +268,14 @@ impl DynamicResources {
     ) -> Result<Vec<berth_api::dra::AllocationResult>, Status> {
         let devices = allocator::node_devices(&cx.cache.dra, &node.name, &node.labels);
         let held = Self::held(cx, &devices, access);
-        allocator::allocate(&state.plans, &node.name, &devices, cx.cache.dra.taken(), &held)
-            .map_err(failure)
+        allocator::allocate(
+            &state.plans,
+            &node.name,
+            &devices,
+            cx.cache.dra.taken(),
+            &held,
+        )
+        .map_err(failure)
     }
 
     /// Filter's question: can the claims be allocated on `node`.

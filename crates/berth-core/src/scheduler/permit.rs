@@ -125,7 +125,8 @@ impl Scheduler {
                 }),
             _ => self
                 .cluster
-                .cache.pod(key)
+                .cache
+                .pod(key)
                 .is_some_and(|e| e.state != PodState::Pending && !e.info.terminal),
         }
     }
