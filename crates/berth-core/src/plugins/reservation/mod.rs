@@ -351,7 +351,7 @@ impl Reservation {
             if !r.owners.matches(pod) {
                 continue;
             }
-            let node = match decision::matching(cx, &prefs, pod, r) {
+            let node = match decision::matching(cx, prefs, pod, r) {
                 Ok(n) => {
                     st.diag.owner_matched += 1;
                     if st.named.is_some() {
