@@ -43,6 +43,21 @@ pub fn spawn_all(
     tasks: &mut JoinSet<()>,
 ) -> Vec<Kind> {
     let mut kinds = Vec::new();
+    spawn_core(client, tx, metrics, tasks, &mut kinds);
+    spawn_storage(client, tx, metrics, tasks, &mut kinds);
+    spawn_custom(client, served, tx, metrics, tasks, &mut kinds);
+    kinds.extend(gangs::spawn_gangs(client, served, tx, metrics, tasks));
+    kinds
+}
+
+/// Pods (finished ones left out), nodes, namespaces, PriorityClasses and PDBs.
+fn spawn_core(
+    client: &Client,
+    tx: &mpsc::Sender<Input>,
+    metrics: &Arc<Metrics>,
+    tasks: &mut JoinSet<()>,
+    kinds: &mut Vec<Kind>,
+) {
     let mut typed = |kind: Kind| {
         kinds.push(kind);
         (kind, tx.clone(), metrics.clone())
@@ -74,6 +89,35 @@ pub fn spawn_all(
         typed(Kind::Namespace),
         |o| Ok(Object::Namespace(Arc::new(o))),
     );
+    spawn(
+        tasks,
+        Api::<PriorityClass>::all(client.clone()),
+        all(),
+        typed(Kind::PriorityClass),
+        |o| Ok(Object::PriorityClass(Arc::new(o))),
+    );
+    spawn(
+        tasks,
+        Api::<PodDisruptionBudget>::all(client.clone()),
+        all(),
+        typed(Kind::PodDisruptionBudget),
+        |o| Ok(Object::PodDisruptionBudget(Arc::new(o))),
+    );
+}
+
+/// The storage kinds VolumeBinding, VolumeZone and NodeVolumeLimits read.
+fn spawn_storage(
+    client: &Client,
+    tx: &mpsc::Sender<Input>,
+    metrics: &Arc<Metrics>,
+    tasks: &mut JoinSet<()>,
+    kinds: &mut Vec<Kind>,
+) {
+    let mut typed = |kind: Kind| {
+        kinds.push(kind);
+        (kind, tx.clone(), metrics.clone())
+    };
+    let all = || watcher::Config::default().any_semantic();
     spawn(
         tasks,
         Api::<PersistentVolumeClaim>::all(client.clone()),
@@ -116,20 +160,22 @@ pub fn spawn_all(
         typed(Kind::CsiNode),
         |o| Ok(Object::CsiNode(Arc::new(o))),
     );
-    spawn(
-        tasks,
-        Api::<PriorityClass>::all(client.clone()),
-        all(),
-        typed(Kind::PriorityClass),
-        |o| Ok(Object::PriorityClass(Arc::new(o))),
-    );
-    spawn(
-        tasks,
-        Api::<PodDisruptionBudget>::all(client.clone()),
-        all(),
-        typed(Kind::PodDisruptionBudget),
-        |o| Ok(Object::PodDisruptionBudget(Arc::new(o))),
-    );
+}
+
+/// The kinds served only where their API is: Reservations, DRA, NodeResourceTopology.
+fn spawn_custom(
+    client: &Client,
+    served: &Served,
+    tx: &mpsc::Sender<Input>,
+    metrics: &Arc<Metrics>,
+    tasks: &mut JoinSet<()>,
+    kinds: &mut Vec<Kind>,
+) {
+    let mut typed = |kind: Kind| {
+        kinds.push(kind);
+        (kind, tx.clone(), metrics.clone())
+    };
+    let all = || watcher::Config::default().any_semantic();
     if let Some(ar) = &served.reservations {
         let api = Api::<DynamicObject>::all_with(client.clone(), ar);
         spawn(
@@ -188,8 +234,6 @@ pub fn spawn_all(
             kinds::nrt,
         );
     }
-    kinds.extend(gangs::spawn_gangs(client, served, tx, metrics, tasks));
-    kinds
 }
 
 fn spawn<K>(

@@ -665,77 +665,14 @@ impl Decoder {
     ) -> Result<Vec<(String, Item)>, FieldError> {
         let (api_version, kind) = type_meta(&value)?;
         let item = match (api_version.as_str(), kind.as_str()) {
-            ("v1", "List") => {
-                if let Some(map) = value.as_object() {
-                    if let Some(name) = map.keys().find(|k| {
-                        !matches!(k.as_str(), "apiVersion" | "kind" | "metadata" | "items")
-                    }) {
-                        return Err(FieldError::new(
-                            name.clone(),
-                            format!("unknown field {name:?}: a v1 List has apiVersion, kind, metadata and items"),
-                        ));
-                    }
-                }
-                let items = match value.get_mut("items").map(Value::take) {
-                    None | Some(Value::Null) => Vec::new(),
-                    Some(Value::Array(items)) => items,
-                    Some(other) => {
-                        return Err(FieldError::new(
-                            "items",
-                            format!("invalid type: {}, expected a list", type_name(&other)),
-                        ))
-                    }
-                };
-                let mut out = Vec::new();
-                for (i, item) in items.into_iter().enumerate() {
-                    let path = format!("{}items[{i}]", dot(prefix));
-                    let decoded = self.object_inner(item, &path).map_err(|e| {
-                        // Re-root the error under `items[i]` relative to this List.
-                        e.within(&format!("items[{i}]"))
-                    })?;
-                    out.extend(decoded.into_iter().map(|(p, item)| {
-                        let at = if p.is_empty() {
-                            format!("items[{i}]")
-                        } else {
-                            format!("items[{i}].{p}")
-                        };
-                        (at, item)
-                    }));
-                }
-                return Ok(out);
-            }
+            ("v1", "List") => return self.list(value, prefix),
             ("v1", "Node") => {
                 normalize_meta(&mut value, false, &mut self.generated)?;
                 strict::check(Schema::Node, &value)?;
                 check_node(&value)?;
                 Item::Object(Object::Node(Arc::new(typed::<Node>(&value)?)))
             }
-            ("v1", "Pod") => {
-                normalize_meta(&mut value, true, &mut self.generated)?;
-                crate::gangs::carry_workload_ref(&mut value)?;
-                strict::check(Schema::Pod, &value)?;
-                if let Some(spec) = value.get("spec") {
-                    check_pod_spec(spec, Quantities::Validated).map_err(|e| e.within("spec"))?;
-                    crate::selectors::check_pod_selectors(spec).map_err(|e| e.within("spec"))?;
-                }
-                let pod = typed::<Pod>(&value)?;
-                if let Some(class) = pod
-                    .spec
-                    .as_ref()
-                    .and_then(|s| s.priority_class_name.as_deref())
-                    .filter(|c| !c.is_empty())
-                {
-                    self.class_refs.push(ClassRef {
-                        source: self.source.clone().unwrap_or(Source {
-                            file: "".into(),
-                            doc: 0,
-                        }),
-                        field: format!("{}spec.priorityClassName", dot(prefix)),
-                        class: class.to_string(),
-                    });
-                }
-                Item::Object(Object::Pod(Arc::new(pod)))
-            }
+            ("v1", "Pod") => self.pod(value, prefix)?,
             ("scheduling.koordinator.sh/v1alpha1", "Reservation") => {
                 normalize_meta(&mut value, false, &mut self.generated)?;
                 strict::check(Schema::Reservation, &value)?;
@@ -747,75 +684,13 @@ impl Decoder {
                 Item::Object(Object::Reservation(Arc::new(r)))
             }
             ("topology.node.k8s.io/v1alpha2" | "topology.node.k8s.io/v1alpha1", nrt::KIND) => {
-                normalize_meta(&mut value, false, &mut self.generated)?;
-                let v1alpha1 = api_version.ends_with("v1alpha1");
-                let schema = if v1alpha1 {
-                    Schema::NrtV1alpha1
-                } else {
-                    Schema::NrtV1alpha2
-                };
-                strict::check(schema, &value)?;
-                check_nrt(&value)?;
-                let t = if v1alpha1 {
-                    typed::<nrt::v1alpha1::NodeResourceTopology>(&value)?.into()
-                } else {
-                    typed::<NodeResourceTopology>(&value)?
-                };
-                Item::Object(Object::NodeResourceTopology(Arc::new(t)))
+                self.nrt(&api_version, value)?
             }
-            ("v1", "PersistentVolumeClaim") => {
-                normalize_meta(&mut value, true, &mut self.generated)?;
-                strict::check(Schema::PersistentVolumeClaim, &value)?;
-                check_pvc(&value)?;
-                Item::Object(Object::PersistentVolumeClaim(Arc::new(typed(&value)?)))
-            }
-            ("storage.k8s.io/v1", "CSINode") => {
-                normalize_meta(&mut value, false, &mut self.generated)?;
-                strict::check(Schema::CsiNode, &value)?;
-                Item::Object(Object::CsiNode(Arc::new(typed::<CSINode>(&value)?)))
-            }
-            ("v1", "PersistentVolume") => {
-                normalize_meta(&mut value, false, &mut self.generated)?;
-                strict::check(Schema::PersistentVolume, &value)?;
-                check_resource_list(
-                    value.get("spec").and_then(|s| s.get("capacity")),
-                    || "spec.capacity".into(),
-                    true,
-                )?;
-                Item::Object(Object::PersistentVolume(Arc::new(typed(&value)?)))
-            }
-            ("storage.k8s.io/v1", "StorageClass") => {
-                normalize_meta(&mut value, false, &mut self.generated)?;
-                strict::check(Schema::StorageClass, &value)?;
-                require(&value, "provisioner", || "provisioner".into())?;
-                let mut sc = typed::<StorageClass>(&value)?;
-                // The API server's defaults.
-                sc.volume_binding_mode
-                    .get_or_insert_with(|| "Immediate".into());
-                sc.reclaim_policy.get_or_insert_with(|| "Delete".into());
-                Item::Object(Object::StorageClass(Arc::new(sc)))
-            }
-            ("storage.k8s.io/v1", "CSIDriver") => {
-                normalize_meta(&mut value, false, &mut self.generated)?;
-                strict::check(Schema::CsiDriver, &value)?;
-                require(&value, "spec", || "spec".into())?;
-                Item::Object(Object::CsiDriver(Arc::new(typed::<CSIDriver>(&value)?)))
-            }
-            ("storage.k8s.io/v1", "CSIStorageCapacity") => {
-                normalize_meta(&mut value, true, &mut self.generated)?;
-                strict::check(Schema::CsiStorageCapacity, &value)?;
-                require(&value, "storageClassName", || "storageClassName".into())?;
-                for part in ["capacity", "maximumVolumeSize"] {
-                    if let Some(q) = value.get(part) {
-                        check_quantity(q, || part.into(), true)?;
-                    }
-                }
-                Item::Object(Object::CsiStorageCapacity(Arc::new(typed::<
-                    CSIStorageCapacity,
-                >(
-                    &value
-                )?)))
-            }
+            ("v1", "PersistentVolumeClaim" | "PersistentVolume")
+            | (
+                "storage.k8s.io/v1",
+                "CSINode" | "StorageClass" | "CSIDriver" | "CSIStorageCapacity",
+            ) => self.storage(&kind, value)?,
             (
                 "resource.k8s.io/v1",
                 kind
@@ -879,6 +754,219 @@ impl Decoder {
         Ok(vec![(String::new(), item)])
     }
 
+    /// A NodeResourceTopology of either version, read as v1alpha2.
+    fn nrt(&mut self, api_version: &str, mut value: Value) -> Result<Item, FieldError> {
+        normalize_meta(&mut value, false, &mut self.generated)?;
+        let v1alpha1 = api_version.ends_with("v1alpha1");
+        let schema = if v1alpha1 {
+            Schema::NrtV1alpha1
+        } else {
+            Schema::NrtV1alpha2
+        };
+        strict::check(schema, &value)?;
+        check_nrt(&value)?;
+        let t = if v1alpha1 {
+            typed::<nrt::v1alpha1::NodeResourceTopology>(&value)?.into()
+        } else {
+            typed::<NodeResourceTopology>(&value)?
+        };
+        Ok(Item::Object(Object::NodeResourceTopology(Arc::new(t))))
+    }
+
+    /// The storage kinds: claims, volumes, classes, CSI drivers, nodes and capacities.
+    fn storage(&mut self, kind: &str, mut value: Value) -> Result<Item, FieldError> {
+        let namespaced = matches!(kind, "PersistentVolumeClaim" | "CSIStorageCapacity");
+        normalize_meta(&mut value, namespaced, &mut self.generated)?;
+        Ok(match kind {
+            "PersistentVolumeClaim" => {
+                strict::check(Schema::PersistentVolumeClaim, &value)?;
+                check_pvc(&value)?;
+                Item::Object(Object::PersistentVolumeClaim(Arc::new(typed(&value)?)))
+            }
+            "CSINode" => {
+                strict::check(Schema::CsiNode, &value)?;
+                Item::Object(Object::CsiNode(Arc::new(typed::<CSINode>(&value)?)))
+            }
+            "PersistentVolume" => {
+                strict::check(Schema::PersistentVolume, &value)?;
+                check_resource_list(
+                    value.get("spec").and_then(|s| s.get("capacity")),
+                    || "spec.capacity".into(),
+                    true,
+                )?;
+                Item::Object(Object::PersistentVolume(Arc::new(typed(&value)?)))
+            }
+            "StorageClass" => {
+                strict::check(Schema::StorageClass, &value)?;
+                require(&value, "provisioner", || "provisioner".into())?;
+                let mut sc = typed::<StorageClass>(&value)?;
+                // The API server's defaults.
+                sc.volume_binding_mode
+                    .get_or_insert_with(|| "Immediate".into());
+                sc.reclaim_policy.get_or_insert_with(|| "Delete".into());
+                Item::Object(Object::StorageClass(Arc::new(sc)))
+            }
+            "CSIDriver" => {
+                strict::check(Schema::CsiDriver, &value)?;
+                require(&value, "spec", || "spec".into())?;
+                Item::Object(Object::CsiDriver(Arc::new(typed::<CSIDriver>(&value)?)))
+            }
+            "CSIStorageCapacity" => {
+                strict::check(Schema::CsiStorageCapacity, &value)?;
+                require(&value, "storageClassName", || "storageClassName".into())?;
+                for part in ["capacity", "maximumVolumeSize"] {
+                    if let Some(q) = value.get(part) {
+                        check_quantity(q, || part.into(), true)?;
+                    }
+                }
+                Item::Object(Object::CsiStorageCapacity(Arc::new(typed::<
+                    CSIStorageCapacity,
+                >(
+                    &value
+                )?)))
+            }
+            other => return Err(unknown_kind("storage.k8s.io/v1", other)),
+        })
+    }
+
+    /// A `v1` `List`: its items decoded in turn, each error re-rooted under `items[i]`.
+    fn list(&mut self, mut value: Value, prefix: &str) -> Result<Vec<(String, Item)>, FieldError> {
+        if let Some(map) = value.as_object() {
+            if let Some(name) = map
+                .keys()
+                .find(|k| !matches!(k.as_str(), "apiVersion" | "kind" | "metadata" | "items"))
+            {
+                return Err(FieldError::new(
+                    name.clone(),
+                    format!("unknown field {name:?}: a v1 List has apiVersion, kind, metadata and items"),
+                ));
+            }
+        }
+        let items = match value.get_mut("items").map(Value::take) {
+            None | Some(Value::Null) => Vec::new(),
+            Some(Value::Array(items)) => items,
+            Some(other) => {
+                return Err(FieldError::new(
+                    "items",
+                    format!("invalid type: {}, expected a list", type_name(&other)),
+                ))
+            }
+        };
+        let mut out = Vec::new();
+        for (i, item) in items.into_iter().enumerate() {
+            let path = format!("{}items[{i}]", dot(prefix));
+            let decoded = self.object_inner(item, &path).map_err(|e| {
+                // Re-root the error under `items[i]` relative to this List.
+                e.within(&format!("items[{i}]"))
+            })?;
+            out.extend(decoded.into_iter().map(|(p, item)| {
+                let at = if p.is_empty() {
+                    format!("items[{i}]")
+                } else {
+                    format!("items[{i}].{p}")
+                };
+                (at, item)
+            }));
+        }
+        Ok(out)
+    }
+
+    /// A `v1` `Pod`, checked; its priority class is remembered to be resolved at the end.
+    fn pod(&mut self, mut value: Value, prefix: &str) -> Result<Item, FieldError> {
+        normalize_meta(&mut value, true, &mut self.generated)?;
+        crate::gangs::carry_workload_ref(&mut value)?;
+        strict::check(Schema::Pod, &value)?;
+        if let Some(spec) = value.get("spec") {
+            check_pod_spec(spec, Quantities::Validated).map_err(|e| e.within("spec"))?;
+            crate::selectors::check_pod_selectors(spec).map_err(|e| e.within("spec"))?;
+        }
+        let pod = typed::<Pod>(&value)?;
+        if let Some(class) = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.priority_class_name.as_deref())
+            .filter(|c| !c.is_empty())
+        {
+            self.class_refs.push(ClassRef {
+                source: self.source.clone().unwrap_or(Source {
+                    file: "".into(),
+                    doc: 0,
+                }),
+                field: format!("{}spec.priorityClassName", dot(prefix)),
+                class: class.to_string(),
+            });
+        }
+        Ok(Item::Object(Object::Pod(Arc::new(pod))))
+    }
+
+    /// One step of a Scenario at `path`: exactly its actions, each checked.
+    fn step(&mut self, step_doc: crate::scenario::StepDoc, path: &str) -> Result<Step, FieldError> {
+        let mut step = Step::default();
+        let mut actions = 0;
+        if let Some(apply) = step_doc.apply {
+            actions += 1;
+            step.kinds.push("apply");
+            for (j, obj) in apply.into_iter().enumerate() {
+                let items = self.object(obj, &format!("{path}.apply[{j}]"))?;
+                step.apply.extend(items.into_iter().map(|(_, item)| item));
+            }
+        }
+        if let Some(delete) = step_doc.delete {
+            actions += 1;
+            step.kinds.push("delete");
+            for (j, d) in delete.into_iter().enumerate() {
+                let field = format!("{path}.delete[{j}]");
+                let kind = kind_from_name(&d.kind).ok_or_else(|| {
+                    FieldError::new(
+                        format!("{field}.kind"),
+                        format!("unknown kind {:?}; expected one of {}", d.kind, kind_list()),
+                    )
+                })?;
+                let ns = if kind.namespaced() {
+                    d.namespace.as_deref().unwrap_or("default")
+                } else {
+                    ""
+                };
+                step.delete.push(ObjectKey::new(kind, ns, &d.name));
+            }
+        }
+        if let Some(evict) = step_doc.evict {
+            actions += 1;
+            step.kinds.push("evict");
+            for p in evict {
+                let ns = p.namespace.as_deref().unwrap_or("default");
+                step.evict.push(ObjectKey::pod(ns, &p.name));
+            }
+        }
+        if let Some(advance) = &step_doc.advance {
+            actions += 1;
+            step.kinds.push("advance");
+            let ms = duration(advance, &format!("{path}.advance"))?;
+            if ms < 0 {
+                return Err(FieldError::new(
+                    format!("{path}.advance"),
+                    format!(
+                        "Invalid value: {:?}: virtual time cannot go backwards",
+                        advance.0
+                    ),
+                ));
+            }
+            step.advance = Some(ms);
+        }
+        if let Some(expect) = step_doc.expect {
+            actions += 1;
+            step.kinds.push("expect");
+            step.expect = Some(expect);
+        }
+        if actions == 0 {
+            return Err(FieldError::new(
+                path,
+                "Required value: a step needs one of apply, delete, evict, advance, expect",
+            ));
+        }
+        Ok(step)
+    }
+
     fn scenario(&mut self, value: Value) -> Result<Scenario, FieldError> {
         let doc: ScenarioDoc = typed(&value)?;
         let mut out = Scenario {
@@ -916,70 +1004,7 @@ impl Decoder {
             out.provisioner = config;
         }
         for (i, step_doc) in doc.spec.steps.into_iter().enumerate() {
-            let path = format!("spec.steps[{i}]");
-            let mut step = Step::default();
-            let mut actions = 0;
-            if let Some(apply) = step_doc.apply {
-                actions += 1;
-                step.kinds.push("apply");
-                for (j, obj) in apply.into_iter().enumerate() {
-                    let items = self.object(obj, &format!("{path}.apply[{j}]"))?;
-                    step.apply.extend(items.into_iter().map(|(_, item)| item));
-                }
-            }
-            if let Some(delete) = step_doc.delete {
-                actions += 1;
-                step.kinds.push("delete");
-                for (j, d) in delete.into_iter().enumerate() {
-                    let field = format!("{path}.delete[{j}]");
-                    let kind = kind_from_name(&d.kind).ok_or_else(|| {
-                        FieldError::new(
-                            format!("{field}.kind"),
-                            format!("unknown kind {:?}; expected one of {}", d.kind, kind_list()),
-                        )
-                    })?;
-                    let ns = if kind.namespaced() {
-                        d.namespace.as_deref().unwrap_or("default")
-                    } else {
-                        ""
-                    };
-                    step.delete.push(ObjectKey::new(kind, ns, &d.name));
-                }
-            }
-            if let Some(evict) = step_doc.evict {
-                actions += 1;
-                step.kinds.push("evict");
-                for p in evict {
-                    let ns = p.namespace.as_deref().unwrap_or("default");
-                    step.evict.push(ObjectKey::pod(ns, &p.name));
-                }
-            }
-            if let Some(advance) = &step_doc.advance {
-                actions += 1;
-                step.kinds.push("advance");
-                let ms = duration(advance, &format!("{path}.advance"))?;
-                if ms < 0 {
-                    return Err(FieldError::new(
-                        format!("{path}.advance"),
-                        format!(
-                            "Invalid value: {:?}: virtual time cannot go backwards",
-                            advance.0
-                        ),
-                    ));
-                }
-                step.advance = Some(ms);
-            }
-            if let Some(expect) = step_doc.expect {
-                actions += 1;
-                step.kinds.push("expect");
-                step.expect = Some(expect);
-            }
-            if actions == 0 {
-                return Err(FieldError::new(
-                    path,
-                    "Required value: a step needs one of apply, delete, evict, advance, expect",
-                ));
-            }
+            let step = self.step(step_doc, &format!("spec.steps[{i}]"))?;
             out.steps.push(step);
         }
         Ok(out)
