@@ -39,6 +39,7 @@ use crate::scenario::{self, DurationText, NodeAgentConfig, Scenario, ScenarioDoc
 use crate::strict::{self, Schema};
 
 mod dra;
+mod gangs;
 mod migration;
 mod subset;
 mod workloads;
@@ -747,7 +748,7 @@ impl Decoder {
             )
             | (berth_api::gang::WORKLOAD_API_VERSION, "Workload") => {
                 normalize_meta(&mut value, true, &mut self.generated)?;
-                Item::Object(crate::gangs::decode(&kind, &value)?)
+                Item::Object(gangs::decode(&kind, &value)?)
             }
             (v, k) => return Err(unknown_kind(v, k)),
         };
@@ -874,7 +875,7 @@ impl Decoder {
     /// A `v1` `Pod`, checked; its priority class is remembered to be resolved at the end.
     fn pod(&mut self, mut value: Value, prefix: &str) -> Result<Item, FieldError> {
         normalize_meta(&mut value, true, &mut self.generated)?;
-        crate::gangs::carry_workload_ref(&mut value)?;
+        gangs::carry_workload_ref(&mut value)?;
         strict::check(Schema::Pod, &value)?;
         if let Some(spec) = value.get("spec") {
             check_pod_spec(spec, Quantities::Validated).map_err(|e| e.within("spec"))?;

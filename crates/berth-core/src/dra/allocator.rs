@@ -13,11 +13,9 @@
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 use berth_api::dra::{
     AllocationResult, Device, DeviceAllocationResult, DeviceRequestAllocationResult, ResourceClaim,
-    ResourceSlice,
 };
 use berth_api::k8s_openapi::api::core::v1::{
     NodeSelector, NodeSelectorRequirement, NodeSelectorTerm,
@@ -102,23 +100,7 @@ pub enum Failure {
     Error(String),
 }
 
-/// A device the node reaches.
-#[derive(Debug, Clone)]
-pub struct Candidate {
-    /// Its identity.
-    pub id: DeviceId,
-    /// The slice it comes from.
-    pub slice: Arc<ResourceSlice>,
-    /// Its index in the slice.
-    pub index: usize,
-}
-
-impl Candidate {
-    /// The device.
-    pub fn device(&self) -> &Device {
-        &self.slice.spec.devices[self.index]
-    }
-}
+pub use super::index::Candidate;
 
 /// The devices one node reaches: positions in the [`DeviceIndex`]'s devices, in upstream's
 /// order. Borrowed from the index in the common case (only node-local slices).

@@ -15,11 +15,28 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, RwLock};
 
-use berth_api::dra::ResourceSlice;
+use berth_api::dra::{Device, ResourceSlice};
 
-use super::allocator::Candidate;
 use super::DeviceId;
 use crate::model::selector::{Labels, NodeSelectorMatcher};
+
+/// A device the node reaches.
+#[derive(Debug, Clone)]
+pub struct Candidate {
+    /// Its identity.
+    pub id: DeviceId,
+    /// The slice it comes from.
+    pub slice: Arc<ResourceSlice>,
+    /// Its index in the slice.
+    pub index: usize,
+}
+
+impl Candidate {
+    /// The device.
+    pub fn device(&self) -> &Device {
+        &self.slice.spec.devices[self.index]
+    }
+}
 
 /// A verdict not known yet.
 const UNKNOWN: u8 = 0;
