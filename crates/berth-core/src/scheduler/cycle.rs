@@ -786,45 +786,12 @@ impl Scheduler {
         self.queue
             .failed(&pod.key, unschedulable, &diag.unschedulable_plugins, now);
         self.diagnosis = diag;
-        if self.last_message.get(&pod.key) == Some(&message) {
-            self.effects.extend(nominate);
-            return;
-        }
-        self.last_message.insert(pod.key.clone(), message.clone());
-        if !pod.is_reserve_pod() {
-            let reason = if unschedulable {
-                "Unschedulable"
-            } else {
-                "SchedulerError"
-            };
-            if !crate::model::pod::scheduled_condition_says(&pod.pod, reason, &message) {
-                self.effects.push_back(Effect::PodCondition {
-                    pod: pod.key.clone(),
-                    status: "False",
-                    reason: reason.into(),
-                    message: message.clone(),
-                });
-            }
-            self.record(
-                pod.key.clone(),
-                &pod.uid,
-                "Warning",
-                "FailedScheduling",
-                message,
-            );
-        } else if let PodKind::ReservePod { reservation } = &pod.kind {
-            // A reservation that cannot be placed stays Pending with Scheduled=False.
-            self.cluster
-                .reservations
-                .unschedulable(reservation, &message, now);
-            self.cluster.reservations.record(
-                reservation,
-                "Warning",
-                "FailedScheduling",
-                message,
-                &mut self.effects,
-            );
-        }
+        let reason = if unschedulable {
+            "Unschedulable"
+        } else {
+            "SchedulerError"
+        };
+        self.say_failed(now, pod, reason, message);
         self.effects.extend(nominate);
     }
 }

@@ -63,6 +63,19 @@ impl Scheduler {
     /// Writes `message` as the pod's `PodScheduled=False` (reason Unschedulable) condition
     /// and a `FailedScheduling` event, once per distinct message.
     pub(super) fn say_unschedulable(&mut self, now: Time, pod: &PodInfo, message: String) {
+        self.say_failed(now, pod, "Unschedulable", message);
+    }
+
+    /// Writes `message` as the pod's `PodScheduled=False` condition with `reason` and a
+    /// `FailedScheduling` event, once per distinct message; a Reservation's reserve pod
+    /// leaves its Reservation Pending with `Scheduled=False` and the event instead.
+    pub(super) fn say_failed(
+        &mut self,
+        now: Time,
+        pod: &PodInfo,
+        reason: &'static str,
+        message: String,
+    ) {
         if self.last_message.get(&pod.key) == Some(&message) {
             return;
         }
@@ -80,11 +93,11 @@ impl Scheduler {
             );
             return;
         }
-        if !crate::model::pod::scheduled_condition_says(&pod.pod, "Unschedulable", &message) {
+        if !crate::model::pod::scheduled_condition_says(&pod.pod, reason, &message) {
             self.effects.push_back(Effect::PodCondition {
                 pod: pod.key.clone(),
                 status: "False",
-                reason: "Unschedulable".into(),
+                reason: reason.into(),
                 message: message.clone(),
             });
         }
