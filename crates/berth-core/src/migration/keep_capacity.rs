@@ -40,6 +40,19 @@ pub const LABEL_KEPT_FOR: &str = "reservation.berth.dev/kept-for";
 /// "uid"}` as JSON (a label value can hold neither the namespace's `/` nor always the UID).
 pub const ANNOTATION_KEPT_FOR: &str = "reservation.berth.dev/kept-for";
 
+/// The Deployment controlling a ReplicaSet, as `(namespace, name, uid)` from its controller
+/// reference: the workload whose opt-in a ReplicaSet's kept room follows (the Deployment
+/// controller copies its annotations onto the ReplicaSet, so the Deployment's win).
+pub fn controlling_deployment(meta: &ObjectMeta) -> Option<(&str, &str, &str)> {
+    let owner = meta
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|r| r.controller == Some(true) && r.kind == "Deployment")?;
+    let namespace = meta.namespace.as_deref().unwrap_or("default");
+    Some((namespace, owner.name.as_str(), owner.uid.as_str()))
+}
+
 /// The TTL `meta` asks for, if it opts in with a positive duration.
 pub fn ttl(meta: &ObjectMeta) -> Option<GoDuration> {
     let text = meta.annotations.as_ref()?.get(KEEP_AFTER_SCALE_DOWN)?;

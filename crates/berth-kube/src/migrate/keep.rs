@@ -138,16 +138,10 @@ fn deployment_of<'a>(
     rs: &ReplicaSet,
     deployments: &'a BTreeMap<String, Deployment>,
 ) -> Option<&'a Deployment> {
-    let owner = rs
-        .metadata
-        .owner_references
-        .iter()
-        .flatten()
-        .find(|r| r.controller == Some(true) && r.kind == "Deployment")?;
-    let namespace = rs.metadata.namespace.as_deref().unwrap_or("default");
+    let (namespace, name, uid) = keep_capacity::controlling_deployment(&rs.metadata)?;
     deployments
-        .get(&format!("{namespace}/{}", owner.name))
-        .filter(|d| d.metadata.uid.as_deref() == Some(owner.uid.as_str()))
+        .get(&format!("{namespace}/{name}"))
+        .filter(|d| d.metadata.uid.as_deref() == Some(uid))
 }
 
 #[cfg(test)]

@@ -27,18 +27,11 @@ fn deployment_opt_in(
     store: &crate::store::Store,
     rs: &berth_api::k8s_openapi::api::apps::v1::ReplicaSet,
 ) -> Option<(&'static str, ObjectMeta, GoDuration)> {
-    let owner = rs
-        .metadata
-        .owner_references
-        .iter()
-        .flatten()
-        .find(|r| r.controller == Some(true) && r.kind == "Deployment")?;
-    let namespace = rs.metadata.namespace.as_deref().unwrap_or("default");
-    let key = berth_core::ObjectKey::new(berth_core::Kind::Deployment, namespace, &owner.name);
+    let (namespace, name, uid) =
+        berth_core::migration::keep_capacity::controlling_deployment(&rs.metadata)?;
+    let key = berth_core::ObjectKey::new(berth_core::Kind::Deployment, namespace, name);
     match store.get(&key) {
-        Some(berth_core::Object::Deployment(d))
-            if d.metadata.uid.as_deref() == Some(&owner.uid) =>
-        {
+        Some(berth_core::Object::Deployment(d)) if d.metadata.uid.as_deref() == Some(uid) => {
             ttl(&d.metadata).map(|t| ("Deployment", d.metadata.clone(), t))
         }
         _ => None,
