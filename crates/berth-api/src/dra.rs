@@ -1,8 +1,8 @@
 //! Dynamic Resource Allocation's objects, `resource.k8s.io/v1` (GA in Kubernetes 1.34):
 //! ResourceSlice, DeviceClass, ResourceClaim and ResourceClaimTemplate.
 //!
-//! The workspace's k8s-openapi is pinned to the 1.33 API, which has these kinds only in
-//! `v1beta1`/`v1beta2`; the `v1` shapes are written here, field for field as upstream's
+//! The `v1` shapes are written here (before the workspace's k8s-openapi read 1.35's API, its
+//! types had these kinds only in `v1beta1`/`v1beta2`), field for field as upstream's
 //! `k8s.io/api/resource/v1/types.go` spells them, so that simulate's strict field check
 //! (which walks these types' JSON schemas) rejects what the API server rejects. Parts the
 //! scheduler does not read (opaque driver parameters, device status data) are kept as JSON

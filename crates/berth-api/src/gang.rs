@@ -8,8 +8,7 @@
 //! Pods join a PodGroup by label (`pod-group.scheduling.sigs.k8s.io` or
 //! `scheduling.x-k8s.io/pod-group`), a Koordinator "lightweight" gang by annotations
 //! ([`ANNOTATION_GANG_NAME`], [`ANNOTATION_GANG_MIN_NUM`]), and a Workload's pod group by
-//! `spec.workloadRef`, which the pinned Kubernetes API types (1.33) do not have yet: readers
-//! carry it in the [`ANNOTATION_WORKLOAD_REF`] annotation until they do.
+//! `spec.workloadRef` (Kubernetes 1.35's Pod type carries it).
 
 use std::collections::BTreeMap;
 
@@ -39,9 +38,6 @@ pub const ANNOTATION_GANG_WAIT_TIME: &str = "gang.scheduling.koordinator.sh/wait
 pub const ANNOTATION_GANG_MODE: &str = "gang.scheduling.koordinator.sh/mode";
 /// [`ANNOTATION_GANG_MODE`]'s non-strict value.
 pub const GANG_MODE_NON_STRICT: &str = "NonStrict";
-/// Where berth carries a pod's `spec.workloadRef` (`{"name":..,"podGroup":..,
-/// "podGroupReplicaKey":..}`) while the pinned API types lack the field.
-pub const ANNOTATION_WORKLOAD_REF: &str = "scheduling.berth.dev/workload-ref";
 
 /// PodGroup `status.phase` values (scheduler-plugins' `PodGroupPhase`).
 pub mod phase {

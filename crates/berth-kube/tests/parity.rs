@@ -138,11 +138,6 @@ fn read_case(path: &Path) -> Result<Case, String> {
         if obj["kind"] == "Event" {
             return Err("carries events".into());
         }
-        // berth run reads pods as Kubernetes 1.33's types, which have no `spec.workloadRef`:
-        // a known gap (simulate reads it), not a difference to hide.
-        if obj["kind"] == "Workload" || obj["spec"].get("workloadRef").is_some() {
-            return Err("Workload gang (berth run does not read spec.workloadRef yet)".into());
-        }
         // A claim's status naming its consumer by UID: the API server assigns the pod
         // another, and kube-controller-manager's claim controller removes a consumer that
         // does not exist (and deallocates the claim), where simulate keeps it.
@@ -415,10 +410,13 @@ async fn clean(client: &Client) {
     ] {
         let mut listed = list_all(client, kind).await;
         if kind == "Pod" {
-            // Gangs of both PodGroup groups, before their pods.
-            for group in ["scheduling.sigs.k8s.io", "scheduling.x-k8s.io"] {
-                let ar =
-                    ApiResource::from_gvk(&GroupVersionKind::gvk(group, "v1alpha1", "PodGroup"));
+            // Gangs of both PodGroup groups and Workloads, before their pods.
+            for (group, kind) in [
+                ("scheduling.sigs.k8s.io", "PodGroup"),
+                ("scheduling.x-k8s.io", "PodGroup"),
+                ("scheduling.k8s.io", "Workload"),
+            ] {
+                let ar = ApiResource::from_gvk(&GroupVersionKind::gvk(group, "v1alpha1", kind));
                 let api = Api::<DynamicObject>::all_with(client.clone(), &ar);
                 for o in api
                     .list(&ListParams::default())

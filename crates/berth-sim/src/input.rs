@@ -875,7 +875,7 @@ impl Decoder {
     /// A `v1` `Pod`, checked; its priority class is remembered to be resolved at the end.
     fn pod(&mut self, mut value: Value, prefix: &str) -> Result<Item, FieldError> {
         normalize_meta(&mut value, true, &mut self.generated)?;
-        gangs::carry_workload_ref(&mut value)?;
+        gangs::check_workload_ref(&value)?;
         strict::check(Schema::Pod, &value)?;
         if let Some(spec) = value.get("spec") {
             check_pod_spec(spec, Quantities::Validated).map_err(|e| e.within("spec"))?;

@@ -18,8 +18,8 @@ use std::sync::Arc;
 
 use berth_api::gang::{
     PodGroup, Workload, WorkloadReference, ANNOTATION_GANG_MIN_NUM, ANNOTATION_GANG_MODE,
-    ANNOTATION_GANG_NAME, ANNOTATION_GANG_WAIT_TIME, ANNOTATION_WORKLOAD_REF, GANG_MODE_NON_STRICT,
-    LABEL_SIGS_POD_GROUP, LABEL_X_K8S_POD_GROUP,
+    ANNOTATION_GANG_NAME, ANNOTATION_GANG_WAIT_TIME, GANG_MODE_NON_STRICT, LABEL_SIGS_POD_GROUP,
+    LABEL_X_K8S_POD_GROUP,
 };
 
 use crate::model::pod::PodInfo;
@@ -99,8 +99,7 @@ pub struct Gangs {
     gang_of: BTreeMap<ObjectKey, GangId>,
 }
 
-/// Reads the gang a pod names, if any: `spec.workloadRef` (carried in
-/// [`ANNOTATION_WORKLOAD_REF`]) first, then the PodGroup labels, then Koordinator's
+/// Reads the gang a pod names, if any: `spec.workloadRef` first, then the PodGroup labels, then Koordinator's
 /// annotation.
 pub fn gang_of_pod(pod: &PodInfo) -> Option<GangId> {
     let ns = pod.key.namespace.clone();
@@ -130,9 +129,14 @@ pub fn gang_of_pod(pod: &PodInfo) -> Option<GangId> {
     })
 }
 
-/// A pod's `spec.workloadRef`, if it has a readable one.
+/// A pod's `spec.workloadRef`, if it has one.
 pub fn workload_ref(pod: &PodInfo) -> Option<WorkloadReference> {
-    serde_json::from_str(pod.annotation(ANNOTATION_WORKLOAD_REF)?).ok()
+    let r = pod.pod.spec.as_ref()?.workload_ref.as_ref()?;
+    Some(WorkloadReference {
+        name: r.name.clone(),
+        pod_group: r.pod_group.clone(),
+        pod_group_replica_key: r.pod_group_replica_key.clone().unwrap_or_default(),
+    })
 }
 
 impl Gangs {

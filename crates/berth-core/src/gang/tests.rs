@@ -10,12 +10,7 @@ fn a_pod_names_its_gang_by_any_api() {
     assert_eq!(gang_of_pod(&x).unwrap().api, Api::SchedulerPlugins);
     let light = pod("c").annotation(ANNOTATION_GANG_NAME, "g").build_info();
     assert_eq!(&*gang_of_pod(&light).unwrap().name, "g");
-    let w = pod("d")
-        .annotation(
-            ANNOTATION_WORKLOAD_REF,
-            r#"{"name":"train","podGroup":"workers","podGroupReplicaKey":"0"}"#,
-        )
-        .build_info();
+    let w = pod("d").workload_ref("train", "workers", "0").build_info();
     let g = gang_of_pod(&w).unwrap();
     assert_eq!((g.api, &*g.name), (Api::Workload, "train/workers/0"));
     assert!(gang_of_pod(&pod("e").build_info()).is_none());
@@ -65,9 +60,7 @@ fn policy_comes_from_the_object_or_the_annotations() {
 #[test]
 fn a_workload_pod_group_without_gang_policy_is_no_gang() {
     let mut gangs = Gangs::default();
-    let p = pod("a")
-        .annotation(ANNOTATION_WORKLOAD_REF, r#"{"name":"w","podGroup":"web"}"#)
-        .build_info();
+    let p = pod("a").workload_ref("w", "web", "").build_info();
     let g = gangs.pod_applied(&p).unwrap();
     assert_eq!(
         gangs.policy(&g, &p).unwrap_err(),
@@ -81,12 +74,7 @@ fn a_workload_pod_group_without_gang_policy_is_no_gang() {
     .unwrap();
     gangs.apply_workload(ObjectKey::new(Kind::Workload, "default", "w"), Arc::new(w));
     assert_eq!(gangs.policy(&g, &p), Ok(None));
-    let q = pod("b")
-        .annotation(
-            ANNOTATION_WORKLOAD_REF,
-            r#"{"name":"w","podGroup":"workers"}"#,
-        )
-        .build_info();
+    let q = pod("b").workload_ref("w", "workers", "").build_info();
     let g = gangs.pod_applied(&q).unwrap();
     let policy = gangs.policy(&g, &q).unwrap().unwrap();
     assert_eq!((policy.min, policy.plugin), (2, GANG_SCHEDULING));

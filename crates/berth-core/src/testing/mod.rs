@@ -75,6 +75,15 @@ impl PodBuilder {
         self.0["metadata"]["annotations"][k] = json!(v);
         self
     }
+    /// Sets `spec.workloadRef` (a Workload's pod group; `replica` empty for none).
+    pub fn workload_ref(mut self, workload: &str, pod_group: &str, replica: &str) -> Self {
+        let r = &mut self.0["spec"]["workloadRef"];
+        *r = json!({"name": workload, "podGroup": pod_group});
+        if !replica.is_empty() {
+            r["podGroupReplicaKey"] = json!(replica);
+        }
+        self
+    }
     /// Sets `spec.nodeName`.
     pub fn node_name(mut self, n: &str) -> Self {
         self.0["spec"]["nodeName"] = json!(n);

@@ -1,6 +1,5 @@
-//! Reading gang objects: `PodGroup` (both API groups) and `Workload` documents, and a pod's
-//! `spec.workloadRef` (which the pinned Kubernetes API types do not have yet), carried in
-//! [`berth_api::gang::ANNOTATION_WORKLOAD_REF`].
+//! Reading gang objects: `PodGroup` (both API groups) and `Workload` documents, and
+//! checking a pod's `spec.workloadRef`.
 
 use std::sync::Arc;
 
@@ -26,41 +25,19 @@ pub(crate) fn decode(kind: &str, value: &Value) -> Result<Object, FieldError> {
     Ok(Object::PodGroup(Arc::new(pg)))
 }
 
-/// Moves a pod document's `spec.workloadRef` into the annotation berth reads it from,
-/// after checking it as the API server does (`name` and `podGroup` required, no other
-/// fields than `podGroupReplicaKey`).
-pub(crate) fn carry_workload_ref(pod: &mut Value) -> Result<(), FieldError> {
-    let Some(r) = pod
-        .get_mut("spec")
-        .and_then(Value::as_object_mut)
-        .and_then(|s| s.remove("workloadRef"))
-    else {
+/// Checks a pod document's `spec.workloadRef` as the API server does (`name` and
+/// `podGroup` required); the typed Pod carries the field itself.
+pub(crate) fn check_workload_ref(pod: &Value) -> Result<(), FieldError> {
+    let Some(r) = pod.get("spec").and_then(|s| s.get("workloadRef")) else {
         return Ok(());
     };
-    let parsed: WorkloadReference =
-        typed(&r).map_err(|e| e.within("workloadRef").within("spec"))?;
+    let parsed: WorkloadReference = typed(r).map_err(|e| e.within("workloadRef").within("spec"))?;
     for (field, v) in [("name", &parsed.name), ("podGroup", &parsed.pod_group)] {
         if v.is_empty() {
             return Err(FieldError::new(
                 format!("spec.workloadRef.{field}"),
                 "Required value",
             ));
-        }
-    }
-    let text = serde_json::to_string(&parsed).unwrap_or_default();
-    let meta = pod
-        .as_object_mut()
-        .and_then(|m| m.get_mut("metadata"))
-        .and_then(Value::as_object_mut);
-    if let Some(meta) = meta {
-        let ann = meta
-            .entry("annotations")
-            .or_insert_with(|| Value::Object(Default::default()));
-        if let Some(ann) = ann.as_object_mut() {
-            ann.insert(
-                berth_api::gang::ANNOTATION_WORKLOAD_REF.into(),
-                Value::String(text),
-            );
         }
     }
     Ok(())
