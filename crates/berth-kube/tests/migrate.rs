@@ -543,7 +543,10 @@ async fn keep_after_scale_down(client: &Client) {
     let names: Vec<String> = reservations.iter().map(|r| r.0.clone()).collect();
     for (name, _, meta) in &reservations {
         assert!(meta.get("ownerReferences").is_none(), "{name}: {meta}");
-        let pod = name.strip_suffix("-kept").expect("named after the pod");
+        let pod = name
+            .strip_suffix("-kept")
+            .and_then(|n| n.strip_prefix(&format!("{ns}.")))
+            .expect("named after the pod");
         assert!(
             before.iter().any(|b| b == pod),
             "{name} is a scaled-away pod's"

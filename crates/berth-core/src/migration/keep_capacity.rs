@@ -10,7 +10,7 @@
 //!   next scale-up's pods allocate it (the scheduler prefers a matching reservation), and
 //!   `allocateOnce`;
 //! - with the annotation's value as its `ttl`, after which it expires as any Reservation;
-//! - named `<pod>-kept`, labelled [`LABEL_KEPT_FOR`] `<Kind>.<name>` of the workload that
+//! - named `<namespace>.<pod>-kept` ([`kept_name`]), labelled [`LABEL_KEPT_FOR`] `<Kind>.<name>` of the workload that
 //!   asked, and annotated [`ANNOTATION_KEPT_FOR`] with its namespace and UID.
 //!
 //! No owner reference ties the Reservation to the workload: a Reservation is cluster-scoped
@@ -66,6 +66,28 @@ pub fn scaled_away(others_active: usize, replicas: i32) -> bool {
     usize::try_from(replicas.max(0)).is_ok_and(|r| others_active >= r)
 }
 
+/// The kept Reservation's name for pod `namespace/pod`: `<namespace>.<pod>-kept`.
+/// Reservations are cluster-scoped, so the namespace is part of the name (same-named pods of
+/// two namespaces keep two Reservations); a namespace is a DNS label, without dots, so the
+/// first dot tells where it ends. Past an object name's 253 characters the pod's part is cut
+/// and a hash of the whole name keeps it unique.
+pub fn kept_name(namespace: &str, pod: &str) -> String {
+    const MAX: usize = 253;
+    let full = format!("{namespace}.{pod}-kept");
+    if full.len() <= MAX {
+        return full;
+    }
+    let hash = format!("{:016x}", xxhash_rust::xxh64::xxh64(full.as_bytes(), 0));
+    // Pod names are ASCII (DNS subdomains); cut on a char boundary regardless.
+    let room = MAX - namespace.len() - 1 - hash.len() - "--kept".len();
+    let mut cut = room.min(pod.len());
+    while !pod.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    let stem = pod[..cut].trim_end_matches(['.', '-']);
+    format!("{namespace}.{stem}-{hash}-kept")
+}
+
 /// The Reservation keeping `pod`'s room for `workload` (`kind`, its metadata) for `ttl`;
 /// `None` for a pod bound to no node or without a controller.
 pub fn reservation(
@@ -106,9 +128,9 @@ pub fn reservation(
     });
     Some(Reservation {
         metadata: ObjectMeta {
-            name: Some(format!(
-                "{}-kept",
-                pod.metadata.name.as_deref().unwrap_or("")
+            name: Some(kept_name(
+                pod.metadata.namespace.as_deref().unwrap_or("default"),
+                pod.metadata.name.as_deref().unwrap_or(""),
             )),
             labels: Some(BTreeMap::from([(
                 LABEL_KEPT_FOR.to_string(),
@@ -206,6 +228,19 @@ mod tests {
     }
 
     #[test]
+    fn kept_names_differ_by_namespace_and_stay_valid_names() {
+        assert_eq!(kept_name("a", "web-1"), "a.web-1-kept");
+        assert_ne!(kept_name("a", "web-1"), kept_name("b", "web-1"));
+        // A dotted pod name cannot pass for another namespace's pod.
+        assert_ne!(kept_name("default", "b.x"), kept_name("b", "x"));
+        let long = "p".repeat(253);
+        let (one, two) = (kept_name("ns", &long), kept_name("ns", &long[1..]));
+        assert!(one.len() <= 253 && two.len() <= 253, "{one}");
+        assert_ne!(one, two);
+        assert!(one.starts_with("ns.ppp") && one.ends_with("-kept"), "{one}");
+    }
+
+    #[test]
     fn the_kept_reservation_names_the_workload_without_an_owner_reference() {
         let r = reservation(
             &pod(Some("n1")),
@@ -214,7 +249,7 @@ mod tests {
             GoDuration::new("1m"),
         )
         .expect("kept");
-        assert_eq!(r.metadata.name.as_deref(), Some("web-abc-x1-kept"));
+        assert_eq!(r.metadata.name.as_deref(), Some("shop.web-abc-x1-kept"));
         assert!(r.metadata.owner_references.is_none(), "{:?}", r.metadata);
         let labels = r.metadata.labels.clone().unwrap_or_default();
         assert_eq!(labels[LABEL_KEPT_FOR], "Deployment.web");

@@ -280,7 +280,7 @@ mod tests {
             statefulsets: &s,
         };
         let r = kept(&gone(2), &w).expect("kept for the Deployment");
-        assert_eq!(r.metadata.name.as_deref(), Some("a-kept"));
+        assert_eq!(r.metadata.name.as_deref(), Some("ns.a-kept"));
         let labels = r.metadata.labels.unwrap_or_default();
         assert_eq!(labels[keep_capacity::LABEL_KEPT_FOR], "Deployment.web");
         let (rs, d, s) = workloads(Some("1m"), Some("1m"), 2);
