@@ -376,17 +376,23 @@ pub struct UnknownSuite(pub String);
 pub enum Part {
     /// An in-process case.
     Case(Case),
-    /// The NUMA burst suite ([`crate::bench_numa`]), fixed in size.
-    Numa,
+    /// The NUMA burst suite ([`crate::bench_numa`]).
+    Numa(crate::bench_numa::Params),
 }
 
-/// The parts of a named suite (one of [`SUITES`]); `pods` overrides each workload's
-/// default number of measured pods.
+/// The default number of nodes of the in-process cases (`--nodes`).
+pub const DEFAULT_NODES: usize = 5_000;
+
+/// The parts of a named suite (one of [`SUITES`]); `nodes` overrides the cluster size
+/// ([`DEFAULT_NODES`]; the NUMA suite's own 1,000) and `pods` each workload's default number
+/// of measured pods (the NUMA suite's 20,000).
 pub fn suite_parts(
     suite: &str,
-    nodes: usize,
+    nodes: Option<usize>,
     pods: Option<usize>,
 ) -> Result<Vec<Part>, UnknownSuite> {
+    let numa = crate::bench_numa::Params::default().sized(nodes, pods);
+    let nodes = nodes.unwrap_or(DEFAULT_NODES);
     let mut parts = Vec::new();
     let all = suite == "all";
     for w in WORKLOADS {
@@ -406,7 +412,7 @@ pub fn suite_parts(
         parts.extend(reservation_cases(nodes, p).into_iter().map(Part::Case));
     }
     if all || suite == "NUMA" || suite == "numa" {
-        parts.push(Part::Numa);
+        parts.push(Part::Numa(numa));
     }
     if parts.is_empty() {
         return Err(UnknownSuite(suite.to_string()));
@@ -427,17 +433,23 @@ pub fn run_part(part: &Part, instructions: bool) -> Vec<String> {
             };
             vec![format_report(&report, ir)]
         }
-        Part::Numa => crate::bench_numa::run()
-            .lines()
-            .map(str::to_string)
-            .collect(),
+        Part::Numa(p) => {
+            let mut lines: Vec<String> = crate::bench_numa::run_with(p)
+                .lines()
+                .map(str::to_string)
+                .collect();
+            if instructions {
+                lines.push(crate::bench_numa::instructions_line(p));
+            }
+            lines
+        }
     }
 }
 
 /// Runs a named suite (one of [`SUITES`]) and returns one report line per case.
 pub fn run_suite(
     suite: &str,
-    nodes: usize,
+    nodes: Option<usize>,
     pods: Option<usize>,
     instructions: bool,
 ) -> Result<Vec<String>, UnknownSuite> {
@@ -454,7 +466,7 @@ mod tests {
     #[test]
     fn an_unknown_suite_is_an_error_before_anything_runs() {
         assert_eq!(
-            run_suite("bogus", 1, Some(1), false),
+            run_suite("bogus", Some(1), Some(1), false),
             Err(UnknownSuite("bogus".into()))
         );
     }
@@ -462,9 +474,9 @@ mod tests {
     #[test]
     fn every_suite_name_has_parts_and_all_has_every_workload() {
         for suite in SUITES {
-            assert!(suite_parts(suite, 10, Some(1)).is_ok(), "{suite}");
+            assert!(suite_parts(suite, Some(10), Some(1)).is_ok(), "{suite}");
         }
-        let all = suite_parts("all", 10, Some(1)).unwrap_or_default();
+        let all = suite_parts("all", Some(10), Some(1)).unwrap_or_default();
         for w in WORKLOADS {
             assert!(
                 all.iter()
@@ -472,7 +484,12 @@ mod tests {
                 "{w:?}"
             );
         }
-        assert!(all.iter().any(|p| matches!(p, Part::Numa)));
+        assert!(all.iter().any(|p| matches!(p, Part::Numa(_))));
+        let numa = suite_parts("NUMA", Some(30), Some(500)).unwrap_or_default();
+        assert!(
+            matches!(&numa[..], [Part::Numa(p)] if p.nodes == 30 && p.pods == 500 && p.burst == 500),
+            "{numa:?}"
+        );
     }
 
     /// Every workload places its measured pods on a small cluster: a shape that places

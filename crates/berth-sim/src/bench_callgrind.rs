@@ -18,16 +18,22 @@ pub const TOGGLE: &str = "berth_sim::bench::measured_cycle";
 /// `pods`, or `None` when valgrind is missing or the child failed (the report then leaves
 /// the figure out rather than guess).
 pub fn count(case: &str, nodes: usize, pods: usize) -> Option<u64> {
+    count_in(TOGGLE, &child_args(case, nodes, pods))
+}
+
+/// Instructions executed inside the function `toggle` (its demangled path) by this binary
+/// run with `args`, or `None` as for [`count`].
+pub fn count_in(toggle: &str, args: &[String]) -> Option<u64> {
     let exe = std::env::current_exe().ok()?;
     let dir = std::env::temp_dir();
     let out = dir.join(format!("berth-bench-callgrind-{}.out", std::process::id()));
     let status = Command::new("valgrind")
         .arg("--tool=callgrind")
         .arg("--collect-atstart=no")
-        .arg(format!("--toggle-collect={TOGGLE}"))
+        .arg(format!("--toggle-collect={toggle}"))
         .arg(format!("--callgrind-out-file={}", out.display()))
         .arg(&exe)
-        .args(child_args(case, nodes, pods))
+        .args(args)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .status()

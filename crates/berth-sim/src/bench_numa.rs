@@ -72,6 +72,68 @@ impl Default for Params {
     }
 }
 
+impl Params {
+    /// These parameters with `nodes` and `pods` overridden (`berth bench --nodes/--pods`);
+    /// a burst is never larger than the whole run.
+    pub fn sized(self, nodes: Option<usize>, pods: Option<usize>) -> Self {
+        let pods = pods.unwrap_or(self.pods);
+        Self {
+            nodes: nodes.unwrap_or(self.nodes),
+            pods,
+            burst: self.burst.min(pods.max(1)),
+            ..self
+        }
+    }
+}
+
+/// The name `berth bench --only-case` takes for the reserve-cache mode alone (what
+/// `--instructions` counts).
+pub const CACHE_CASE: &str = "NUMA/cache";
+
+/// The function callgrind collects in for the NUMA suite (its demangled path).
+pub const TOGGLE: &str = "berth_sim::bench_numa::measured_cycles";
+
+/// The scheduling cycles run at `now`. Kept out of line so `--instructions` counts exactly
+/// these (the simulated kubelet's admission and the NRT publisher are left out).
+#[inline(never)]
+pub fn measured_cycles(core: &mut Scheduler, now: Time) {
+    core.run_until_idle(now);
+}
+
+/// `--instructions` for the NUMA suite: the reserve-cache mode runs again under callgrind
+/// (`--only-case` [`CACHE_CASE`]), counting its scheduling cycles; the line gives
+/// instructions per cycle and per pod bound (the run is deterministic, so the counts of
+/// this process's run apply).
+pub fn instructions_line(p: &Params) -> String {
+    let args: Vec<String> = [
+        "bench",
+        "--suite",
+        "NUMA",
+        "--nodes",
+        &p.nodes.to_string(),
+        "--pods",
+        &p.pods.to_string(),
+        "--only-case",
+        CACHE_CASE,
+    ]
+    .iter()
+    .map(|a| a.to_string())
+    .collect();
+    match crate::bench_callgrind::count_in(TOGGLE, &args) {
+        Some(ir) => {
+            let o = run_mode(p, true);
+            format!(
+                "  cache: {:>9.0} instructions/cycle  {:>9.0} instructions/pod bound ({} cycles, {} bound)",
+                ir as f64 / o.cycles.max(1) as f64,
+                ir as f64 / o.bound.max(1) as f64,
+                o.cycles,
+                o.bound
+            )
+        }
+        None => "  cache: no instruction count (valgrind missing or its run failed)".into(),
+    }
+}
+
 /// What one mode measured.
 #[derive(Debug, Clone)]
 pub struct Outcome {
@@ -237,7 +299,7 @@ impl Driver {
             }
             let before = self.core.stats().attempts;
             let t = Instant::now();
-            self.core.run_until_idle(now);
+            measured_cycles(&mut self.core, now);
             self.cycle_time += t.elapsed();
             let ran = self.core.stats().attempts - before;
             self.cycles += ran;

@@ -155,11 +155,11 @@ struct MigrateArgs {
 
 #[derive(Debug, Args)]
 struct BenchArgs {
-    /// Nodes in the generated cluster.
-    #[arg(long, default_value_t = 5000)]
-    nodes: usize,
+    /// Nodes in the generated cluster (default: 5,000; the NUMA suite's 1,000).
+    #[arg(long)]
+    nodes: Option<usize>,
     /// Measured pods (default: each workload's scheduler_perf figure, 10,000 for
-    /// SchedulingBasic).
+    /// SchedulingBasic; the NUMA suite's 20,000).
     #[arg(long)]
     pods: Option<usize>,
     /// Which workload: a scheduler_perf name (SchedulingBasic, TopologySpreading, ...),
@@ -456,9 +456,22 @@ fn bench(args: &BenchArgs) -> anyhow::Result<i32> {
         .filter(|p| match (&args.only_case, p) {
             (None, _) => true,
             (Some(name), berth_sim::bench::Part::Case(c)) => c.name == *name,
-            (Some(_), berth_sim::bench::Part::Numa) => false,
+            (Some(name), berth_sim::bench::Part::Numa(_)) => {
+                name == berth_sim::bench_numa::CACHE_CASE
+            }
         })
         .collect();
+    if let (Some(name), [berth_sim::bench::Part::Numa(p)]) = (&args.only_case, &parts[..]) {
+        // `--instructions`' child for the NUMA suite: the reserve-cache mode alone.
+        let o = berth_sim::bench_numa::run_mode(p, true);
+        writeln!(
+            std::io::stdout().lock(),
+            "{name} {}",
+            berth_sim::bench_numa::format_outcome(&o)
+        )
+        .context("writing standard output")?;
+        return Ok(0);
+    }
     let mut out = std::io::stdout().lock();
     for part in &parts {
         let lines = berth_sim::progress::spin("bench", || {
