@@ -179,6 +179,38 @@ fn binds(s: &mut super::Scheduler) -> Vec<(String, String)> {
     out
 }
 
+/// In a cluster the time-out's timer fires a little after the deadline; the message names
+/// the time-out, as kube-scheduler's does, not the wait measured to the late firing.
+#[test]
+fn a_late_time_out_names_the_time_out() {
+    let mut s = super::Scheduler::new(Vec::new(), Config::default());
+    let now = 1_000_000;
+    s.handle(
+        now,
+        Event::Applied(Object::Node(node("n0").alloc("cpu", "2").build())),
+    );
+    s.handle(now, Event::Applied(pod_group("job", 3, Some(6), false)));
+    for i in 0..3 {
+        s.handle(now, Event::Applied(member(&format!("w{i}"), "job", 1)));
+    }
+    s.run_until_idle(now);
+    let deadline = s.poll_timeout().expect("the gang's time-out");
+    assert_eq!(deadline, now + 6 * SECOND);
+    s.handle_timeout(deadline + 3);
+    s.run_until_idle(deadline + 3);
+    let mut said = Vec::new();
+    while let Some(e) = s.poll_effect() {
+        if let crate::effect::Effect::PodCondition { message, .. } = e {
+            said.push(message);
+        }
+    }
+    assert!(
+        said.iter()
+            .any(|m| m == "rejected due to timeout after waiting 6s at plugin Coscheduling"),
+        "{said:?}"
+    );
+}
+
 #[test]
 fn a_members_failed_bind_backs_it_off_and_it_rejoins_its_bound_gang() {
     let mut s = bare("4", 3);

@@ -28,6 +28,9 @@ pub(super) struct Permits {
 struct WaitingGang {
     /// When the waiting members are rejected (the first one's wait plus the time-out).
     deadline: Time,
+    /// The time-out itself: no member is said to have waited longer (in a cluster the timer
+    /// fires a little after the deadline; kube-scheduler's message names the time-out).
+    timeout: Time,
     /// The plugin named in the rejection.
     plugin: &'static str,
     pods: Vec<Waiting>,
@@ -183,6 +186,7 @@ impl Scheduler {
             .entry(gang)
             .or_insert_with(|| WaitingGang {
                 deadline: now.saturating_add(policy.timeout),
+                timeout: policy.timeout,
                 plugin: policy.plugin,
                 pods: Vec::new(),
             });
@@ -363,18 +367,18 @@ impl Scheduler {
     /// Rejects the waiting members of every gang whose time-out passed, with
     /// kube-scheduler's `rejected due to timeout after waiting 5m0s at plugin ..`.
     pub(super) fn permit_timeouts(&mut self, now: Time) {
-        let due: Vec<(GangId, &'static str)> = self
+        let due: Vec<(GangId, &'static str, Time)> = self
             .permits
             .waiting
             .iter()
             .filter(|(_, g)| g.deadline <= now)
-            .map(|(id, g)| (id.clone(), g.plugin))
+            .map(|(id, g)| (id.clone(), g.plugin, g.timeout))
             .collect();
-        for (gang, plugin) in due {
+        for (gang, plugin, timeout) in due {
             self.reject_waiting(now, &gang, &[plugin], &|waited| {
                 format!(
                     "rejected due to timeout after waiting {} at plugin {plugin}",
-                    berth_api::duration::format_duration_millis(waited)
+                    berth_api::duration::format_duration_millis(waited.min(timeout))
                 )
             });
         }
