@@ -21,6 +21,7 @@ use berth_kube::migrate::{self, MigrateOptions};
 use berth_kube::{RunOptions, Settings};
 use berth_testcluster::{Options, TestCluster};
 use futures::StreamExt;
+use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch,
@@ -615,6 +616,54 @@ async fn kept_expire(client: &Client) {
     .await;
 }
 
+/// A rollout is not a scale-down: an opted-in Deployment whose template changes replaces its
+/// old ReplicaSet's pods with the new one's, and keeps no room for the old ReplicaSet.
+async fn rollout_keeps_nothing(client: &Client) {
+    let ns = "rollout";
+    // One old pod goes before each new one comes (the cluster is nearly full by now).
+    let mut d = opted_in(ns, 3, "10m");
+    d["spec"]["strategy"] =
+        json!({"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}});
+    create(client, d).await;
+    running(client, ns, "app=web", 3).await;
+    let new_image = json!({"spec": {"template": {"spec": {"containers": [
+        {"name": "c", "image": "pause:2", "resources": {"requests": {"cpu": "1"}}}]}}}});
+    Api::<Deployment>::namespaced(client.clone(), ns)
+        .patch("web", &PatchParams::default(), &Patch::Merge(new_image))
+        .await
+        .expect("roll out");
+    eventually(90, || async {
+        let pods = pods_of(client, ns, "app=web").await;
+        let image = |p: &Pod| {
+            p.spec
+                .as_ref()
+                .and_then(|s| s.containers.first())
+                .and_then(|c| c.image.clone())
+        };
+        let ok = pods.len() == 3
+            && pods
+                .iter()
+                .all(|p| ready(p) && image(p).as_deref() == Some("pause:2"));
+        let said = |p: &Pod| {
+            let conds = p.status.as_ref().and_then(|s| s.conditions.clone());
+            let message = conds
+                .into_iter()
+                .flatten()
+                .find(|c| c.type_ == "PodScheduled")
+                .and_then(|c| c.message);
+            (image(p), node_of(p), message)
+        };
+        ok.then(String::new)
+            .ok_or_else(|| format!("{:?}", pods.iter().map(said).collect::<Vec<_>>()))
+    })
+    .await;
+    // berth migrate has seen every old pod go by now (its watch is ahead of this poll's list
+    // or close behind): give it a moment, then nothing may be kept.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let k = kept(client, ns, "Deployment.web").await;
+    assert!(k.is_empty(), "a rollout kept room: {k:?}");
+}
+
 /// Seed 004 in a cluster: a node opted in with `node.berth.dev/reserved-cpus-migration:
 /// ReservationFirst` starts reserving CPUs 0-3; the pod holding CPUs 0-1 (its
 /// `resource-status` cpuset, written here as the scheduler's bind would) gets one
@@ -764,7 +813,7 @@ fn pod_migration_jobs_in_a_cluster() {
                 .expect("node");
         }
         for ns in [
-            "first", "budget", "stuck", "pair", "keep", "expire", "cores", "opts",
+            "first", "budget", "stuck", "pair", "keep", "expire", "rollout", "cores", "opts",
         ] {
             cluster.create_namespace(ns).await.expect("namespace");
         }
@@ -861,6 +910,8 @@ fn pod_migration_jobs_in_a_cluster() {
         kept_expire(&client).await;
         reserved_cores(&client, &cluster).await;
         delete_options_passed_on(&client).await;
+        // Last: its pods stay, taking room the others need.
+        rollout_keeps_nothing(&client).await;
 
         let _ = stop_standby.send(());
         let idle = standby.await.expect("the standby stopped");

@@ -24,6 +24,7 @@
 
 use std::collections::BTreeMap;
 
+use berth_api::k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use berth_api::k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
 use berth_api::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use berth_api::reservation::{
@@ -51,6 +52,31 @@ pub fn controlling_deployment(meta: &ObjectMeta) -> Option<(&str, &str, &str)> {
         .find(|r| r.controller == Some(true) && r.kind == "Deployment")?;
     let namespace = meta.namespace.as_deref().unwrap_or("default");
     Some((namespace, owner.name.as_str(), owner.uid.as_str()))
+}
+
+/// The label (and selector term) that tells a Deployment's ReplicaSets apart.
+pub const POD_TEMPLATE_HASH: &str = "pod-template-hash";
+
+/// `deploymentutil.EqualIgnoreHash`: the templates are equal once [`POD_TEMPLATE_HASH`] is
+/// taken out of the labels.
+pub fn same_template_ignoring_hash(a: &PodTemplateSpec, b: &PodTemplateSpec) -> bool {
+    let strip = |t: &PodTemplateSpec| {
+        let mut t = t.clone();
+        if let Some(labels) = t.metadata.as_mut().and_then(|m| m.labels.as_mut()) {
+            labels.remove(POD_TEMPLATE_HASH);
+        }
+        serde_json::to_value(&t).ok()
+    };
+    strip(a) == strip(b)
+}
+
+/// Whether `rs` is `deployment`'s new ReplicaSet (its template is the Deployment's, as the
+/// Deployment controller decides). The pods an older one loses go in a rollout and are
+/// replaced by the new one's: they were not scaled away, and keep nothing.
+pub fn is_new_replica_set(rs: &ReplicaSet, deployment: &Deployment) -> bool {
+    let rs = rs.spec.as_ref().and_then(|s| s.template.as_ref());
+    let d = deployment.spec.as_ref().map(|s| &s.template);
+    matches!((rs, d), (Some(rs), Some(d)) if same_template_ignoring_hash(rs, d))
 }
 
 /// The TTL `meta` asks for, if it opts in with a positive duration.

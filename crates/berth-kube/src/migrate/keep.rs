@@ -102,9 +102,14 @@ pub fn kept(gone: &Gone, workloads: &Workloads<'_>) -> Option<Reservation> {
             if !keep_capacity::scaled_away(gone.others_active, replicas) {
                 return None;
             }
+            let controlling = deployment_of(rs, workloads.deployments);
+            // An old ReplicaSet's pods go in a rollout, replaced by the new one's.
+            if controlling.is_some_and(|d| !keep_capacity::is_new_replica_set(rs, d)) {
+                return None;
+            }
             // The Deployment's opt-in first: its controller copies its annotations onto its
             // ReplicaSets, and the Deployment is what the user annotated.
-            let deployment = deployment_of(rs, workloads.deployments).and_then(|d| {
+            let deployment = controlling.and_then(|d| {
                 let ttl = keep_capacity::ttl(&d.metadata)?;
                 Some(("Deployment", d.metadata.clone(), ttl))
             });
@@ -148,7 +153,7 @@ fn deployment_of<'a>(
 mod tests {
     use super::*;
     use k8s_openapi::api::apps::v1::{DeploymentSpec, ReplicaSetSpec};
-    use k8s_openapi::api::core::v1::{PodSpec, PodStatus};
+    use k8s_openapi::api::core::v1::{PodSpec, PodStatus, PodTemplateSpec};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 
     fn owner(kind: &str, name: &str, uid: &str) -> OwnerReference {
@@ -242,6 +247,7 @@ mod tests {
             },
             spec: Some(ReplicaSetSpec {
                 replicas: Some(replicas),
+                template: Some(template(&[("app", "web"), ("pod-template-hash", "1")])),
                 ..ReplicaSetSpec::default()
             }),
             status: None,
@@ -254,7 +260,10 @@ mod tests {
                 annotations: ann(deploy_ann),
                 ..ObjectMeta::default()
             },
-            spec: Some(DeploymentSpec::default()),
+            spec: Some(DeploymentSpec {
+                template: template(&[("app", "web")]),
+                ..DeploymentSpec::default()
+            }),
             status: None,
         };
         (
@@ -262,6 +271,35 @@ mod tests {
             BTreeMap::from([("ns/web".to_string(), d)]),
             BTreeMap::new(),
         )
+    }
+
+    fn template(labels: &[(&str, &str)]) -> PodTemplateSpec {
+        PodTemplateSpec {
+            metadata: Some(ObjectMeta {
+                labels: Some(
+                    labels
+                        .iter()
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                        .collect(),
+                ),
+                ..ObjectMeta::default()
+            }),
+            spec: None,
+        }
+    }
+
+    #[test]
+    fn an_old_replica_sets_pods_go_in_a_rollout_and_keep_nothing() {
+        let (rs, mut d, s) = workloads(Some("1m"), Some("1m"), 0);
+        if let Some(spec) = d.get_mut("ns/web").and_then(|d| d.spec.as_mut()) {
+            spec.template = template(&[("app", "web"), ("version", "2")]);
+        }
+        let w = Workloads {
+            replicasets: &rs,
+            deployments: &d,
+            statefulsets: &s,
+        };
+        assert!(kept(&gone(0), &w).is_none(), "a rollout, not a scale-down");
     }
 
     fn gone(others_active: usize) -> Gone {

@@ -14,16 +14,16 @@ use std::sync::Arc;
 use berth_api::k8s_openapi::api::apps::v1::{
     Deployment, DeploymentStatus, ReplicaSet, ReplicaSetSpec,
 };
-use berth_api::k8s_openapi::api::core::v1::PodTemplateSpec;
 use berth_api::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use berth_api::k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use berth_core::{Kind, Object};
 
+use berth_core::migration::keep_capacity::same_template_ignoring_hash;
+
 use super::{controlled_by, controller_ref, names, nonzero, Action};
 use crate::store::Store;
 
-/// The label (and selector term) that tells a Deployment's ReplicaSets apart.
-pub const POD_TEMPLATE_HASH: &str = "pod-template-hash";
+pub use berth_core::migration::keep_capacity::POD_TEMPLATE_HASH;
 /// The revision annotation of a Deployment's ReplicaSets.
 pub const REVISION: &str = "deployment.kubernetes.io/revision";
 /// The Deployment's `spec.replicas`, on its ReplicaSets.
@@ -55,7 +55,7 @@ pub fn reconcile(store: &Store, d: &Arc<Deployment>) -> Vec<Action> {
         rs.spec
             .as_ref()
             .and_then(|s| s.template.as_ref())
-            .is_some_and(|t| same_template(t, &spec.template))
+            .is_some_and(|t| same_template_ignoring_hash(t, &spec.template))
     });
     let mut actions = Vec::new();
     let annotations = |revision: String| {
@@ -154,19 +154,6 @@ fn status_of(
         collision_count: d.status.as_ref().and_then(|s| s.collision_count),
         ..DeploymentStatus::default()
     }
-}
-
-/// `deploymentutil.EqualIgnoreHash`: the templates are equal once `pod-template-hash` is
-/// taken out of the labels.
-fn same_template(rs: &PodTemplateSpec, d: &PodTemplateSpec) -> bool {
-    let strip = |t: &PodTemplateSpec| {
-        let mut t = t.clone();
-        if let Some(labels) = t.metadata.as_mut().and_then(|m| m.labels.as_mut()) {
-            labels.remove(POD_TEMPLATE_HASH);
-        }
-        serde_json::to_value(&t).ok()
-    };
-    strip(rs) == strip(d)
 }
 
 fn revision_of(rs: &ReplicaSet) -> Option<u64> {

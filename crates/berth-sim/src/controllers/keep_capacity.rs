@@ -7,6 +7,7 @@
 
 use berth_api::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use berth_api::GoDuration;
+use berth_core::migration::keep_capacity;
 
 pub use berth_core::migration::keep_capacity::{
     reservation, ttl, ANNOTATION_KEPT_FOR, KEEP_AFTER_SCALE_DOWN, LABEL_KEPT_FOR,
@@ -14,25 +15,30 @@ pub use berth_core::migration::keep_capacity::{
 
 /// Who opted `rs` in: the Deployment that controls it, else the ReplicaSet itself (the
 /// Deployment first, as `berth migrate` reads it: kube-controller-manager's Deployment
-/// controller copies the Deployment's annotations onto its ReplicaSets).
+/// controller copies the Deployment's annotations onto its ReplicaSets). Nobody for an
+/// old ReplicaSet of its Deployment: its pods go in a rollout, replaced by the new one's.
 pub fn opt_in(
     store: &crate::store::Store,
     rs: &berth_api::k8s_openapi::api::apps::v1::ReplicaSet,
 ) -> Option<(&'static str, ObjectMeta, GoDuration)> {
-    deployment_opt_in(store, rs)
-        .or_else(|| ttl(&rs.metadata).map(|t| ("ReplicaSet", rs.metadata.clone(), t)))
+    match controlling_deployment(store, rs) {
+        Some(d) if !keep_capacity::is_new_replica_set(rs, d) => None,
+        Some(d) => ttl(&d.metadata)
+            .map(|t| ("Deployment", d.metadata.clone(), t))
+            .or_else(|| ttl(&rs.metadata).map(|t| ("ReplicaSet", rs.metadata.clone(), t))),
+        None => ttl(&rs.metadata).map(|t| ("ReplicaSet", rs.metadata.clone(), t)),
+    }
 }
 
-fn deployment_opt_in(
-    store: &crate::store::Store,
+fn controlling_deployment<'a>(
+    store: &'a crate::store::Store,
     rs: &berth_api::k8s_openapi::api::apps::v1::ReplicaSet,
-) -> Option<(&'static str, ObjectMeta, GoDuration)> {
-    let (namespace, name, uid) =
-        berth_core::migration::keep_capacity::controlling_deployment(&rs.metadata)?;
+) -> Option<&'a berth_api::k8s_openapi::api::apps::v1::Deployment> {
+    let (namespace, name, uid) = keep_capacity::controlling_deployment(&rs.metadata)?;
     let key = berth_core::ObjectKey::new(berth_core::Kind::Deployment, namespace, name);
     match store.get(&key) {
         Some(berth_core::Object::Deployment(d)) if d.metadata.uid.as_deref() == Some(uid) => {
-            ttl(&d.metadata).map(|t| ("Deployment", d.metadata.clone(), t))
+            Some(d)
         }
         _ => None,
     }
