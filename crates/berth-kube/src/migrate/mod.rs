@@ -523,6 +523,12 @@ async fn pass(
         now,
     };
     for r in kept {
+        if !fence.allows() {
+            tracing::warn!(
+                "the leader lease's renew deadline passed mid-pass; kept room not written"
+            );
+            return;
+        }
         if perform::create_reservation(&ctx, &r, outcome).await {
             outcome.reservations_kept += 1;
             tracing::info!(
@@ -540,7 +546,7 @@ async fn pass(
     }
     let planned = caches.reserved_cpu_jobs(&jobs);
     if !planned.jobs.is_empty() || !planned.refused.is_empty() {
-        reserved::create(client, planned, outcome).await;
+        reserved::create(client, planned, fence, outcome).await;
     }
     let jobs = read_as_written(jobs, pending);
     if jobs.is_empty() {

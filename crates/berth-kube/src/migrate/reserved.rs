@@ -51,6 +51,7 @@ pub(super) fn plan(
 pub(super) async fn create(
     client: &Client,
     planned: reserved_cpus::Planned,
+    fence: &crate::leader::Fence,
     outcome: &mut Outcome,
 ) {
     for (node, message) in &planned.refused {
@@ -62,6 +63,11 @@ pub(super) async fn create(
     }
     let api: Api<DynamicObject> = Api::all_with(client.clone(), &job_resource());
     for job in planned.jobs {
+        // Every write of a leader is fenced by its lease's renew deadline.
+        if !fence.allows() {
+            tracing::warn!("the leader lease's renew deadline passed mid-pass; jobs not created");
+            return;
+        }
         let name = job.metadata.name.clone().unwrap_or_default();
         let obj: DynamicObject = match serde_json::to_value(&job).and_then(serde_json::from_value) {
             Ok(o) => o,
