@@ -129,6 +129,7 @@ pub fn write<'a>(
             resource_version,
             ..
         } => delete(&get, key, &uid, resource_version.as_deref()),
+        Effect::DeallocateClaim { claim } => deallocate(&get, &claim),
         other => Write::Other(other),
     }
 }
@@ -145,6 +146,30 @@ fn patch_pod<'a>(
     let mut p = (**p).clone();
     f(&mut p);
     Some(Object::Pod(Arc::new(p)))
+}
+
+/// A claim written back without its allocation, if the stored one is the version the
+/// scheduler read (UID and resourceVersion); otherwise nothing is written, as the API
+/// server's conflict would leave it.
+fn deallocate<'a>(
+    get: &impl Fn(&ObjectKey) -> Option<&'a Object>,
+    claim: &berth_api::dra::ResourceClaim,
+) -> Write {
+    let key = Object::ResourceClaim(Arc::new(claim.clone())).key();
+    let Some(Object::ResourceClaim(stored)) = get(&key) else {
+        return Write::Stale;
+    };
+    let (was, is) = (&claim.metadata, &stored.metadata);
+    if was.uid != is.uid || was.resource_version != is.resource_version {
+        return Write::Stale;
+    }
+    let mut c = (**stored).clone();
+    if let Some(status) = c.status.as_mut() {
+        status.allocation = None;
+        status.reserved_for.clear();
+        status.devices.clear();
+    }
+    Write::Object(Object::ResourceClaim(Arc::new(c)))
 }
 
 /// A delete with its preconditions (an empty `uid` and no `resource_version` are none), as

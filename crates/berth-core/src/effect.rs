@@ -123,6 +123,16 @@ pub enum Effect {
         /// The claim, with its new status.
         claim: Arc<berth_api::dra::ResourceClaim>,
     },
+    /// DynamicResources' PostFilter: a ResourceClaim allocated for nodes the unschedulable
+    /// pod cannot use, with no other consumer, written back without its allocation
+    /// (`allocation`, `reservedFor` and `devices` cleared), so that the pod's next attempt
+    /// allocates it anew (kube-scheduler's `deallocation of ResourceClaim completed`). The
+    /// write is conditional on the claim's UID and resourceVersion, as upstream's update
+    /// of the claim it read; a failure only leaves the claim as it was.
+    DeallocateClaim {
+        /// The claim, as the scheduler last saw it (UID and resourceVersion preconditions).
+        claim: Arc<berth_api::dra::ResourceClaim>,
+    },
     /// VolumeBinding's PreBind: ask for a claim to be provisioned on the pod's node, an
     /// update of the whole PersistentVolumeClaim with `volume.kubernetes.io/selected-node`
     /// set. A failure is reported as [`crate::Event::BindFailed`] for `pod`.

@@ -79,6 +79,11 @@ impl Diagnosis {
         self.nodes_rejected = 0;
     }
 
+    /// Whether some node was rejected with `reason`.
+    pub fn counted(&self, reason: &str) -> bool {
+        self.reasons.iter().any(|(r, n)| r == reason && n > 0)
+    }
+
     /// `0/N nodes are available: 1 node(s) had untolerated taint(s), 2 Insufficient cpu.`
     /// Reasons are "count reason" strings sorted as strings, as kube-scheduler's `FitError`
     /// sorts them.

@@ -116,6 +116,9 @@ pub struct PostFilterResult {
     /// The plugin failed (kube-scheduler's `Error` status): PostFilter stops at it, its
     /// message alone is appended, and the nomination stays as it was.
     pub error: bool,
+    /// DynamicResources: write this ResourceClaim back without its allocation
+    /// ([`crate::effect::Effect::DeallocateClaim`]), whatever the later plugins decide.
+    pub deallocate: Option<crate::object::ObjectKey>,
 }
 
 /// What a PostFilter plugin may read: the cycle that failed and a way to re-run the

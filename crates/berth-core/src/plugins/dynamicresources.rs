@@ -47,6 +47,8 @@ pub const NOT_AVAILABLE: &str = "resourceclaim not available on the node";
 pub const NO_CLAIMS_TO_DEALLOCATE: &str = "no new claims to deallocate";
 /// PostFilter for a pod with claims, none of which it could deallocate.
 pub const STILL_NOT_SCHEDULABLE: &str = "still not schedulable";
+/// PostFilter deallocated one of the pod's claims.
+pub const DEALLOCATED: &str = "deallocation of ResourceClaim completed";
 /// PostFilter without PreFilter's state: kube-scheduler's cycle-state read error.
 pub const STATE_NOT_FOUND: &str = "not found";
 
@@ -119,6 +121,43 @@ impl State {
 pub struct DynamicResources;
 
 impl DynamicResources {
+    /// The claim PostFilter deallocates, as kube-scheduler's: one of the pod's allocated
+    /// claims that Filter found unavailable (its allocation's node selector excludes a node,
+    /// and some node was rejected as `resourceclaim not available on the node`), whose
+    /// `reservedFor` is empty or only this pod. Upstream picks one of them at random; berth
+    /// takes the first in `spec.resourceClaims` order, and counts a claim as unavailable when
+    /// its selector excludes any node (upstream: a node its Filter ran on).
+    fn claim_to_deallocate(
+        cx: &PostFilterContext<'_>,
+        pod: &PodInfo,
+        state: &State,
+    ) -> Option<ObjectKey> {
+        if !cx.diagnosis.counted(NOT_AVAILABLE) {
+            return None;
+        }
+        state.claims.iter().find_map(|key| {
+            let claim = cx.cluster.cache.dra.claims.get(key)?;
+            let selector = claim.allocation()?.node_selector.as_ref()?;
+            let m = NodeSelectorMatcher::new(selector).ok()?;
+            let consumers = claim
+                .status
+                .as_ref()
+                .map_or(&[][..], |s| &s.reserved_for[..]);
+            let own = match consumers {
+                [] => true,
+                [only] => only.uid == *pod.uid,
+                _ => false,
+            };
+            let excluded = || {
+                cx.cluster
+                    .cache
+                    .nodes()
+                    .any(|n| !m.matches(&n.name, &n.labels))
+            };
+            (own && excluded()).then(|| key.clone())
+        })
+    }
+
     fn prepare(cx: &Cluster, pod: &PodInfo) -> Result<Option<State>, Status> {
         if let PodKind::ReservePod { reservation } = &pod.kind {
             return Self::prepare_reservation(cx, pod, reservation);
@@ -407,8 +446,9 @@ impl Plugin for DynamicResources {
     /// PostFilter message in its default profile: `no new claims to deallocate` for a pod
     /// without claims, `still not schedulable` for one with claims. Without PreFilter's state
     /// (an earlier PreFilter rejected the pod) it fails with the state's `not found`, which
-    /// ends PostFilter before preemption. It does not deallocate a claim allocated for a node
-    /// the pod cannot use (upstream's rare third case; docs/differences.md). A Reservation's
+    /// ends PostFilter before preemption. A claim allocated for nodes the pod cannot use and
+    /// used by no other consumer is deallocated (`deallocation of ResourceClaim completed`;
+    /// see [`Self::claim_to_deallocate`]), so the next attempt may allocate it elsewhere. A Reservation's
     /// reserve pod gets none of it: its conditions read as koord-scheduler v1.8's, whose
     /// default profile has no DynamicResources.
     fn post_filter(
@@ -426,11 +466,15 @@ impl Plugin for DynamicResources {
                 ..PostFilterResult::default()
             });
         }
-        let claims = cx
-            .state
-            .dynamic_resources
-            .as_deref()
-            .is_some_and(|s| !s.claims.is_empty() || !s.plans.is_empty());
+        let state = cx.state.dynamic_resources.as_deref();
+        let claims = state.is_some_and(|s| !s.claims.is_empty() || !s.plans.is_empty());
+        if let Some(key) = state.and_then(|s| Self::claim_to_deallocate(cx, pod, s)) {
+            return Some(PostFilterResult {
+                message: Some(DEALLOCATED.into()),
+                deallocate: Some(key),
+                ..PostFilterResult::default()
+            });
+        }
         let message = if claims {
             STILL_NOT_SCHEDULABLE
         } else {

@@ -32,10 +32,12 @@ impl Scheduler {
         };
         let mut result: Option<PostFilterResult> = None;
         let mut messages = Vec::new();
+        let mut deallocate = Vec::new();
         for &i in &prof.post_filter {
             let Some(mut r) = prof.plugins[i].post_filter(&mut cx, pod) else {
                 continue;
             };
+            deallocate.extend(r.deallocate.take());
             if r.error {
                 messages.clear();
                 messages.extend(r.message.take());
@@ -55,6 +57,13 @@ impl Scheduler {
         }
         if !messages.is_empty() {
             diag.post_filter_msg = Some(messages.join(", "));
+        }
+        for key in deallocate {
+            if let Some(claim) = self.cluster.cache.dra.claims.get(&key) {
+                self.effects.push_back(Effect::DeallocateClaim {
+                    claim: claim.clone(),
+                });
+            }
         }
         result
     }

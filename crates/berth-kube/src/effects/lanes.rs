@@ -78,6 +78,11 @@ pub fn key_of(effect: &Effect) -> Option<ObjectKey> {
             r.metadata.name.as_deref().unwrap_or(""),
         )),
         Effect::Delete { key, .. } => Some(key.clone()),
+        Effect::DeallocateClaim { claim } => Some(ObjectKey::new(
+            Kind::ResourceClaim,
+            claim.metadata.namespace.as_deref().unwrap_or("default"),
+            claim.metadata.name.as_deref().unwrap_or(""),
+        )),
         _ => None,
     }
 }

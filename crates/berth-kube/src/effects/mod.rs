@@ -369,6 +369,7 @@ async fn perform(ctx: &Ctx, effect: Effect) -> (bool, Outcome) {
             let outcome = claim::update_status(ctx, pod, uid, node, &claim).await;
             (outcome == Outcome::Done, outcome)
         }
+        Effect::DeallocateClaim { claim } => (true, claim::deallocate(ctx, &claim).await),
         other => {
             tracing::warn!(effect = ?other, "effect not supported by the cluster adapter");
             done(false)

@@ -158,7 +158,7 @@ impl DefaultPreemption {
             victims: c.victims.iter().map(|p| p.key.clone()).collect(),
             message: None,
             hold: self.args.reservation_backed.then(|| self.args.ttl_millis()),
-            error: false,
+            ..PostFilterResult::default()
         }
     }
 }
