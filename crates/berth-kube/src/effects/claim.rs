@@ -251,6 +251,53 @@ pub(super) async fn update_status(
     }
 }
 
+/// DynamicResources' PostFilter deallocation ([`berth_core::Effect::DeallocateClaim`]): the
+/// claim as the API server has it, if it is still the version the scheduler read (UID and
+/// resourceVersion), written back to `/status` without `allocation`, `reservedFor` and
+/// `devices`. Anything else (a newer version, a conflict, an error) leaves the claim as it
+/// is: the pod's next attempt sees it and decides again, as upstream's failed update does.
+pub(super) async fn deallocate(ctx: &Ctx, claim: &ResourceClaim) -> Outcome {
+    let ns = claim.metadata.namespace.as_deref().unwrap_or("default");
+    let name = claim.metadata.name.as_deref().unwrap_or("");
+    let api: Api<DynamicObject> = Api::namespaced_with(
+        ctx.client.clone(),
+        ns,
+        &Served::dra_resource("ResourceClaim", "resourceclaims"),
+    );
+    let mut current = match retry(Backoff::default(), || api.get(name)).await {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::info!(claim = %format!("{ns}/{name}"), error = %e, "claim to deallocate not read");
+            return Outcome::Done;
+        }
+    };
+    let (was, is) = (&claim.metadata, &current.metadata);
+    if was.uid != is.uid || was.resource_version != is.resource_version || !ctx.may_write() {
+        return Outcome::Done;
+    }
+    if let Some(status) = current
+        .data
+        .get_mut("status")
+        .and_then(Value::as_object_mut)
+    {
+        for field in ["allocation", "reservedFor", "devices"] {
+            status.remove(field);
+        }
+    }
+    let r = api
+        .replace_status(name, &PostParams::default(), &current)
+        .await;
+    ctx.metrics
+        .request("claim_status", r.as_ref().map_or_else(retry::code, |_| 200));
+    match r {
+        Ok(_) => tracing::info!(claim = %format!("{ns}/{name}"), "claim deallocated"),
+        Err(e) => {
+            tracing::info!(claim = %format!("{ns}/{name}"), error = %e, "claim deallocation not written")
+        }
+    }
+    Outcome::Done
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -352,51 +399,4 @@ mod tests {
             .expect("a write");
         assert_eq!(s["reservedFor"][0]["name"], "p");
     }
-}
-
-/// DynamicResources' PostFilter deallocation ([`berth_core::Effect::DeallocateClaim`]): the
-/// claim as the API server has it, if it is still the version the scheduler read (UID and
-/// resourceVersion), written back to `/status` without `allocation`, `reservedFor` and
-/// `devices`. Anything else (a newer version, a conflict, an error) leaves the claim as it
-/// is: the pod's next attempt sees it and decides again, as upstream's failed update does.
-pub(super) async fn deallocate(ctx: &Ctx, claim: &ResourceClaim) -> Outcome {
-    let ns = claim.metadata.namespace.as_deref().unwrap_or("default");
-    let name = claim.metadata.name.as_deref().unwrap_or("");
-    let api: Api<DynamicObject> = Api::namespaced_with(
-        ctx.client.clone(),
-        ns,
-        &Served::dra_resource("ResourceClaim", "resourceclaims"),
-    );
-    let mut current = match retry(Backoff::default(), || api.get(name)).await {
-        Ok(c) => c,
-        Err(e) => {
-            tracing::info!(claim = %format!("{ns}/{name}"), error = %e, "claim to deallocate not read");
-            return Outcome::Done;
-        }
-    };
-    let (was, is) = (&claim.metadata, &current.metadata);
-    if was.uid != is.uid || was.resource_version != is.resource_version || !ctx.may_write() {
-        return Outcome::Done;
-    }
-    if let Some(status) = current
-        .data
-        .get_mut("status")
-        .and_then(Value::as_object_mut)
-    {
-        for field in ["allocation", "reservedFor", "devices"] {
-            status.remove(field);
-        }
-    }
-    let r = api
-        .replace_status(name, &PostParams::default(), &current)
-        .await;
-    ctx.metrics
-        .request("claim_status", r.as_ref().map_or_else(retry::code, |_| 200));
-    match r {
-        Ok(_) => tracing::info!(claim = %format!("{ns}/{name}"), "claim deallocated"),
-        Err(e) => {
-            tracing::info!(claim = %format!("{ns}/{name}"), error = %e, "claim deallocation not written")
-        }
-    }
-    Outcome::Done
 }
