@@ -20,6 +20,10 @@
 //! Messages are compared whole, DynamicResources' PostFilter words (`no new claims to
 //! deallocate, ` or `still not schedulable, ` before preemption's text) included.
 //!
+//! A second test sets up the case DynamicResources' PostFilter deallocates (a claim allocated
+//! on a node its pod cannot use): both schedulers deallocate it with the same event and
+//! place the pod on the other node.
+//!
 //! The berth half needs `berth run` to watch the DRA kinds (ResourceSlice, DeviceClass,
 //! ResourceClaim) and write claims' status; set `BERTH_DIFF_DRA_KUBE_ONLY=1` to run the
 //! kube-scheduler half alone (allocations still checked).
@@ -445,4 +449,124 @@ fn kube_scheduler_and_berth_agree_on_generated_dra_clusters() {
             );
         }
     }
+}
+
+/// A claim allocated where its pod cannot go: `gpu` holds `n1`'s GPU (status written as a
+/// user or an earlier scheduler left it, nobody in `reservedFor`), but `n1` has no room for
+/// the pod's CPU. kube-scheduler's DynamicResources PostFilter deallocates the claim
+/// (`deallocation of ResourceClaim completed`) and the next attempt places the pod on `n2`.
+async fn deallocation_case(cluster: &TestCluster) {
+    cluster
+        .create_namespace(NAMESPACE)
+        .await
+        .expect("namespace");
+    for (name, cpu) in [("n1", "1"), ("n2", "4")] {
+        let res = json!({"cpu": cpu, "memory": "8Gi", "pods": "110"});
+        let node: Node = serde_json::from_value(json!({
+            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+            "status": {"capacity": res, "allocatable": res,
+                "conditions": [{"type": "Ready", "status": "True"}]},
+        }))
+        .expect("node");
+        cluster.create_node_with(node).await.expect("create node");
+    }
+    let class = json!({"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
+        "metadata": {"name": "gpu"},
+        "spec": {"selectors": [{"cel": {"expression": format!("device.driver == \"{DRIVER}\"")}}]}});
+    create_dynamic(cluster, "DeviceClass", &[class], false).await;
+    let slices: Vec<Value> = ["n1", "n2"]
+        .iter()
+        .map(|n| {
+            json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+                "metadata": {"name": format!("{n}-gpus")},
+                "spec": {"driver": DRIVER, "nodeName": n,
+                    "pool": {"name": n, "generation": 1, "resourceSliceCount": 1},
+                    "devices": [{"name": "gpu-0"}]}})
+        })
+        .collect();
+    create_dynamic(cluster, "ResourceSlice", &slices, false).await;
+    let claim = json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+        "metadata": {"name": "gpu", "namespace": NAMESPACE},
+        "spec": {"devices": {"requests": [request("gpu", "gpu", 1)]}}});
+    create_dynamic(cluster, "ResourceClaim", &[claim], true).await;
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(cluster.client(), NAMESPACE, &resource("ResourceClaim"));
+    let mut c = api.get("gpu").await.expect("claim");
+    c.data["status"] = json!({"allocation": {
+        "devices": {"results": [{"request": "gpu", "driver": DRIVER, "pool": "n1", "device": "gpu-0"}]},
+        "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
+            {"key": "metadata.name", "operator": "In", "values": ["n1"]}]}]}}});
+    api.replace_status("gpu", &PostParams::default(), &c)
+        .await
+        .expect("allocate the claim");
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "trainer", "namespace": NAMESPACE},
+        "spec": {"resourceClaims": [{"name": "gpu", "resourceClaimName": "gpu"}],
+            "containers": [{"name": "c", "image": "x",
+                "resources": {"requests": {"cpu": "2"}, "claims": [{"name": "gpu"}]}}]}
+    }))
+    .expect("pod");
+    Api::<Pod>::namespaced(cluster.client(), NAMESPACE)
+        .create(&PostParams::default(), &pod)
+        .await
+        .expect("create pod");
+}
+
+/// Where the pod landed and what its FailedScheduling event said, once it is bound.
+async fn deallocation_outcome(cluster: &TestCluster) -> (String, Vec<String>) {
+    use k8s_openapi::api::core::v1::Event;
+    let pods: Api<Pod> = Api::namespaced(cluster.client(), NAMESPACE);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let node = loop {
+        let p = pods.get("trainer").await.expect("pod");
+        if let Some(n) = p.spec.and_then(|s| s.node_name) {
+            break n;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "trainer never bound: {:?}\n{}",
+            p.status,
+            cluster.log_tails(30)
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    };
+    let events: Api<Event> = Api::namespaced(cluster.client(), NAMESPACE);
+    let mut said: Vec<String> = events
+        .list(&ListParams::default())
+        .await
+        .expect("events")
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("FailedScheduling"))
+        .filter_map(|e| e.message)
+        .collect();
+    said.sort();
+    (node, said)
+}
+
+#[test]
+fn both_deallocate_a_claim_allocated_where_its_pod_cannot_go() {
+    let runtime = support::runtime();
+    let kube = runtime.block_on(async {
+        let cluster = start_cluster();
+        let _scheduler = support::kube_scheduler(&cluster, support::KUBE_SCHEDULER_CONFIG);
+        deallocation_case(&cluster).await;
+        deallocation_outcome(&cluster).await
+    });
+    assert_eq!(kube.0, "n2", "kube-scheduler: {kube:?}");
+    assert!(
+        kube.1
+            .iter()
+            .any(|m| m.contains("deallocation of ResourceClaim completed")),
+        "kube-scheduler: {kube:?}"
+    );
+    let berth = runtime.block_on(async {
+        let cluster = start_cluster();
+        let handle = support::berth(&cluster).await;
+        deallocation_case(&cluster).await;
+        let out = deallocation_outcome(&cluster).await;
+        handle.stop().await.expect("stop");
+        out
+    });
+    assert_eq!(kube, berth, "kube-scheduler (left) and berth (right)");
 }
