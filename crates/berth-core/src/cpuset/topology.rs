@@ -8,6 +8,10 @@ use berth_api::annotations::CpuTopology;
 /// A set of logical CPU ids.
 pub type CpuSet = BTreeSet<u32>;
 
+/// CPU ids below this are looked up by index ([`CpuLayout::place`]); a topology naming a
+/// larger id (none real has 8,192 logical CPUs) is searched instead.
+const DENSE_LIMIT: u32 = 8_192;
+
 /// Where one logical CPU sits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CpuPlace {
@@ -23,6 +27,12 @@ pub struct CpuPlace {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CpuLayout {
     cpus: BTreeMap<u32, CpuPlace>,
+    /// `cpus` indexed by id, for the allocator's per-CPU lookups on the Filter path (a
+    /// search of `cpus` per CPU was most of an LSR pod's cycle); empty when an id is at or
+    /// above [`DENSE_LIMIT`], and lookups then search `cpus`.
+    dense: Vec<Option<CpuPlace>>,
+    /// The NUMA nodes, ascending.
+    numa: Vec<u32>,
     cpus_per_core: usize,
     cpus_per_node: usize,
     cpus_per_socket: usize,
@@ -60,8 +70,22 @@ impl CpuLayout {
         let cpus_per_core = count(|p| p.core).max(1);
         let cpus_per_node = count(|p| p.node).max(1);
         let cpus_per_socket = count(|p| p.socket).max(1);
+        let mut dense = Vec::new();
+        if cpus
+            .keys()
+            .next_back()
+            .is_some_and(|max| *max < DENSE_LIMIT)
+        {
+            dense = vec![None; cpus.keys().next_back().map_or(0, |m| *m as usize + 1)];
+            for (id, p) in &cpus {
+                dense[*id as usize] = Some(*p);
+            }
+        }
+        let numa: BTreeSet<u32> = cpus.values().map(|p| p.node).collect();
         Some(Self {
             cpus,
+            dense,
+            numa: numa.into_iter().collect(),
             cpus_per_core,
             cpus_per_node,
             cpus_per_socket,
@@ -96,12 +120,15 @@ impl CpuLayout {
 
     /// Where `cpu` sits, if the node has it.
     pub fn place(&self, cpu: u32) -> Option<CpuPlace> {
-        self.cpus.get(&cpu).copied()
+        if self.dense.is_empty() {
+            return self.cpus.get(&cpu).copied();
+        }
+        self.dense.get(cpu as usize).copied().flatten()
     }
 
     /// Whether the node has `cpu`.
     pub fn contains(&self, cpu: u32) -> bool {
-        self.cpus.contains_key(&cpu)
+        self.place(cpu).is_some()
     }
 
     /// Number of logical CPUs.
@@ -131,7 +158,12 @@ impl CpuLayout {
 
     /// The NUMA nodes, ascending.
     pub fn numa_nodes(&self) -> BTreeSet<u32> {
-        self.cpus.values().map(|p| p.node).collect()
+        self.numa.iter().copied().collect()
+    }
+
+    /// The NUMA nodes, ascending, without building a set.
+    pub fn numa_node_ids(&self) -> &[u32] {
+        &self.numa
     }
 
     /// The CPUs of `set` on NUMA node `node`.

@@ -210,15 +210,22 @@ fn choose(
         return pick(preferred, free);
     }
     let mut err = ERR_NUMA_ALIGNMENT;
+    let free_per_zone = nc.layout.per_numa_node(free);
     let mut zones: Vec<(usize, u32)> = nc
         .layout
-        .numa_nodes()
-        .into_iter()
-        .map(|z| (nc.layout.on_numa_node(free, z).len(), z))
+        .numa_node_ids()
+        .iter()
+        .map(|z| (free_per_zone.get(z).copied().unwrap_or(0), *z))
         .collect();
     // The fullest NUMA node that fits first (MostAllocated).
     zones.sort_unstable();
-    for (_, z) in zones {
+    let preferred_per_zone = nc.layout.per_numa_node(preferred);
+    for (free_here, z) in zones {
+        // Too few CPUs here even with the preferred ones: `pick` would fail the same way,
+        // without building the zone's sets (a restricted pick says why, so it runs).
+        if !restricted && free_here + preferred_per_zone.get(&z).copied().unwrap_or(0) < n {
+            continue;
+        }
         let p = nc.layout.on_numa_node(preferred, z);
         let f = nc.layout.on_numa_node(free, z);
         match pick(&p, &f) {
