@@ -55,6 +55,8 @@ mod drp;
 mod feedback;
 mod filter_nodes;
 #[cfg(test)]
+mod gang_reservation_properties;
+#[cfg(test)]
 mod gang_reservation_tests;
 #[cfg(test)]
 mod gang_tests;
