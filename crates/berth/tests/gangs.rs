@@ -152,10 +152,27 @@ fn a_gang_time_out_gives_its_held_room_back() {
         let members = (1..=8)
             .map(|i| pod(ns, &format!("w{i}"), "1", true))
             .collect();
-        create_all(&client, members).await;
-        // Six members fit and wait at Permit holding 6 CPUs; a pod needing a whole node
-        // cannot be placed while they do.
+        // No member can wait at Permit before it exists: the time-out is due 6s after this
+        // at the earliest.
         let created = Instant::now();
+        create_all(&client, members).await;
+        // Six members fit and wait at Permit holding 6 CPUs; the two that do not are said
+        // unschedulable. Then a pod needing a whole node cannot be placed while they wait.
+        eventually(
+            Duration::from_secs(60),
+            || berth.log_tail(),
+            || async {
+                let all = pods(&client, ns).await;
+                let said = all
+                    .iter()
+                    .filter(|p| !scheduled_message(p).is_empty())
+                    .count();
+                (said >= 2)
+                    .then_some(())
+                    .ok_or_else(|| format!("{said} members said unschedulable"))
+            },
+        )
+        .await;
         create_all(&client, vec![pod(ns, "big", "3", false)]).await;
         let waited = eventually(
             Duration::from_secs(60),
@@ -178,8 +195,8 @@ fn a_gang_time_out_gives_its_held_room_back() {
         .await;
         // It was the time-out that freed the room, not anything sooner.
         assert!(
-            waited >= Duration::from_secs(4),
-            "big bound after {waited:?}"
+            waited >= Duration::from_secs(6),
+            "big bound {waited:?} after the members were created"
         );
         let all = pods(&client, ns).await;
         assert!(
