@@ -499,6 +499,9 @@ async fn deallocation_case(cluster: &TestCluster) {
     api.replace_status("gpu", &PostParams::default(), &c)
         .await
         .expect("allocate the claim");
+    // Watches of different kinds are not ordered: let the scheduler see the allocation
+    // before the pod, or it would allocate the claim afresh and never need to deallocate.
+    tokio::time::sleep(Duration::from_secs(1)).await;
     let pod: Pod = serde_json::from_value(json!({
         "metadata": {"name": "trainer", "namespace": NAMESPACE},
         "spec": {"resourceClaims": [{"name": "gpu", "resourceClaimName": "gpu"}],
