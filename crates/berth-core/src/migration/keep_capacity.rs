@@ -26,7 +26,7 @@ use std::collections::BTreeMap;
 
 use berth_api::k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use berth_api::k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
-use berth_api::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use berth_api::k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use berth_api::reservation::{
     Reservation, ReservationControllerReference, ReservationOwner, ReservationPodTemplate,
     ReservationSpec,
@@ -41,15 +41,19 @@ pub const LABEL_KEPT_FOR: &str = "reservation.berth.dev/kept-for";
 /// "uid"}` as JSON (a label value can hold neither the namespace's `/` nor always the UID).
 pub const ANNOTATION_KEPT_FOR: &str = "reservation.berth.dev/kept-for";
 
+/// An object's controller reference (the owner reference with `controller: true`).
+pub fn controller_ref(meta: &ObjectMeta) -> Option<&OwnerReference> {
+    meta.owner_references
+        .iter()
+        .flatten()
+        .find(|r| r.controller == Some(true))
+}
+
 /// The Deployment controlling a ReplicaSet, as `(namespace, name, uid)` from its controller
 /// reference: the workload whose opt-in a ReplicaSet's kept room follows (the Deployment
 /// controller copies its annotations onto the ReplicaSet, so the Deployment's win).
 pub fn controlling_deployment(meta: &ObjectMeta) -> Option<(&str, &str, &str)> {
-    let owner = meta
-        .owner_references
-        .iter()
-        .flatten()
-        .find(|r| r.controller == Some(true) && r.kind == "Deployment")?;
+    let owner = controller_ref(meta).filter(|r| r.kind == "Deployment")?;
     let namespace = meta.namespace.as_deref().unwrap_or("default");
     Some((namespace, owner.name.as_str(), owner.uid.as_str()))
 }
@@ -128,12 +132,7 @@ pub fn reservation(
         .node_name
         .as_deref()
         .filter(|n| !n.is_empty())?;
-    let owner = pod
-        .metadata
-        .owner_references
-        .iter()
-        .flatten()
-        .find(|r| r.controller == Some(true))?;
+    let owner = controller_ref(&pod.metadata)?;
     let mut spec = pod.spec.clone().unwrap_or_default();
     spec.node_name = Some(node.to_string());
     let template = PodTemplateSpec {

@@ -152,13 +152,7 @@ fn owners(pod: &Pod) -> Vec<ReservationOwner> {
             ..ReservationOwner::default()
         }];
     }
-    let controller = pod
-        .metadata
-        .owner_references
-        .iter()
-        .flatten()
-        .find(|r| r.controller == Some(true));
-    controller
+    super::keep_capacity::controller_ref(&pod.metadata)
         .map(|r| ReservationOwner {
             controller: Some(ReservationControllerReference {
                 api_version: Some(r.api_version.clone()),

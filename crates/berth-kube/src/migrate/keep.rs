@@ -40,12 +40,7 @@ fn active(p: &Pod) -> bool {
 }
 
 fn controller_uid(p: &Pod) -> Option<&str> {
-    p.metadata
-        .owner_references
-        .iter()
-        .flatten()
-        .find(|r| r.controller == Some(true))
-        .map(|r| r.uid.as_str())
+    keep_capacity::controller_ref(&p.metadata).map(|r| r.uid.as_str())
 }
 
 /// The pods watch's hook: `pod` as the event shows it, `pods` the map before the event.
@@ -84,12 +79,7 @@ pub struct Workloads<'a> {
 pub fn kept(gone: &Gone, workloads: &Workloads<'_>) -> Option<Reservation> {
     let pod = &gone.pod;
     let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
-    let owner = pod
-        .metadata
-        .owner_references
-        .iter()
-        .flatten()
-        .find(|r| r.controller == Some(true))?;
+    let owner = keep_capacity::controller_ref(&pod.metadata)?;
     let key = format!("{namespace}/{}", owner.name);
     let same = |uid: &Option<String>| uid.as_deref() == Some(owner.uid.as_str());
     match owner.kind.as_str() {
