@@ -147,8 +147,11 @@ pub struct FaultStats {
     /// Requests held by [`Faults::hold_paths`].
     pub held: u64,
     /// Bindings (`POST .../pods/<name>/binding`) the API server accepted (2xx) through
-    /// this proxy: what a client bound.
+    /// this proxy: what a client bound. Counted even when the client went away before
+    /// the answer came, as the binding stands all the same.
     pub bindings: u64,
+    /// Requests sent to the API server and not answered yet (a gauge, not a count).
+    pub in_flight: u64,
 }
 
 #[derive(Default)]
@@ -165,6 +168,7 @@ struct Counters {
     http2_requests: AtomicU64,
     held: AtomicU64,
     bindings: AtomicU64,
+    in_flight: AtomicU64,
     /// Arrival numbers, the inputs of the seeded decisions.
     next_request: AtomicU64,
     next_watch: AtomicU64,
@@ -324,6 +328,7 @@ impl FaultProxy {
             http2_requests: get(&c.http2_requests),
             held: get(&c.held),
             bindings: get(&c.bindings),
+            in_flight: get(&c.in_flight),
         }
     }
 
@@ -663,21 +668,10 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<
     strip_hop_by_hop(&mut parts.headers);
     // hyper writes the upstream's own Host from the URI.
     parts.headers.remove(header::HOST);
-    let response = match shared
-        .upstream
-        .request(Request::from_parts(parts, body))
-        .await
-    {
+    let response = match forward(&shared, Request::from_parts(parts, body), binding).await {
         Ok(response) => response,
-        Err(e) => {
-            bump(&counters.upstream_failures);
-            return Err(Abort::Unreachable(e.to_string()));
-        }
+        Err(abort) => return Err(abort),
     };
-    bump(&counters.forwarded);
-    if binding && response.status().is_success() {
-        bump(&counters.bindings);
-    }
 
     match fate {
         Fate::Error { after: true } => {
@@ -704,6 +698,42 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<
         body.map_err(BoxError::from).boxed_unsync()
     };
     Ok(Response::from_parts(parts, body))
+}
+
+/// Sends a request to the API server on a task of its own, so that it completes, and is
+/// counted, even when its client hangs up first: a real network does not take a request
+/// back from the server once it is sent, and a binding sent by a client that then exits
+/// still binds.
+async fn forward(
+    shared: &Arc<Shared>,
+    req: Request<Incoming>,
+    binding: bool,
+) -> Result<Response<Incoming>, Abort> {
+    let task_shared = Arc::clone(shared);
+    let counters = &shared.counters;
+    bump(&counters.in_flight);
+    let sent = tokio::spawn(async move {
+        let counters = &task_shared.counters;
+        let answer = task_shared.upstream.request(req).await;
+        match &answer {
+            Ok(response) => {
+                bump(&counters.forwarded);
+                if binding && response.status().is_success() {
+                    bump(&counters.bindings);
+                }
+            }
+            Err(_) => {
+                bump(&counters.upstream_failures);
+            }
+        }
+        counters.in_flight.fetch_sub(1, Ordering::Relaxed);
+        answer
+    });
+    match sent.await {
+        Ok(Ok(response)) => Ok(response),
+        Ok(Err(e)) => Err(Abort::Unreachable(e.to_string())),
+        Err(e) => Err(Abort::Unreachable(e.to_string())),
+    }
 }
 
 /// A request held by the faults: it waits until they no longer hold its path (or the
