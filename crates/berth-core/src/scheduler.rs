@@ -54,6 +54,9 @@ mod dra;
 mod drp;
 mod feedback;
 mod filter_nodes;
+mod gang_preemption;
+#[cfg(test)]
+mod gang_preemption_tests;
 #[cfg(test)]
 mod gang_reservation_properties;
 #[cfg(test)]
@@ -184,6 +187,9 @@ pub struct Scheduler {
     gangs: crate::gang::Gangs,
     /// Gang members waiting at Permit.
     permits: permit::Permits,
+    /// Gangs whose job-level preemption is under way: the victims (key and UID) evicted
+    /// for them, until all are gone.
+    gang_victims: BTreeMap<crate::gang::GangId, Vec<(ObjectKey, Arc<str>)>>,
 }
 
 /// Whether `pod` names a scheduler none of `profiles` is.
@@ -311,6 +317,7 @@ impl Scheduler {
             volumes: volumes::VolumeWaits::default(),
             gangs: crate::gang::Gangs::default(),
             permits: permit::Permits::default(),
+            gang_victims: BTreeMap::new(),
         }
     }
 

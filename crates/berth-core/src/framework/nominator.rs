@@ -13,6 +13,8 @@
 use crate::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
+use berth_api::reservation::ReservationPhase;
+
 use crate::cache::Cluster;
 use crate::framework::cycle_state::CycleState;
 use crate::framework::filter_plan::FilterPlan;
@@ -140,20 +142,29 @@ impl Nominator {
         let list = self.by_node.get(&*node.name)?;
         // Not holding yet: on its way, Pending, or Waiting (a Waiting reservation holds
         // nothing, so the room each victim frees as it leaves would be anyone's).
-        let hold_pending = |p: &PodInfo| {
-            self.awaiting_hold.contains(&p.key)
-                && crate::reservation::hold::of(&cx.reservations, &p.key, &p.uid)
-                    .and_then(|i| cx.reservations.get(i))
-                    .is_none_or(|r| {
-                        matches!(
-                            r.phase,
-                            berth_api::reservation::ReservationPhase::Pending
-                                | berth_api::reservation::ReservationPhase::Waiting
-                        )
-                    })
+        // Holding (Available): its room is already taken on the node by the hold, and
+        // adding the pod as well would count it twice (members of a gang that preempted
+        // together are nominated side by side, each with its hold).
+        let hold_phase = |p: &PodInfo| {
+            if !self.awaiting_hold.contains(&p.key) {
+                return None;
+            }
+            let phase = crate::reservation::hold::of(&cx.reservations, &p.key, &p.uid)
+                .and_then(|i| cx.reservations.get(i))
+                .map(|r| &r.phase);
+            Some(phase)
         };
-        let yields_to =
-            |p: &&Arc<PodInfo>| p.key != pod.key && (p.priority >= pod.priority || hold_pending(p));
+        let yields_to = |p: &&Arc<PodInfo>| {
+            if p.key == pod.key {
+                return false;
+            }
+            match hold_phase(p) {
+                None => p.priority >= pod.priority,
+                Some(Some(ReservationPhase::Available)) => false,
+                Some(Some(ReservationPhase::Pending | ReservationPhase::Waiting) | None) => true,
+                Some(Some(_)) => p.priority >= pod.priority,
+            }
+        };
         if !list.iter().any(|p| yields_to(&p)) {
             return None;
         }

@@ -96,7 +96,7 @@ impl Scheduler {
         let (outcome, post_filter) = match outcome {
             Outcome::Unfit(state, mut diag) => {
                 let result = self.run_post_filter(profile, &state, &pod, &mut diag);
-                let result = self.gang_preemption(&pod, result, &mut diag);
+                let result = self.gang_preemption(now, &pod, result, &mut diag);
                 (Outcome::Failed(diag), result)
             }
             outcome => (outcome, None),

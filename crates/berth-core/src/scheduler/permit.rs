@@ -129,7 +129,7 @@ impl Scheduler {
     /// Whether a gang member is assumed or bound: a pod that left Pending and has not
     /// finished, or a Reservation placed on a node (waiting at Permit, Available, or used
     /// up by its owners).
-    fn gang_member_placed(&self, key: &ObjectKey) -> bool {
+    pub(super) fn gang_member_placed(&self, key: &ObjectKey) -> bool {
         match key.kind {
             Kind::Reservation => self
                 .cluster
@@ -423,50 +423,6 @@ impl Scheduler {
             }
         }
         Some(report)
-    }
-
-    /// Gang-aware preemption: what PostFilter decided for `pod` stands only if, once its
-    /// victims are gone, the whole gang can be placed: every other member it needs is
-    /// already assumed (waiting at Permit, holding its room) or bound, and no victim is a
-    /// member of its gang. Otherwise nothing is evicted for a gang that would still not
-    /// form, and the message says why.
-    pub(super) fn gang_preemption(
-        &self,
-        pod: &PodInfo,
-        result: Option<PostFilterResult>,
-        diag: &mut Diagnosis,
-    ) -> Option<PostFilterResult> {
-        let r = result?;
-        if !matches!(r.nomination, Nomination::Node(_)) {
-            return Some(r);
-        }
-        let Some(gang) = self.gangs.gang(&pod.key) else {
-            return Some(r);
-        };
-        let Ok(Some(policy)) = self.gangs.policy(gang, pod) else {
-            return Some(r);
-        };
-        let placed = self
-            .gangs
-            .members(gang)
-            .filter(|k| **k != pod.key && self.gang_member_placed(k))
-            .count();
-        let own_victim = r.victims.iter().any(|v| self.gangs.gang(v) == Some(gang));
-        if placed + 1 >= policy.min as usize && !own_victim {
-            return Some(r);
-        }
-        let why = if own_victim {
-            "a victim is a member of the same gang".to_string()
-        } else {
-            format!(
-                "only {placed} other member(s) of gang {gang} are placed, of the {} it needs",
-                policy.min.saturating_sub(1)
-            )
-        };
-        diag.post_filter_msg = Some(format!(
-            "preemption: not attempted: {why}; a gang preempts only when all its members can be placed."
-        ));
-        None
     }
 
     /// Whether `key` waits at Permit (its bind not asked for yet).

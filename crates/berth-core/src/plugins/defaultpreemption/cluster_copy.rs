@@ -51,8 +51,8 @@ pub(super) fn select_victims(
 
 /// A pod the dry run took off the copy of the cluster, with what it needs to be put back
 /// exactly (kube-scheduler's `RemovePod` / `AddPod` on the copy).
-struct Removed {
-    pod: Arc<PodInfo>,
+pub(super) struct Removed {
+    pub(super) pod: Arc<PodInfo>,
     /// Assumed (bind in flight) rather than bound.
     assumed: bool,
     /// Its share of a reservation, returned to that reservation while it is off.
@@ -62,7 +62,7 @@ struct Removed {
 impl Removed {
     /// Takes `p` off `sim`: off its node, and its reservation share back to the reservation
     /// (a non-owner preemptor must not see reserved capacity as freed).
-    fn take(sim: &mut Cluster, p: Arc<PodInfo>) -> Self {
+    pub(super) fn take(sim: &mut Cluster, p: Arc<PodInfo>) -> Self {
         let assumed = sim
             .cache
             .pod(&p.key)
@@ -77,7 +77,7 @@ impl Removed {
     }
 
     /// Re-places the pod as it was (bound, or assumed on `idx`), with its share.
-    fn put_back(self, sim: &mut Cluster, idx: NodeIdx) {
+    pub(super) fn put_back(self, sim: &mut Cluster, idx: NodeIdx) {
         sim.cache.apply_pod(self.pod.clone());
         if self.assumed {
             sim.cache.assume(&self.pod.key, idx);
@@ -138,7 +138,7 @@ fn reprieve(
 
 /// Whether the pod fits node `idx` of `sim`: the profile's PreFilter (on `sim`, from
 /// scratch) and Filter with nominated pods.
-fn check(fit: Fit<'_>, sim: &Cluster, idx: NodeIdx) -> Status {
+pub(super) fn check(fit: Fit<'_>, sim: &Cluster, idx: NodeIdx) -> Status {
     let state = match fit.pre_filter(sim) {
         Ok(s) => s,
         Err(st) => return st,

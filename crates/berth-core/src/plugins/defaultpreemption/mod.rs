@@ -29,6 +29,7 @@
 
 mod args;
 mod cluster_copy;
+pub(crate) mod job;
 mod overlay;
 mod pdb;
 mod select;
