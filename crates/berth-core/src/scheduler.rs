@@ -56,6 +56,8 @@ mod feedback;
 mod filter_nodes;
 mod gang_preemption;
 #[cfg(test)]
+mod gang_preemption_properties;
+#[cfg(test)]
 mod gang_preemption_tests;
 #[cfg(test)]
 mod gang_reservation_properties;

@@ -133,36 +133,36 @@ impl Nominator {
     }
 
     /// A copy of `node` with the pods nominated to it that `pod` must yield to (priority at
-    /// least `pod`'s, or a hold asked for and not yet Available in `cx`; other than `pod`
-    /// itself) added, or `None` when there are none.
+    /// least `pod`'s, or a hold asked for and not yet Available in `cx`; never one whose
+    /// hold is Available, nor `pod` itself) added, or `None` when there are none.
     pub fn with_nominated(&self, cx: &Cluster, pod: &PodInfo, node: &NodeInfo) -> Option<NodeInfo> {
         if self.by_node.is_empty() {
             return None;
         }
         let list = self.by_node.get(&*node.name)?;
-        // Not holding yet: on its way, Pending, or Waiting (a Waiting reservation holds
-        // nothing, so the room each victim frees as it leaves would be anyone's).
-        // Holding (Available): its room is already taken on the node by the hold, and
-        // adding the pod as well would count it twice (members of a gang that preempted
-        // together are nominated side by side, each with its hold).
+        // A nominated pod's hold (reservation-backed preemption), as the cache has it.
         let hold_phase = |p: &PodInfo| {
-            if !self.awaiting_hold.contains(&p.key) {
-                return None;
-            }
-            let phase = crate::reservation::hold::of(&cx.reservations, &p.key, &p.uid)
+            crate::reservation::hold::of(&cx.reservations, &p.key, &p.uid)
                 .and_then(|i| cx.reservations.get(i))
-                .map(|r| &r.phase);
-            Some(phase)
+                .map(|r| &r.phase)
         };
         let yields_to = |p: &&Arc<PodInfo>| {
             if p.key == pod.key {
                 return false;
             }
+            let awaiting = self.awaiting_hold.contains(&p.key);
             match hold_phase(p) {
-                None => p.priority >= pod.priority,
-                Some(Some(ReservationPhase::Available)) => false,
-                Some(Some(ReservationPhase::Pending | ReservationPhase::Waiting) | None) => true,
-                Some(Some(_)) => p.priority >= pod.priority,
+                // Holding: its room is taken on the node by the hold already, and adding
+                // the pod as well would count it twice (members of a gang that preempted
+                // together are nominated side by side, each with its hold).
+                Some(ReservationPhase::Available) => false,
+                // Not holding yet: on its way, Pending, or Waiting (a Waiting reservation
+                // holds nothing, so the room each victim frees as it leaves would be
+                // anyone's).
+                None | Some(ReservationPhase::Pending | ReservationPhase::Waiting) => {
+                    awaiting || p.priority >= pod.priority
+                }
+                Some(_) => p.priority >= pod.priority,
             }
         };
         if !list.iter().any(|p| yields_to(&p)) {

@@ -604,6 +604,9 @@ impl Scheduler {
         // Permit: a gang member waits there until its gang has its minimum assumed.
         if plan.is_none() {
             if let Some((gang, policy)) = self.permit_must_wait(pod) {
+                // Assumed: its nomination goes (kube-scheduler's assume drops it), or it
+                // would be counted on its node twice while it waits.
+                self.drop_nomination(now, &pod.key, Some(node));
                 self.wait_at_permit(profile, state, pod, node, now, annotations, gang, policy);
                 return Ok(());
             }
@@ -767,15 +770,7 @@ impl Scheduler {
             self.preempt(now, pod, r);
         }
         let nominate = self.nominate(now, pod, post_filter.as_ref().map(|r| r.nomination));
-        // Its hold asked for: until it holds (Available), the nomination guards the room.
-        let hold = crate::reservation::hold::name_for(&pod.key);
-        if self
-            .holds
-            .get(&hold)
-            .is_some_and(|(_, uid, _)| *uid == pod.uid)
-        {
-            self.nominator.await_hold(&pod.key);
-        }
+        self.await_own_hold(pod);
         let (message, unschedulable) = match &diag.error {
             Some(err) => (err.clone(), false),
             None => (diag.render(self.cluster.cache.node_count()), true),

@@ -48,23 +48,26 @@ impl Scheduler {
                 ..PostFilterResult::default()
             });
         }
+        let pending = self.pending_members(&gang, pod);
+        // Strict: a member that cannot be placed rejects the whole gang, so every pending
+        // member needs a node, as in Koordinator. NonStrict: the gang's minimum is enough.
+        // The member whose cycle failed is needed whatever the count says.
+        let needed = if policy.strict {
+            pending.len()
+        } else {
+            (policy.min as usize).saturating_sub(placed).max(1)
+        };
         let own_victim = r.victims.iter().any(|v| self.gangs.gang(v) == Some(&gang));
-        if placed + 1 >= policy.min as usize && !own_victim {
+        if needed <= 1 && !own_victim {
+            // Only this member is needed: DefaultPreemption's plan is the gang's.
+            self.remember_gang_victims(gang, &r.victims);
             return Some(r);
         }
-        // The member whose cycle failed is needed whatever the count says.
-        let needed = (policy.min as usize).saturating_sub(placed).max(1);
-        let pending = self.pending_members(&gang, pod);
         let planned = self.plan_job(pod, &gang, &pending, needed);
         match planned {
             Ok(plan) => {
-                let victims: Vec<(ObjectKey, Arc<str>)> = plan
-                    .victims
-                    .values()
-                    .flatten()
-                    .filter_map(|k| Some((k.clone(), self.cluster.cache.pod(k)?.info.uid.clone())))
-                    .collect();
-                self.gang_victims.insert(gang, victims);
+                let victims: Vec<ObjectKey> = plan.victims.values().flatten().cloned().collect();
+                self.remember_gang_victims(gang, &victims);
                 Some(self.carry_out_job(now, pod, &pending, plan, r.hold))
             }
             Err(refusal) => {
@@ -74,12 +77,23 @@ impl Scheduler {
         }
     }
 
+    /// Remembers the victims evicted for the gang (see
+    /// [`Scheduler::gang_preemption_under_way`]).
+    fn remember_gang_victims(&mut self, gang: GangId, victims: &[ObjectKey]) {
+        let cache = &self.cluster.cache;
+        let victims: Vec<(ObjectKey, Arc<str>)> = victims
+            .iter()
+            .filter_map(|k| Some((k.clone(), cache.pod(k)?.info.uid.clone())))
+            .collect();
+        self.gang_victims.insert(gang, victims);
+    }
+
     /// Whether victims evicted for the gang's job-level preemption are still there: until
     /// they are gone, its members wait for them rather than plan again (a member tried
     /// before the deletions are seen would otherwise evict them a second time, and one
     /// tried after would find the room held by its fellows' holds). Forgets the gang's
     /// victims once none is left.
-    fn gang_preemption_under_way(&mut self, gang: &GangId) -> bool {
+    pub(super) fn gang_preemption_under_way(&mut self, gang: &GangId) -> bool {
         let Some(victims) = self.gang_victims.get(gang) else {
             return false;
         };
@@ -158,20 +172,22 @@ impl Scheduler {
         now: Time,
         pod: &PodInfo,
         pending: &[Arc<PodInfo>],
-        mut plan: JobPlan,
+        plan: JobPlan,
         hold: Option<Time>,
     ) -> PostFilterResult {
         let mut own = None;
+        let mut evicted = BTreeSet::new();
         for (key, idx) in &plan.placements {
-            // The first member planned on a node evicts its victims; every member's hold
-            // (reservation-backed preemption) waits for them.
-            let victims = plan.victims.remove(idx).unwrap_or_default();
+            // Every member's hold (reservation-backed preemption) waits for the victims on
+            // its node; the first member planned there evicts them (the failed member is
+            // planned first, and its own result evicts through the cycle).
             let result = PostFilterResult {
                 nomination: Nomination::Node(*idx),
-                victims,
+                victims: plan.victims.get(idx).cloned().unwrap_or_default(),
                 hold,
                 ..PostFilterResult::default()
             };
+            let evict = evicted.insert(*idx);
             if *key == pod.key {
                 own = Some(result);
                 continue;
@@ -179,10 +195,11 @@ impl Scheduler {
             let Some(member) = pending.iter().find(|p| p.key == *key) else {
                 continue;
             };
-            self.preempt(now, member, &result);
+            self.preempt_with(now, member, &result, evict);
             if let Some(effect) = self.nominate(now, member, Some(result.nomination)) {
                 self.effects.push_back(effect);
             }
+            self.await_own_hold(member);
         }
         own.unwrap_or_default()
     }

@@ -299,7 +299,12 @@ impl Scheduler {
         let strict = matches!(self.gangs.policy(&gang, pod), Ok(Some(p)) if p.strict);
         // A member nominated by its preemption waits for its victims to go (their deletion
         // takes real time in a cluster): its gang keeps waiting for it, up to the time-out.
-        if !strict || self.nominator.node_of(&pod.key).is_some() {
+        // So does every member while the gang's job-level preemption is under way: the
+        // room it evicted for is on its way.
+        if !strict
+            || self.nominator.node_of(&pod.key).is_some()
+            || self.gang_preemption_under_way(&gang)
+        {
             return;
         }
         let reason = self.last_message.get(&pod.key).cloned().unwrap_or_default();

@@ -73,6 +73,18 @@ impl Scheduler {
     /// and clears the nomination of lower-priority pods nominated to the same node, which
     /// may no longer fit there, sending them back to the queue.
     pub(super) fn preempt(&mut self, now: Time, preemptor: &PodInfo, result: &PostFilterResult) {
+        self.preempt_with(now, preemptor, result, true);
+    }
+
+    /// [`Scheduler::preempt`]; with `evict` false the victims are only waited for (the
+    /// hold lists them), another member of the preemptor's gang evicting them.
+    pub(super) fn preempt_with(
+        &mut self,
+        now: Time,
+        preemptor: &PodInfo,
+        result: &PostFilterResult,
+        evict: bool,
+    ) {
         let Nomination::Node(idx) = result.nomination else {
             return;
         };
@@ -87,7 +99,7 @@ impl Scheduler {
             _ => None,
         };
         let mut evicted = Vec::new();
-        for victim in &result.victims {
+        for victim in result.victims.iter().filter(|_| evict) {
             let Some(info) = self.cluster.cache.pod(victim).map(|e| e.info.clone()) else {
                 continue;
             };
@@ -170,6 +182,18 @@ impl Scheduler {
                 });
             }
             self.queue.add(p.key.clone(), p.priority, p.created, now);
+        }
+    }
+
+    /// Its hold asked for: until it holds (Available), the nomination guards the room.
+    pub(super) fn await_own_hold(&mut self, pod: &PodInfo) {
+        let hold = crate::reservation::hold::name_for(&pod.key);
+        if self
+            .holds
+            .get(&hold)
+            .is_some_and(|(_, uid, _)| *uid == pod.uid)
+        {
+            self.nominator.await_hold(&pod.key);
         }
     }
 

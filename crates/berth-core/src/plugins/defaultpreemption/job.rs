@@ -194,7 +194,12 @@ fn place(
             }
         }
     }
-    if placements.len() < job.needed {
+    // The member whose cycle failed comes first: without it, the plan is not its.
+    let trigger_placed = placements
+        .first()
+        .zip(job.pending.first())
+        .is_some_and(|((k, _), t)| *k == t.key);
+    if placements.len() < job.needed || !trigger_placed {
         return Err(JobRefusal {
             placed: placements.len(),
             unplaced,
