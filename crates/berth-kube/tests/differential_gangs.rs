@@ -87,6 +87,8 @@ struct Generated {
     /// The gangs' pods.
     members: Vec<Value>,
     gangs: Vec<Gang>,
+    /// Pods whose Workload or pod group is missing (in `members`).
+    orphans: Vec<String>,
 }
 
 const MEMBER_CPU: [u64; 3] = [1000, 1500, 2000];
@@ -179,6 +181,7 @@ fn generate(seed: u64) -> Generated {
         plain: Vec::new(),
         members: Vec::new(),
         gangs: Vec::new(),
+        orphans: Vec::new(),
     };
     let n_gangs = 3 + g.below(2) as usize;
     for i in 0..n_gangs {
@@ -221,6 +224,14 @@ fn generate(seed: u64) -> Generated {
             pods,
             room,
         });
+    }
+    // Pods naming a Workload that does not exist, or a pod group their Workload lacks:
+    // PreEnqueue keeps them out (asking for nothing, they would fit anywhere in pool g0).
+    for (i, (w, group)) in [("absent", "workers"), ("web", "absent")].into_iter().enumerate() {
+        let name = format!("orphan-{i}");
+        gen.members
+            .push(pod(&name, 0, json!({"pool": "g0"}), Some((w, group))));
+        gen.orphans.push(name);
     }
     gen
 }
@@ -327,6 +338,14 @@ fn check_counts(who: &str, o: &Outcome, gen: &Generated) -> Result<(), String> {
             return Err(format!("{who}: gang {gang:?} is bound in part ({bound})"));
         }
     }
+    for p in &gen.orphans {
+        if o.get(p) != Some(&Err(NO_CONDITION.to_string())) {
+            return Err(format!(
+                "{who}: {p}, whose Workload or pod group is missing, should wait without a condition: {:?}",
+                o.get(p)
+            ));
+        }
+    }
     Ok(())
 }
 
@@ -427,7 +446,7 @@ fn kube_scheduler_and_berth_place_the_same_gangs_all_or_none() {
         if let Err(e) = compare(&kube, &berth, &gen) {
             panic!("seed {seed}: {e}");
         }
-        eprintln!("seed {seed}: kube-scheduler {kube:#?}");
+        eprintln!("seed {seed}: kube-scheduler {kube:#?}\nberth {berth:#?}");
         for gang in &gen.gangs {
             let waited = gang.expected_bound() == 0
                 && gang.pods.len() >= gang.min
