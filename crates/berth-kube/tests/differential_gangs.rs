@@ -204,11 +204,8 @@ fn generate(seed: u64) -> Generated {
         }
         let (min, n_pods) = gang_size(&mut g, shape, room);
         let w = format!("w{i}");
-        gen.workloads.push(workload(
-            &w,
-            "workers",
-            json!({"gang": {"minCount": min}}),
-        ));
+        gen.workloads
+            .push(workload(&w, "workers", json!({"gang": {"minCount": min}})));
         let mut pods = Vec::new();
         for j in 0..n_pods {
             let name = format!("g{i}-p{j}");
@@ -227,7 +224,10 @@ fn generate(seed: u64) -> Generated {
     }
     // Pods naming a Workload that does not exist, or a pod group their Workload lacks:
     // PreEnqueue keeps them out (asking for nothing, they would fit anywhere in pool g0).
-    for (i, (w, group)) in [("absent", "workers"), ("web", "absent")].into_iter().enumerate() {
+    for (i, (w, group)) in [("absent", "workers"), ("web", "absent")]
+        .into_iter()
+        .enumerate()
+    {
         let name = format!("orphan-{i}");
         gen.members
             .push(pod(&name, 0, json!({"pool": "g0"}), Some((w, group))));
@@ -460,7 +460,10 @@ fn kube_scheduler_and_berth_place_the_same_gangs_all_or_none() {
     if defaults {
         for (what, case) in [
             ("a gang bound", (Shape::Fits, true, false)),
-            ("a short gang with members waiting", (Shape::Short, false, true)),
+            (
+                "a short gang with members waiting",
+                (Shape::Short, false, true),
+            ),
             ("a gang with too few pods", (Shape::TooFew, false, false)),
         ] {
             assert!(shapes.contains(&case), "no seed made {what}: {shapes:?}");
