@@ -56,10 +56,13 @@ enum Shape {
     TooFew,
 }
 
-/// One gang: a Workload `w{i}` with pod group `workers`, its pods `g{i}-p{j}` on pool `g{i}`.
+/// One gang: a Workload `w{i}` with pod group `workers`, its pods `g{i}-p{j}` on pool `g{i}`;
+/// or another replica (`podGroupReplicaKey`) of the same Workload's pod group, a gang of its
+/// own.
 #[derive(Debug)]
 struct Gang {
     workload: String,
+    replica: String,
     shape: Shape,
     min: usize,
     pods: Vec<String>,
@@ -105,14 +108,18 @@ fn node(name: &str, pool: &str, millis: u64) -> Value {
     })
 }
 
-fn pod(name: &str, millis: u64, selector: Value, workload: Option<(&str, &str)>) -> Value {
+/// A pod asking for `millis` CPU, with `workload`: its Workload, pod group and replica key.
+fn pod(name: &str, millis: u64, selector: Value, workload: Option<(&str, &str, &str)>) -> Value {
     let mut spec = json!({
         "containers": [{"name": "a", "image": "app",
             "resources": {"requests": {"cpu": format!("{millis}m")}}}],
         "nodeSelector": selector,
     });
-    if let Some((w, group)) = workload {
+    if let Some((w, group, replica)) = workload {
         spec["workloadRef"] = json!({"name": w, "podGroup": group});
+        if !replica.is_empty() {
+            spec["workloadRef"]["podGroupReplicaKey"] = json!(replica);
+        }
     }
     json!({"apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": name, "namespace": NAMESPACE}, "spec": spec})
@@ -131,7 +138,7 @@ fn plain_pods(g: &mut Gen, name: &str, node_millis: u64, free: &mut u64, out: &m
     for _ in 0..g.below(3) {
         let i = out.len();
         let web = g.below(2) == 0;
-        let workload = web.then_some(("web", "web"));
+        let workload = web.then_some(("web", "web", ""));
         let selector = json!({"kubernetes.io/hostname": name});
         let millis = if g.below(5) == 0 {
             node_millis + 500
@@ -173,6 +180,17 @@ fn gang_size(g: &mut Gen, shape: Shape, room: usize) -> (usize, usize) {
     }
 }
 
+/// A second replica of a pod group of `min`: at least `min` pods (more than gang 2, its
+/// replica "" with too few), fitting or short of room as the room has it.
+fn replica_size(g: &mut Gen, min: usize, room: usize) -> (usize, usize) {
+    let extra = if room >= min {
+        g.below((room - min + 1).min(2) as u64) as usize
+    } else {
+        g.below(2) as usize
+    };
+    (min, min + extra)
+}
+
 fn generate(seed: u64) -> Generated {
     let mut g = Gen(seed);
     let mut gen = Generated {
@@ -183,12 +201,14 @@ fn generate(seed: u64) -> Generated {
         gangs: Vec::new(),
         orphans: Vec::new(),
     };
-    let n_gangs = 3 + g.below(2) as usize;
+    let n_gangs = 4 + g.below(2) as usize;
     for i in 0..n_gangs {
         let shape = match i {
             0 => Shape::Fits,
             1 => Shape::Short,
             2 => Shape::TooFew,
+            // Replica "1" of gang 2's pod group: its pods must not count for gang 2.
+            3 => Shape::Fits,
             _ => [Shape::Fits, Shape::Short, Shape::TooFew][g.below(3) as usize],
         };
         let pool = format!("g{i}");
@@ -202,20 +222,34 @@ fn generate(seed: u64) -> Generated {
             plain_pods(&mut g, &name, millis, &mut free, &mut gen.plain);
             room += (free / cpu) as usize;
         }
-        let (min, n_pods) = gang_size(&mut g, shape, room);
-        let w = format!("w{i}");
-        gen.workloads
-            .push(workload(&w, "workers", json!({"gang": {"minCount": min}})));
+        let (w, replica, min, n_pods) = match &gen.gangs[..] {
+            [.., two, _] if i == 3 => {
+                let (min, n_pods) = replica_size(&mut g, two.min, room);
+                (two.workload.clone(), "1".to_string(), min, n_pods)
+            }
+            _ => {
+                let (min, n_pods) = gang_size(&mut g, shape, room);
+                let w = format!("w{i}");
+                gen.workloads
+                    .push(workload(&w, "workers", json!({"gang": {"minCount": min}})));
+                (w, String::new(), min, n_pods)
+            }
+        };
         let mut pods = Vec::new();
         for j in 0..n_pods {
             let name = format!("g{i}-p{j}");
             let selector = json!({"pool": pool});
-            gen.members
-                .push(pod(&name, cpu, selector, Some((&w, "workers"))));
+            let workload = Some((w.as_str(), "workers", replica.as_str()));
+            gen.members.push(pod(&name, cpu, selector, workload));
             pods.push(name);
         }
+        let shape = match (i, room >= min) {
+            (3, false) => Shape::Short,
+            _ => shape,
+        };
         gen.gangs.push(Gang {
             workload: w,
+            replica,
             shape,
             min,
             pods,
@@ -230,7 +264,7 @@ fn generate(seed: u64) -> Generated {
     {
         let name = format!("orphan-{i}");
         gen.members
-            .push(pod(&name, 0, json!({"pool": "g0"}), Some((w, group))));
+            .push(pod(&name, 0, json!({"pool": "g0"}), Some((w, group, ""))));
         gen.orphans.push(name);
     }
     gen
@@ -352,8 +386,12 @@ fn check_counts(who: &str, o: &Outcome, gen: &Generated) -> Result<(), String> {
 /// berth's rejection of a short gang's waiting members (Koordinator's wording), for a gang
 /// whose member failed with `reason` while `waiting` others waited at Permit.
 fn rejection_says(message: &str, gang: &Gang, reason: &str, waiting: usize) -> bool {
+    let replica = match gang.replica.as_str() {
+        "" => String::new(),
+        r => format!("/{r}"),
+    };
     let head = format!(
-        "GangGroup \"{NAMESPACE}/{}/workers\" gets rejected due to member Pod \"{NAMESPACE}/",
+        "GangGroup \"{NAMESPACE}/{}/workers{replica}\" gets rejected due to member Pod \"{NAMESPACE}/",
         gang.workload
     );
     let tail = format!("is unschedulable with reason {reason:?}, alreadyWaitForBound: {waiting}");
@@ -430,7 +468,7 @@ fn compare(kube: &Outcome, berth: &Outcome, gen: &Generated) -> Result<(), Strin
 fn kube_scheduler_and_berth_place_the_same_gangs_all_or_none() {
     let runtime = support::runtime();
     let (seeds, defaults) = support::seeds();
-    let mut shapes = Vec::new();
+    let mut reached = std::collections::BTreeSet::new();
     for seed in &seeds {
         let seed = *seed;
         let gen = generate(seed);
@@ -448,25 +486,35 @@ fn kube_scheduler_and_berth_place_the_same_gangs_all_or_none() {
         }
         eprintln!("seed {seed}: kube-scheduler {kube:#?}\nberth {berth:#?}");
         for gang in &gen.gangs {
-            let waited = gang.expected_bound() == 0
-                && gang.pods.len() >= gang.min
-                && gang.room > 0
-                && gang.shape == Shape::Short;
-            shapes.push((gang.shape, gang.expected_bound() > 0, waited));
+            let bound = gang.expected_bound();
+            let short = bound == 0 && gang.pods.len() >= gang.min && gang.room > 0;
+            reached.extend(
+                [
+                    (gang.shape == Shape::Fits && bound > 0).then_some("a gang bound"),
+                    (bound > 0 && bound < gang.pods.len())
+                        .then_some("a bound gang with members beyond its room"),
+                    (gang.shape == Shape::Short && short)
+                        .then_some("a short gang with members waiting"),
+                    (gang.shape == Shape::TooFew).then_some("a gang with too few pods"),
+                    (!gang.replica.is_empty() && bound > 0)
+                        .then_some("a second replica bound beside one with too few pods"),
+                ]
+                .into_iter()
+                .flatten(),
+            );
         }
     }
-    // The default seeds reach every case: a gang bound, a short gang whose members waited
-    // at Permit, and a gang with too few pods.
+    // The default seeds reach every case (a change to the generator that loses one shows
+    // here rather than silently testing less).
     if defaults {
-        for (what, case) in [
-            ("a gang bound", (Shape::Fits, true, false)),
-            (
-                "a short gang with members waiting",
-                (Shape::Short, false, true),
-            ),
-            ("a gang with too few pods", (Shape::TooFew, false, false)),
+        for case in [
+            "a gang bound",
+            "a bound gang with members beyond its room",
+            "a short gang with members waiting",
+            "a gang with too few pods",
+            "a second replica bound beside one with too few pods",
         ] {
-            assert!(shapes.contains(&case), "no seed made {what}: {shapes:?}");
+            assert!(reached.contains(case), "no seed made {case}: {reached:?}");
         }
     }
 }
