@@ -6,10 +6,12 @@
 //! Each generated cluster has one pool of nodes (one or two, of random CPU) per gang. First
 //! plain pods come, pinned to single nodes (some in a Workload pod group of policy `basic`,
 //! some too big for their node), taking room the gangs then compete for; once they settled,
-//! the gangs' pods come, each gang a Workload pod group of policy `gang` (`minCount`) whose
-//! pods ask for the same CPU and select their pool: gangs that fit (some with more pods than
-//! room, the rest after the quorum unschedulable), gangs one or two members short of room,
-//! and gangs with fewer pods than `minCount`.
+//! the gangs' pods come (one gang's a second before its Workload), each gang a Workload pod
+//! group of policy `gang` (`minCount`), or another replica (`podGroupReplicaKey`) of one,
+//! whose pods ask for the same CPU and select their pool: gangs that fit (some with more
+//! pods than room, the rest after the quorum unschedulable), gangs one or two members short
+//! of room, and gangs with fewer pods than `minCount`; and pods naming a missing Workload or
+//! pod group.
 //!
 //! Pinned plain pods and per-pool gangs make every outcome a matter of arithmetic, whatever
 //! node equal scores pick: how many members of each gang are bound is checked against the
@@ -85,6 +87,8 @@ impl Gang {
 struct Generated {
     nodes: Vec<Value>,
     workloads: Vec<Value>,
+    /// Workloads created a second after their pods (which wait for them meanwhile).
+    late: Vec<Value>,
     /// Created first, settled before the gangs come.
     plain: Vec<Value>,
     /// The gangs' pods.
@@ -196,6 +200,7 @@ fn generate(seed: u64) -> Generated {
     let mut gen = Generated {
         nodes: Vec::new(),
         workloads: vec![workload("web", "web", json!({"basic": {}}))],
+        late: Vec::new(),
         plain: Vec::new(),
         members: Vec::new(),
         gangs: Vec::new(),
@@ -230,8 +235,12 @@ fn generate(seed: u64) -> Generated {
             _ => {
                 let (min, n_pods) = gang_size(&mut g, shape, room);
                 let w = format!("w{i}");
-                gen.workloads
-                    .push(workload(&w, "workers", json!({"gang": {"minCount": min}})));
+                let object = workload(&w, "workers", json!({"gang": {"minCount": min}}));
+                // Gang 0's pods come before their Workload, and must form once it comes.
+                match i {
+                    0 => gen.late.push(object),
+                    _ => gen.workloads.push(object),
+                }
                 (w, String::new(), min, n_pods)
             }
         };
@@ -361,19 +370,24 @@ async fn run(cluster: &TestCluster, gen: &Generated) -> Outcome {
         "Workload",
     ));
     let workloads: Api<DynamicObject> = Api::namespaced_with(cluster.client(), NAMESPACE, &ar);
-    for w in &gen.workloads {
-        let w: DynamicObject = serde_json::from_value(w.clone()).expect("workload");
-        workloads
-            .create(&PostParams::default(), &w)
-            .await
-            .unwrap_or_else(|e| panic!("creating workload {:?}: {e}", w.metadata.name));
-    }
+    create_workloads(&workloads, &gen.workloads).await;
     create_pods(cluster, &gen.plain).await;
     let plain = gen.plain.len();
     outcome(cluster, plain, plain, None).await;
     create_pods(cluster, &gen.members).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    create_workloads(&workloads, &gen.late).await;
     let all = plain + gen.members.len();
     outcome(cluster, all, must_decide(gen), Some(NO_CONDITION)).await
+}
+
+async fn create_workloads(api: &Api<DynamicObject>, workloads: &[Value]) {
+    for w in workloads {
+        let w: DynamicObject = serde_json::from_value(w.clone()).expect("workload");
+        api.create(&PostParams::default(), &w)
+            .await
+            .unwrap_or_else(|e| panic!("creating workload {:?}: {e}", w.metadata.name));
+    }
 }
 
 fn start_cluster() -> TestCluster {
