@@ -322,6 +322,21 @@ impl Gangs {
         })
     }
 
+    /// Why `pod`, a member of `gang`, may not be tried yet (the upstream PreEnqueue and
+    /// PreFilter checks): its gang's object is missing, or the gang has fewer pods than its
+    /// minimum. `None` when it may.
+    pub fn held_back(&self, gang: &GangId, pod: &PodInfo) -> Option<String> {
+        match self.policy(gang, pod) {
+            Ok(None) => None,
+            Ok(Some(policy)) => {
+                let have = self.member_count(gang);
+                (have < policy.min as usize)
+                    .then(|| Self::too_few_message(gang, pod, have, policy.min))
+            }
+            Err(message) => Some(message),
+        }
+    }
+
     /// The message of a pod whose gang has fewer pods than its minimum (the upstream
     /// plugins' PreEnqueue / PreFilter).
     pub fn too_few_message(gang: &GangId, pod: &PodInfo, have: usize, min: u32) -> String {

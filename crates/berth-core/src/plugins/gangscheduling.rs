@@ -1,7 +1,8 @@
 //! Gang scheduling's PreEnqueue (kube-scheduler 1.35's GangScheduling, Koordinator's and
 //! scheduler-plugins' Coscheduling): before a member's cycle, its gang object must exist
-//! and the gang must have at least `min` pods; otherwise the pod is unschedulable with the
-//! upstream message. The rest of gang scheduling (Permit with waiting) is the scheduler's
+//! and the gang must have at least `min` pods; otherwise the pod waits: for a PodGroup's gang
+//! unschedulable with the upstream message, for a Workload's without a condition, as
+//! kube-scheduler 1.35's PreEnqueue leaves it. The rest of gang scheduling (Permit with waiting) is the scheduler's
 //! (`scheduler/permit.rs`), over the gang bookkeeping in [`crate::gang`].
 //!
 //! berth's gangs are not configured per profile: the scheduler asks this plugin for every
@@ -9,7 +10,7 @@
 
 use crate::framework::plugin::{PreEnqueueContext, PreEnqueueRejection};
 use crate::framework::{Plugin, Points};
-use crate::gang::{Api, Gangs, COSCHEDULING, GANG_SCHEDULING};
+use crate::gang::{Api, COSCHEDULING, GANG_SCHEDULING};
 use crate::model::pod::PodInfo;
 
 /// The gang PreEnqueue plugin. Its rejections name `GangScheduling` for a Workload's gang
@@ -34,24 +35,17 @@ impl Plugin for GangScheduling {
         let Some(gang) = cx.gangs.gang(&pod.key).cloned() else {
             return Ok(());
         };
-        let message = match cx.gangs.policy(&gang, pod) {
-            Ok(None) => return Ok(()),
-            Ok(Some(policy)) => {
-                let have = cx.gangs.member_count(&gang);
-                if have >= policy.min as usize {
-                    return Ok(());
-                }
-                Gangs::too_few_message(&gang, pod, have, policy.min)
-            }
-            Err(message) => message,
+        let Some(message) = cx.gangs.held_back(&gang, pod) else {
+            return Ok(());
         };
         let plugin = match gang.api {
             Api::Workload => GANG_SCHEDULING,
             _ => COSCHEDULING,
         };
-        Err(PreEnqueueRejection {
-            plugin,
-            message: Some(message),
-        })
+        // kube-scheduler 1.35 runs GangScheduling's checks at PreEnqueue, whose rejections
+        // write no condition: the pod just waits. The Coscheduling plugins run theirs at
+        // PreFilter, whose rejections are the pod's unschedulable condition.
+        let message = (gang.api != Api::Workload).then_some(message);
+        Err(PreEnqueueRejection { plugin, message })
     }
 }

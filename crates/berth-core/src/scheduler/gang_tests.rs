@@ -157,6 +157,46 @@ fn a_lightweight_gang_with_too_few_pods_waits_for_the_rest() {
     assert!(d.bound("a").is_some() && d.bound("b").is_some());
 }
 
+/// kube-scheduler 1.35's GangScheduling keeps a Workload's member out at PreEnqueue, which
+/// writes no condition; the gang report still says why it waits.
+#[test]
+fn a_workload_gang_with_too_few_pods_waits_without_a_condition() {
+    let mut d = FakeDriver::synchronous();
+    nodes(&mut d, &[8]);
+    let w: berth_api::gang::Workload = serde_json::from_value(serde_json::json!({
+        "apiVersion": "scheduling.k8s.io/v1alpha1", "kind": "Workload",
+        "metadata": {"name": "train", "namespace": "default"},
+        "spec": {"podGroups": [{"name": "workers", "policy": {"gang": {"minCount": 2}}}]}}))
+    .unwrap();
+    d.apply(Object::Workload(Arc::new(w)));
+    let worker = |name: &str| {
+        Object::Pod(
+            pod(name)
+                .req("cpu", "1")
+                .workload_ref("train", "workers", "")
+                .build(),
+        )
+    };
+    d.apply(worker("a"));
+    d.settle();
+    assert_eq!(d.bound("a"), None);
+    assert_eq!(d.condition("a"), None, "no PodScheduled condition");
+    let report = d
+        .scheduler()
+        .gang_report(&ObjectKey::pod("default", "a"))
+        .unwrap();
+    assert_eq!(
+        report.unplaced,
+        vec![(
+            "default/a".to_string(),
+            "waiting for minCount pods from a gang to appear in scheduling queue".to_string()
+        )]
+    );
+    d.apply(worker("b"));
+    d.settle();
+    assert!(d.bound("a").is_some() && d.bound("b").is_some());
+}
+
 /// The core alone, at `now`, with a node of `cpu` CPUs and a strict PodGroup `job` of `min`.
 fn bare(cpu: &str, min: i32) -> super::Scheduler {
     let mut s = super::Scheduler::new(Vec::new(), Config::default());

@@ -423,8 +423,12 @@ impl Scheduler {
                     report.waiting.push(name(k));
                 }
             } else {
-                let why = self.last_message.get(k).cloned().unwrap_or_default();
-                report.unplaced.push((name(k), why));
+                // A Workload's member held back at PreEnqueue has no condition: say why.
+                let why = self.last_message.get(k).cloned().or_else(|| {
+                    let info = self.item(k)?;
+                    self.gangs.held_back(gang, &info)
+                });
+                report.unplaced.push((name(k), why.unwrap_or_default()));
             }
         }
         Some(report)

@@ -63,6 +63,12 @@ impl Drop for Reaped {
 /// Starts the real kube-scheduler on `cluster` with `config` (a KubeSchedulerConfiguration
 /// whose `KUBECONFIG` is replaced by the cluster's), logging to the cluster's directory.
 pub fn kube_scheduler(cluster: &TestCluster, config: &str) -> Reaped {
+    kube_scheduler_with(cluster, config, &[])
+}
+
+/// [`kube_scheduler`] with `extra` command-line arguments (e.g. `--feature-gates=..` for
+/// alpha plugins, which the configuration file cannot turn on).
+pub fn kube_scheduler_with(cluster: &TestCluster, config: &str, extra: &[&str]) -> Reaped {
     let kubeconfig = cluster.kubeconfig_path().display().to_string();
     let log = std::fs::File::create(cluster.dir().join("kube-scheduler.log")).expect("log");
     let file = cluster.dir().join("kube-scheduler-config.yaml");
@@ -73,6 +79,7 @@ pub fn kube_scheduler(cluster: &TestCluster, config: &str) -> Reaped {
             .arg(format!("--authentication-kubeconfig={kubeconfig}"))
             .arg(format!("--authorization-kubeconfig={kubeconfig}"))
             .arg("--secure-port=0")
+            .args(extra)
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
