@@ -101,10 +101,7 @@ pub fn cpuset(data: &[u8]) -> bool {
     for _ in 0..b.below(3) {
         available.insert(b.byte().into());
     }
-    let usable: CpuSet = available
-        .iter()
-        .filter(|c| layout.contains(*c))
-        .collect();
+    let usable: CpuSet = available.iter().filter(|c| layout.contains(*c)).collect();
     let n = b.below(usable.len() + 3);
     let policy = b.pick(&POLICIES);
     let got = take_cpus(&layout, &available, n, policy);

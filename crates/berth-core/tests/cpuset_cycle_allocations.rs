@@ -59,7 +59,7 @@ fn pod(i: usize) -> Arc<Pod> {
     let cpu = 2 + i % 4;
     let res = json!({"cpu": cpu.to_string(), "memory": "1Gi"});
     let spec = match i % 3 {
-        0 if cpu % 2 == 0 => Some(json!({"requiredCPUBindPolicy": "FullPCPUs"})),
+        0 if cpu.is_multiple_of(2) => Some(json!({"requiredCPUBindPolicy": "FullPCPUs"})),
         1 => Some(json!({"preferredCPUBindPolicy": "SpreadByPCPUs"})),
         _ => None,
     };

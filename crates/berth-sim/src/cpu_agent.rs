@@ -15,8 +15,8 @@
 use std::collections::BTreeMap;
 
 use berth_api::annotations::{
-    AnnotationCodec, CpuInfo, CpuSharedPool, CpuSharedPools, CpuTopology,
-    KubeletCpuManagerPolicy, NodeReservation, ANNOTATION_NODE_RESERVATION,
+    AnnotationCodec, CpuInfo, CpuSharedPool, CpuSharedPools, CpuTopology, KubeletCpuManagerPolicy,
+    NodeReservation, ANNOTATION_NODE_RESERVATION,
 };
 use berth_api::k8s_openapi::api::core::v1::Node;
 use berth_api::nrt::NodeResourceTopology;

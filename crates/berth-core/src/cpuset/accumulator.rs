@@ -232,7 +232,11 @@ impl<'a> Acc<'a> {
             if self.needed <= limit {
                 self.free_cores_by(by, by == By::Node, per_core);
                 let s = &*self.s;
-                if let Some(g) = s.order.iter().copied().find(|g| s.group_len[*g as usize] >= self.needed)
+                if let Some(g) = s
+                    .order
+                    .iter()
+                    .copied()
+                    .find(|g| s.group_len[*g as usize] >= self.needed)
                 {
                     self.take_group(g as usize, self.needed);
                     return true;
@@ -612,8 +616,7 @@ mod tests {
                 .collect()
         });
         let id = prop_oneof![8 => 0u32..64, 1 => 1_000u32..1_100, 1 => any::<u32>()];
-        let irregular =
-            proptest::collection::vec((id, 0u32..12, 0u32..3, 0u32..4), 1..48);
+        let irregular = proptest::collection::vec((id, 0u32..12, 0u32..3, 0u32..4), 1..48);
         prop_oneof![1 => regular, 1 => irregular]
     }
 

@@ -16,9 +16,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use berth_api::annotations::{
-    AnnotationCodec, AnnotationError, CpuBindPolicy, CpuTopology,
-    KubeletCpuManagerPolicy, NodeReservation, ResourceStatus, ANNOTATION_NODE_RESERVATION,
-    ANNOTATION_RESOURCE_STATUS,
+    AnnotationCodec, AnnotationError, CpuBindPolicy, CpuTopology, KubeletCpuManagerPolicy,
+    NodeReservation, ResourceStatus, ANNOTATION_NODE_RESERVATION, ANNOTATION_RESOURCE_STATUS,
 };
 use berth_api::nrt::NodeResourceTopology;
 use berth_api::validate::{Refusal, Rule};

@@ -23,8 +23,8 @@
 use std::collections::BTreeMap;
 
 use berth_api::annotations::{
-    AnnotationCodec, CpuBindPolicy, NumaNodeResource, ResourceSpec,
-    ResourceStatus, LABEL_NODE_CPU_BIND_POLICY, LABEL_POD_QOS,
+    AnnotationCodec, CpuBindPolicy, NumaNodeResource, ResourceSpec, ResourceStatus,
+    LABEL_NODE_CPU_BIND_POLICY, LABEL_POD_QOS,
 };
 use berth_api::k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use berth_api::reservation::ReservationAllocatePolicy;
