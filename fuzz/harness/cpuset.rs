@@ -101,11 +101,7 @@ pub fn cpuset(data: &[u8]) -> bool {
     for _ in 0..b.below(3) {
         available.insert(b.byte().into());
     }
-    let usable: CpuSet = available
-        .iter()
-        .copied()
-        .filter(|c| layout.contains(*c))
-        .collect();
+    let usable: CpuSet = available.iter().filter(|c| layout.contains(*c)).collect();
     let n = b.below(usable.len() + 3);
     let policy = b.pick(&POLICIES);
     let got = take_cpus(&layout, &available, n, policy);
@@ -143,7 +139,7 @@ pub fn cpuset(data: &[u8]) -> bool {
     let reservation = if by_list {
         let ids: CpuSet = (0..b.below(6)).map(|_| u32::from(b.byte() % 128)).collect();
         NodeReservation {
-            reserved_cpus: berth_api::annotations::format_cpu_list(&ids),
+            reserved_cpus: ids.to_string(),
             ..Default::default()
         }
     } else {
@@ -154,7 +150,7 @@ pub fn cpuset(data: &[u8]) -> bool {
         }
     };
     let reserved = concrete_reserved(&layout, &kubelet, &reservation);
-    assert!(reserved.iter().all(|c| layout.contains(*c)), "{reserved:?}");
+    assert!(reserved.iter().all(|c| layout.contains(c)), "{reserved:?}");
     if reservation.reserved_cpus.is_empty() {
         let count = reservation.reserved_cpu_count().unwrap_or(0) as usize;
         let free = layout.len() - kubelet.len();
@@ -168,7 +164,7 @@ pub fn cpuset(data: &[u8]) -> bool {
     reservation.insert_into(&mut annotations);
     KubeletCpuManagerPolicy {
         policy: "static".into(),
-        reserved_cpus: berth_api::annotations::format_cpu_list(&kubelet),
+        reserved_cpus: kubelet.to_string(),
         ..Default::default()
     }
     .insert_into(&mut annotations);

@@ -94,6 +94,7 @@ pub fn cpu_layout(data: &[u8]) -> bool {
     let reserved: CpuSet = match NodeReservation::from_annotations(annotations) {
         Ok(Some(r)) => r
             .reserved_cpu_ids()
+            .map(CpuSet::from)
             .unwrap_or_else(|e| panic!("{text:?}: published reservation: {e}")),
         Ok(None) => CpuSet::new(),
         Err(e) => panic!("{text:?}: published reservation: {e}"),
@@ -101,13 +102,14 @@ pub fn cpu_layout(data: &[u8]) -> bool {
     let mut covered = reserved.clone();
     for pool in &pools.0 {
         let cpus = berth_api::annotations::parse_cpu_list(&pool.cpuset)
+            .map(CpuSet::from)
             .unwrap_or_else(|e| panic!("{text:?}: pool {}: {e}", pool.cpuset));
         assert!(
             cpus.is_disjoint(&covered),
             "{text:?}: {} twice",
             pool.cpuset
         );
-        covered.extend(cpus);
+        covered.union_with(&cpus);
     }
     assert_eq!(
         covered, all,

@@ -261,7 +261,9 @@ fn check(w: &World) -> Result<(), TestCaseError> {
                 .copied()
                 .filter(|c| view.is_some_and(|v| v.layout.contains(*c)))
                 .collect(),
-            None => view.map(|v| v.node_reserved.clone()).unwrap_or_default(),
+            None => view
+                .map(|v| BTreeSet::from(&v.node_reserved))
+                .unwrap_or_default(),
         };
         if let Some(v) = view {
             prop_assert_eq!(&v.node_reserved, &r, "node {} reserved CPUs", name);

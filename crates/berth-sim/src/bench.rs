@@ -439,7 +439,7 @@ pub fn run_part(part: &Part, instructions: bool) -> Vec<String> {
                 .map(str::to_string)
                 .collect();
             if instructions {
-                lines.push(crate::bench_numa::instructions_line(p));
+                lines.extend(crate::bench_numa::instructions_lines(p));
             }
             lines
         }

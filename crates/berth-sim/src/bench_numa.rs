@@ -90,6 +90,28 @@ impl Params {
 /// `--instructions` counts).
 pub const CACHE_CASE: &str = "NUMA/cache";
 
+/// The name `berth bench --only-case` takes for the reserve-cache mode with one pod in four
+/// `LSR` (the scheduler also picks their exclusive CPUs), which `--instructions` counts too.
+pub const LSR_CASE: &str = "NUMA/cache-LSR";
+
+/// The parameters of the `--only-case` named `name` ([`CACHE_CASE`], [`LSR_CASE`]) on top
+/// of `p`, or `None` for another name.
+pub fn case_params(p: &Params, name: &str) -> Option<Params> {
+    match name {
+        CACHE_CASE => Some(p.clone()),
+        LSR_CASE => Some(with_lsr(p)),
+        _ => None,
+    }
+}
+
+/// `p` with one pod in four `LSR` (unless it has some already).
+fn with_lsr(p: &Params) -> Params {
+    Params {
+        lsr_every: if p.lsr_every > 0 { p.lsr_every } else { 4 },
+        ..p.clone()
+    }
+}
+
 /// The function callgrind collects in for the NUMA suite (its demangled path).
 pub const TOGGLE: &str = "berth_sim::bench_numa::measured_cycles";
 
@@ -101,10 +123,20 @@ pub fn measured_cycles(core: &mut Scheduler, now: Time) {
 }
 
 /// `--instructions` for the NUMA suite: the reserve-cache mode runs again under callgrind
-/// (`--only-case` [`CACHE_CASE`]), counting its scheduling cycles; the line gives
-/// instructions per cycle and per pod bound (the run is deterministic, so the counts of
-/// this process's run apply).
-pub fn instructions_line(p: &Params) -> String {
+/// (`--only-case` [`CACHE_CASE`]), and again with one pod in four `LSR` ([`LSR_CASE`]),
+/// counting their scheduling cycles; a line each gives instructions per cycle and per pod
+/// bound (the runs are deterministic, so the counts of this process's runs apply).
+pub fn instructions_lines(p: &Params) -> Vec<String> {
+    [(CACHE_CASE, "cache"), (LSR_CASE, "cache, 1 in 4 LSR")]
+        .into_iter()
+        .map(|(case, label)| {
+            let q = case_params(p, case).unwrap_or_else(|| p.clone());
+            instructions_line(&q, case, label)
+        })
+        .collect()
+}
+
+fn instructions_line(p: &Params, case: &str, label: &str) -> String {
     let args: Vec<String> = [
         "bench",
         "--suite",
@@ -114,7 +146,7 @@ pub fn instructions_line(p: &Params) -> String {
         "--pods",
         &p.pods.to_string(),
         "--only-case",
-        CACHE_CASE,
+        case,
     ]
     .iter()
     .map(|a| a.to_string())
@@ -123,14 +155,14 @@ pub fn instructions_line(p: &Params) -> String {
         Some(ir) => {
             let o = run_mode(p, true);
             format!(
-                "  cache: {:>9.0} instructions/cycle  {:>9.0} instructions/pod bound ({} cycles, {} bound)",
+                "  {label}: {:>9.0} instructions/cycle  {:>9.0} instructions/pod bound ({} cycles, {} bound)",
                 ir as f64 / o.cycles.max(1) as f64,
                 ir as f64 / o.bound.max(1) as f64,
                 o.cycles,
                 o.bound
             )
         }
-        None => "  cache: no instruction count (valgrind missing or its run failed)".into(),
+        None => format!("  {label}: no instruction count (valgrind missing or its run failed)"),
     }
 }
 
@@ -528,11 +560,7 @@ pub fn run_with(p: &Params) -> String {
     }
     if p.lsr_every == 0 {
         // The same burst with one pod in four LSR: the scheduler also picks their CPUs.
-        let lsr = Params {
-            lsr_every: 4,
-            ..p.clone()
-        };
-        let o = run_mode(&lsr, true);
+        let o = run_mode(&with_lsr(p), true);
         let _ = writeln!(
             out,
             "  1 in 4 LSR (cpusets)  {}  {:.1} us/cycle (vs {:.1} without LSR)",

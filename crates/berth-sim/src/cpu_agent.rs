@@ -15,8 +15,8 @@
 use std::collections::BTreeMap;
 
 use berth_api::annotations::{
-    format_cpu_list, AnnotationCodec, CpuInfo, CpuSharedPool, CpuSharedPools, CpuTopology,
-    KubeletCpuManagerPolicy, NodeReservation, ANNOTATION_NODE_RESERVATION,
+    AnnotationCodec, CpuInfo, CpuSharedPool, CpuSharedPools, CpuTopology, KubeletCpuManagerPolicy,
+    NodeReservation, ANNOTATION_NODE_RESERVATION,
 };
 use berth_api::k8s_openapi::api::core::v1::Node;
 use berth_api::nrt::NodeResourceTopology;
@@ -129,7 +129,7 @@ pub fn publish(
     match reservation {
         Some(r) => {
             NodeReservation {
-                reserved_cpus: format_cpu_list(&reserved),
+                reserved_cpus: reserved.to_string(),
                 resources: BTreeMap::new(),
                 apply_policy: r.apply_policy,
             }
@@ -142,9 +142,9 @@ pub fn publish(
     // Each socket's CPUs in one pass over the node's (a pass per socket would be quadratic
     // in the 4,096 CPUs a layout may declare, one socket each).
     let mut per_socket: BTreeMap<u32, CpuSet> = (0..sockets).map(|s| (s, CpuSet::new())).collect();
-    for c in layout.all().difference(&reserved) {
-        if let Some(cpus) = layout.place(*c).and_then(|p| per_socket.get_mut(&p.socket)) {
-            cpus.insert(*c);
+    for c in &layout.all().difference(&reserved) {
+        if let Some(cpus) = layout.place(c).and_then(|p| per_socket.get_mut(&p.socket)) {
+            cpus.insert(c);
         }
     }
     let pools = per_socket
@@ -152,7 +152,7 @@ pub fn publish(
         .map(|(s, cpus)| CpuSharedPool {
             socket: i32::try_from(s).unwrap_or(i32::MAX),
             node: i32::try_from(s).unwrap_or(i32::MAX),
-            cpuset: format_cpu_list(&cpus),
+            cpuset: cpus.to_string(),
         })
         .collect();
     CpuSharedPools(pools).insert_into(annotations);

@@ -456,14 +456,16 @@ fn bench(args: &BenchArgs) -> anyhow::Result<i32> {
         .filter(|p| match (&args.only_case, p) {
             (None, _) => true,
             (Some(name), berth_sim::bench::Part::Case(c)) => c.name == *name,
-            (Some(name), berth_sim::bench::Part::Numa(_)) => {
-                name == berth_sim::bench_numa::CACHE_CASE
+            (Some(name), berth_sim::bench::Part::Numa(p)) => {
+                berth_sim::bench_numa::case_params(p, name).is_some()
             }
         })
         .collect();
     if let (Some(name), [berth_sim::bench::Part::Numa(p)]) = (&args.only_case, &parts[..]) {
-        // `--instructions`' child for the NUMA suite: the reserve-cache mode alone.
-        let o = berth_sim::bench_numa::run_mode(p, true);
+        // `--instructions`' child for the NUMA suite: the reserve-cache mode alone, with or
+        // without LSR pods.
+        let p = berth_sim::bench_numa::case_params(p, name).unwrap_or_else(|| p.clone());
+        let o = berth_sim::bench_numa::run_mode(&p, true);
         writeln!(
             std::io::stdout().lock(),
             "{name} {}",

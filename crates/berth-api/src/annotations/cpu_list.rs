@@ -73,8 +73,14 @@ pub fn parse_cpu_list(text: &str) -> Result<BTreeSet<u32>, CpuListError> {
 
 /// Formats CPU ids as the shortest CPU list (`cpuset.String()`): `[0,1,2,3,8]` → `"0-3,8"`.
 pub fn format_cpu_list(cpus: &BTreeSet<u32>) -> String {
+    format_cpu_ids(cpus.iter().copied())
+}
+
+/// [`format_cpu_list`] of ids given ascending and without repeats (as any set type of
+/// CPU ids iterates them), so that a set need not be copied into a `BTreeSet` first.
+pub fn format_cpu_ids(cpus: impl IntoIterator<Item = u32>) -> String {
     let mut parts: Vec<String> = Vec::new();
-    let mut iter = cpus.iter().copied().peekable();
+    let mut iter = cpus.into_iter().peekable();
     while let Some(start) = iter.next() {
         let mut end = start;
         // `end + 1` does not exist past u32::MAX: comparing `checked_add`'s `None` with the

@@ -32,7 +32,9 @@ use crate::validate::{Refusal, Rule};
 
 pub use affinity::{ReservationAffinity, ReservationAffinitySelector};
 pub use allocated::ReservationAllocated;
-pub use cpu_list::{format_cpu_list, parse_cpu_list, CpuListError, MAX_CPU_LIST_CPUS};
+pub use cpu_list::{
+    format_cpu_ids, format_cpu_list, parse_cpu_list, CpuListError, MAX_CPU_LIST_CPUS,
+};
 pub use cpu_topology::{
     CpuBindPolicy, CpuInfo, CpuSharedPool, CpuSharedPools, CpuTopology, KubeletCpuManagerPolicy,
     ResourceSpec,

@@ -16,9 +16,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use berth_api::annotations::{
-    format_cpu_list, AnnotationCodec, AnnotationError, CpuBindPolicy, CpuTopology,
-    KubeletCpuManagerPolicy, NodeReservation, ResourceStatus, ANNOTATION_NODE_RESERVATION,
-    ANNOTATION_RESOURCE_STATUS,
+    AnnotationCodec, AnnotationError, CpuBindPolicy, CpuTopology, KubeletCpuManagerPolicy,
+    NodeReservation, ResourceStatus, ANNOTATION_NODE_RESERVATION, ANNOTATION_RESOURCE_STATUS,
 };
 use berth_api::nrt::NodeResourceTopology;
 use berth_api::validate::{Refusal, Rule};
@@ -84,7 +83,7 @@ impl Eviction {
         format!(
             "pod {} holds CPUs {} that node {} reserves (node.koordinator.sh/reservation); it should be evicted",
             self.pod,
-            format_cpu_list(&self.cpus),
+            self.cpus,
             self.node
         )
     }
@@ -159,6 +158,7 @@ impl CpusetCluster {
         let kubelet_reserved = kubelet
             .as_ref()
             .and_then(|k| k.reserved_cpu_ids().ok())
+            .map(CpuSet::from)
             .unwrap_or_default();
         let tm = TopologyManagerConfig::from_nrt_parts(
             &nrt.spec.topology_policies,
@@ -246,7 +246,7 @@ fn status_cpus(text: Option<&str>) -> Result<Option<CpuSet>, String> {
     let cpus = status
         .cpu_ids()
         .map_err(|e| format!("cpuset {:?}: {e}", status.cpuset))?;
-    Ok((!cpus.is_empty()).then_some(cpus))
+    Ok((!cpus.is_empty()).then(|| CpuSet::from(cpus)))
 }
 
 /// Refuses a node reservation whose `reservedCPUs` name a CPU `layout` lacks (the rule:
@@ -263,7 +263,7 @@ pub fn absent_reserved_cpus(layout: &CpuLayout, r: &NodeReservation) -> Result<(
                 Rule::Inconsistent,
                 format!(
                     "CPU {cpu} is not in the node's CPU topology (CPUs {})",
-                    format_cpu_list(&layout.all())
+                    layout.all()
                 ),
             );
             Err((
@@ -289,7 +289,7 @@ pub fn concrete_reserved(
         }
     }
     let n = r.reserved_cpu_count().unwrap_or(0) as usize;
-    let free: CpuSet = layout.all().difference(kubelet_reserved).copied().collect();
+    let free = layout.all().difference(kubelet_reserved);
     take_cpus(layout, &free, n.min(free.len()), CpuBindPolicy::FullPcpus).unwrap_or_default()
 }
 
@@ -304,7 +304,7 @@ impl CpusetCluster {
         let mut out = CpuSet::new();
         for p in &node.pods {
             if let Some(c) = self.held(&p.uid) {
-                out.extend(c.iter().copied());
+                out.union_with(c);
             }
         }
         out
@@ -319,9 +319,7 @@ impl CpusetCluster {
         let mut left = reserved.clone();
         for p in node.pods.iter().filter(|p| !p.is_reserve_pod()) {
             if let Some(c) = self.held(&p.uid) {
-                for cpu in c {
-                    left.remove(cpu);
-                }
+                left.difference_with(c);
             }
         }
         left
@@ -363,9 +361,9 @@ impl CpusetCluster {
             _ => p.aligned,
         };
         let mut excluded = p.kubelet_reserved.clone();
-        excluded.extend(node_reserved.iter().copied());
+        excluded.union_with(&node_reserved);
         let name: Arc<str> = node.into();
-        let usable = p.layout.all().difference(&excluded).copied().collect();
+        let usable = p.layout.all().difference(&excluded);
         self.nodes.insert(
             name.clone(),
             NodeCpus {
@@ -388,7 +386,7 @@ impl CpusetCluster {
             let Some(held) = self.held(&pod.uid) else {
                 continue;
             };
-            let clash: CpuSet = held.intersection(&node_reserved).copied().collect();
+            let clash = held.intersection(&node_reserved);
             if clash.is_empty() || self.reported.get(&pod.uid) == Some(&clash) {
                 continue;
             }

@@ -5,12 +5,14 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use berth_api::annotations::CpuTopology;
 
-/// A set of logical CPU ids.
-pub type CpuSet = BTreeSet<u32>;
+pub use super::set::CpuSet;
 
 /// CPU ids below this are looked up by index ([`CpuLayout::place`]); a topology naming a
 /// larger id (none real has 8,192 logical CPUs) is searched instead.
 const DENSE_LIMIT: u32 = 8_192;
+
+/// No CPU at this id (in [`CpuLayout`]'s id-to-position table).
+const ABSENT: u32 = u32::MAX;
 
 /// Where one logical CPU sits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -24,18 +26,58 @@ pub struct CpuPlace {
 }
 
 /// A node's CPU layout, as koordlet's `node.koordinator.sh/cpu-topology` describes it.
+///
+/// Besides the places, it keeps what the allocator ([`super::accumulator`]) needs to choose
+/// CPUs without building maps on every node of every cycle: each CPU's position `i` (its
+/// rank among the ids) and the positions of its core, socket and NUMA node (their ranks
+/// among their ids), and each core's CPUs by position.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CpuLayout {
-    cpus: BTreeMap<u32, CpuPlace>,
-    /// `cpus` indexed by id, for the allocator's per-CPU lookups on the Filter path (a
-    /// search of `cpus` per CPU was most of an LSR pod's cycle); empty when an id is at or
-    /// above [`DENSE_LIMIT`], and lookups then search `cpus`.
-    dense: Vec<Option<CpuPlace>>,
+    /// The CPU ids, ascending: position `i` is CPU `ids[i]`.
+    ids: Vec<u32>,
+    /// Where CPU `ids[i]` sits.
+    places: Vec<CpuPlace>,
+    /// Position of CPU id `c` at index `c` (or [`ABSENT`]), for the per-CPU lookups on the
+    /// Filter path (a search per CPU was most of an LSR pod's cycle); empty when an id is
+    /// at or above [`DENSE_LIMIT`], and lookups then search `ids`.
+    dense: Vec<u32>,
+    /// Per position: the rank of its core among the core ids.
+    core_of: Vec<u32>,
+    /// Per position: the rank of its socket among the socket ids.
+    socket_of: Vec<u32>,
+    /// Per position: the rank of its NUMA node among `numa`.
+    node_of: Vec<u32>,
+    /// Core ids, ascending.
+    core_ids: Vec<u32>,
+    /// Socket ids, ascending.
+    socket_ids: Vec<u32>,
+    /// The positions of core `k`'s CPUs, ascending: `members[starts[k]..starts[k + 1]]`.
+    members: Vec<u32>,
+    starts: Vec<u32>,
     /// The NUMA nodes, ascending.
     numa: Vec<u32>,
+    /// The CPUs of each NUMA node of `numa`.
+    numa_cpus: Vec<CpuSet>,
+    /// Every CPU.
+    all: CpuSet,
     cpus_per_core: usize,
     cpus_per_node: usize,
     cpus_per_socket: usize,
+}
+
+/// The sorted distinct values of `key` over `places`, and each place's rank among them.
+fn ranks(places: &[CpuPlace], key: fn(&CpuPlace) -> u32) -> (Vec<u32>, Vec<u32>) {
+    let ids: Vec<u32> = places
+        .iter()
+        .map(key)
+        .collect::<BTreeSet<u32>>()
+        .into_iter()
+        .collect();
+    let of = places
+        .iter()
+        .map(|p| ids.binary_search(&key(p)).map_or(0, |r| r as u32))
+        .collect();
+    (ids, of)
 }
 
 impl CpuLayout {
@@ -59,36 +101,55 @@ impl CpuLayout {
                 )
             })
             .collect();
-        let count = |key: fn(&CpuPlace) -> u32| {
-            let mut per: BTreeMap<u32, usize> = BTreeMap::new();
-            for p in cpus.values() {
-                *per.entry(key(p)).or_insert(0) += 1;
-            }
-            // Koordinator divides the total by the number of cores / nodes / sockets.
-            cpus.len() / per.len().max(1)
-        };
-        let cpus_per_core = count(|p| p.core).max(1);
-        let cpus_per_node = count(|p| p.node).max(1);
-        let cpus_per_socket = count(|p| p.socket).max(1);
+        let ids: Vec<u32> = cpus.keys().copied().collect();
+        let places: Vec<CpuPlace> = cpus.values().copied().collect();
+        let (core_ids, core_of) = ranks(&places, |p| p.core);
+        let (socket_ids, socket_of) = ranks(&places, |p| p.socket);
+        let (numa, node_of) = ranks(&places, |p| p.node);
+        // Koordinator divides the total by the number of cores / nodes / sockets.
+        let per = |groups: usize| (ids.len() / groups.max(1)).max(1);
         let mut dense = Vec::new();
-        if cpus
-            .keys()
-            .next_back()
-            .is_some_and(|max| *max < DENSE_LIMIT)
-        {
-            dense = vec![None; cpus.keys().next_back().map_or(0, |m| *m as usize + 1)];
-            for (id, p) in &cpus {
-                dense[*id as usize] = Some(*p);
+        if ids.last().is_some_and(|max| *max < DENSE_LIMIT) {
+            dense = vec![ABSENT; ids.last().map_or(0, |m| *m as usize + 1)];
+            for (i, id) in ids.iter().enumerate() {
+                dense[*id as usize] = i as u32;
             }
         }
-        let numa: BTreeSet<u32> = cpus.values().map(|p| p.node).collect();
+        // Each core's positions, ascending: a counting sort by core.
+        let mut starts = vec![0u32; core_ids.len() + 1];
+        for k in &core_of {
+            starts[*k as usize + 1] += 1;
+        }
+        for k in 0..core_ids.len() {
+            starts[k + 1] += starts[k];
+        }
+        let mut members = vec![0u32; ids.len()];
+        let mut next: Vec<u32> = starts[..core_ids.len()].to_vec();
+        for (i, k) in core_of.iter().enumerate() {
+            members[next[*k as usize] as usize] = i as u32;
+            next[*k as usize] += 1;
+        }
+        let mut numa_cpus = vec![CpuSet::new(); numa.len()];
+        for (i, z) in node_of.iter().enumerate() {
+            numa_cpus[*z as usize].insert(ids[i]);
+        }
         Some(Self {
-            cpus,
+            all: ids.iter().copied().collect(),
+            cpus_per_core: per(core_ids.len()),
+            cpus_per_node: per(numa.len()),
+            cpus_per_socket: per(socket_ids.len()),
+            ids,
+            places,
             dense,
-            numa: numa.into_iter().collect(),
-            cpus_per_core,
-            cpus_per_node,
-            cpus_per_socket,
+            core_of,
+            socket_of,
+            node_of,
+            core_ids,
+            socket_ids,
+            members,
+            starts,
+            numa,
+            numa_cpus,
         })
     }
 
@@ -115,30 +176,63 @@ impl CpuLayout {
 
     /// Every logical CPU.
     pub fn all(&self) -> CpuSet {
-        self.cpus.keys().copied().collect()
+        self.all.clone()
+    }
+
+    /// The position of CPU `cpu` (its rank among the ids), if the node has it.
+    pub(crate) fn position(&self, cpu: u32) -> Option<usize> {
+        if self.dense.is_empty() {
+            return self.ids.binary_search(&cpu).ok();
+        }
+        match self.dense.get(cpu as usize) {
+            Some(&i) if i != ABSENT => Some(i as usize),
+            _ => None,
+        }
     }
 
     /// Where `cpu` sits, if the node has it.
     pub fn place(&self, cpu: u32) -> Option<CpuPlace> {
-        if self.dense.is_empty() {
-            return self.cpus.get(&cpu).copied();
-        }
-        self.dense.get(cpu as usize).copied().flatten()
+        self.position(cpu).map(|i| self.places[i])
     }
 
     /// Whether the node has `cpu`.
     pub fn contains(&self, cpu: u32) -> bool {
-        self.place(cpu).is_some()
+        self.position(cpu).is_some()
     }
 
     /// Number of logical CPUs.
     pub fn len(&self) -> usize {
-        self.cpus.len()
+        self.ids.len()
     }
 
     /// Whether there is no CPU.
     pub fn is_empty(&self) -> bool {
-        self.cpus.is_empty()
+        self.ids.is_empty()
+    }
+
+    /// The id of the CPU at `position`.
+    pub(crate) fn id_at(&self, position: usize) -> u32 {
+        self.ids[position]
+    }
+
+    /// The rank of the core, socket and NUMA node of the CPU at `position`.
+    pub(crate) fn ranks_at(&self, position: usize) -> (usize, usize, usize) {
+        (
+            self.core_of[position] as usize,
+            self.socket_of[position] as usize,
+            self.node_of[position] as usize,
+        )
+    }
+
+    /// Number of distinct cores, sockets and NUMA nodes.
+    pub(crate) fn counts(&self) -> (usize, usize, usize) {
+        (self.core_ids.len(), self.socket_ids.len(), self.numa.len())
+    }
+
+    /// The positions of the CPUs of the core of rank `core`, ascending.
+    pub(crate) fn core_members(&self, core: usize) -> &[u32] {
+        let (a, b) = (self.starts[core] as usize, self.starts[core + 1] as usize);
+        &self.members[a..b]
     }
 
     /// Hardware threads per physical core.
@@ -166,19 +260,25 @@ impl CpuLayout {
         &self.numa
     }
 
+    /// The CPUs of NUMA node `node` (empty for a node the layout lacks).
+    pub fn numa_node_cpus(&self, node: u32) -> &CpuSet {
+        static NONE: CpuSet = CpuSet::new();
+        match self.numa.binary_search(&node) {
+            Ok(z) => &self.numa_cpus[z],
+            Err(_) => &NONE,
+        }
+    }
+
     /// The CPUs of `set` on NUMA node `node`.
     pub fn on_numa_node(&self, set: &CpuSet, node: u32) -> CpuSet {
-        set.iter()
-            .copied()
-            .filter(|c| self.place(*c).is_some_and(|p| p.node == node))
-            .collect()
+        set.intersection(self.numa_node_cpus(node))
     }
 
     /// How many CPUs of `set` each NUMA node holds.
     pub fn per_numa_node(&self, set: &CpuSet) -> BTreeMap<u32, usize> {
         let mut out = BTreeMap::new();
         for c in set {
-            if let Some(p) = self.place(*c) {
+            if let Some(p) = self.place(c) {
                 *out.entry(p.node).or_insert(0) += 1;
             }
         }

@@ -150,10 +150,14 @@ fn node_reserved(node: &Node, nrt: Option<&NodeResourceTopology>) -> CpuSet {
                 .ok()
                 .flatten()
                 .and_then(|k| k.reserved_cpu_ids().ok())
+                .map(CpuSet::from)
                 .unwrap_or_default();
             concrete_reserved(&layout, &kubelet, &reservation)
         }
-        None => reservation.reserved_cpu_ids().unwrap_or_default(),
+        None => reservation
+            .reserved_cpu_ids()
+            .map(CpuSet::from)
+            .unwrap_or_default(),
     }
 }
 
@@ -181,7 +185,7 @@ fn holds(pod: &Pod) -> Option<CpuSet> {
         .as_ref()?
         .get(ANNOTATION_RESOURCE_STATUS)?;
     let cpus = ResourceStatus::parse(text).ok()?.cpu_ids().ok()?;
-    (!cpus.is_empty()).then_some(cpus)
+    (!cpus.is_empty()).then(|| CpuSet::from(cpus))
 }
 
 fn job_for(pod: &Pod, mode: &str) -> PodMigrationJob {

@@ -23,15 +23,16 @@
 use std::collections::BTreeMap;
 
 use berth_api::annotations::{
-    format_cpu_list, AnnotationCodec, CpuBindPolicy, NumaNodeResource, ResourceSpec,
-    ResourceStatus, LABEL_NODE_CPU_BIND_POLICY, LABEL_POD_QOS,
+    AnnotationCodec, CpuBindPolicy, NumaNodeResource, ResourceSpec, ResourceStatus,
+    LABEL_NODE_CPU_BIND_POLICY, LABEL_POD_QOS,
 };
 use berth_api::k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use berth_api::reservation::ReservationAllocatePolicy;
 use serde::Deserialize;
+use smallvec::SmallVec;
 
 use crate::cache::Cluster;
-use crate::cpuset::{take_cpus, CpuSet, NodeCpus, ERR_NOT_ENOUGH_CPUS};
+use crate::cpuset::{take_cpus, whole_cores, CpuSet, NodeCpus, ERR_NOT_ENOUGH_CPUS};
 use crate::framework::config::ConfigError;
 use crate::framework::events::{kind, EventsToRegister};
 use crate::framework::{CycleState, Plugin, Points, Status};
@@ -147,16 +148,14 @@ struct Source {
 /// The reservation of `pod` on `node` that holds CPUs: the one Reserve assumed, or (Filter)
 /// the one the Reservation plugin would nominate there. Filter once tried every matched
 /// reservation and passed a node on one that Reserve then did not take.
-fn sources(
+fn source(
     cx: &Cluster,
     state: &CycleState,
     pod: &PodInfo,
     node: &NodeInfo,
     reserving: bool,
-) -> Vec<Source> {
-    let Some(st) = state.reservation.as_deref() else {
-        return Vec::new();
-    };
+) -> Option<Source> {
+    let st = state.reservation.as_deref()?;
     let of = |r: &crate::reservation::ReservationInfo| Source {
         uid: r.uid.clone(),
         restricted: r.policy == ReservationAllocatePolicy::Restricted,
@@ -165,16 +164,12 @@ fn sources(
         return st
             .assumed()
             .and_then(|(name, _)| cx.reservations.by_name(name))
-            .map(of)
-            .into_iter()
-            .collect();
+            .map(of);
     }
     st.nominee(cx, pod, node)
         .and_then(|i| cx.reservations.get(i))
         .filter(|r| cx.cpusets.held(&r.uid).is_some())
         .map(of)
-        .into_iter()
-        .collect()
 }
 
 /// Chooses `n` CPUs: `preferred` (a reservation's remaining CPUs) first, then `free`
@@ -195,8 +190,8 @@ fn choose(
             return Err(ERR_RESERVATION_NOT_ENOUGH_CPUS);
         } else {
             let mut out = preferred.clone();
-            out.extend(
-                take_cpus(&nc.layout, free, n - preferred.len(), policy).ok_or(ERR_NOT_ENOUGH)?,
+            out.union_with(
+                &take_cpus(&nc.layout, free, n - preferred.len(), policy).ok_or(ERR_NOT_ENOUGH)?,
             );
             out
         };
@@ -210,24 +205,24 @@ fn choose(
         return pick(preferred, free);
     }
     let mut err = ERR_NUMA_ALIGNMENT;
-    let free_per_zone = nc.layout.per_numa_node(free);
-    let mut zones: Vec<(usize, u32)> = nc
+    // Counted, not built: inline up to `ZONES` NUMA nodes (no machine has more).
+    let mut zones: SmallVec<[(usize, u32); ZONES]> = nc
         .layout
         .numa_node_ids()
         .iter()
-        .map(|z| (free_per_zone.get(z).copied().unwrap_or(0), *z))
+        .map(|z| (free.intersection_len(nc.layout.numa_node_cpus(*z)), *z))
         .collect();
     // The fullest NUMA node that fits first (MostAllocated).
     zones.sort_unstable();
-    let preferred_per_zone = nc.layout.per_numa_node(preferred);
     for (free_here, z) in zones {
+        let zone = nc.layout.numa_node_cpus(z);
         // Too few CPUs here even with the preferred ones: `pick` would fail the same way,
         // without building the zone's sets (a restricted pick says why, so it runs).
-        if !restricted && free_here + preferred_per_zone.get(&z).copied().unwrap_or(0) < n {
+        if !restricted && free_here + preferred.intersection_len(zone) < n {
             continue;
         }
-        let p = nc.layout.on_numa_node(preferred, z);
-        let f = nc.layout.on_numa_node(free, z);
+        let p = preferred.intersection(zone);
+        let f = free.intersection(zone);
         match pick(&p, &f) {
             Ok(c) => return Ok(c),
             Err(ERR_RESERVATION_NOT_ENOUGH_CPUS) => err = ERR_RESERVATION_NOT_ENOUGH_CPUS,
@@ -237,16 +232,9 @@ fn choose(
     Err(err)
 }
 
-/// Whether `cpus` holds every thread of each physical core it touches.
-fn whole_cores(layout: &crate::cpuset::CpuLayout, cpus: &CpuSet) -> bool {
-    let mut per_core: BTreeMap<u32, usize> = BTreeMap::new();
-    for c in cpus {
-        if let Some(p) = layout.place(*c) {
-            *per_core.entry(p.core).or_insert(0) += 1;
-        }
-    }
-    per_core.values().all(|n| *n == layout.cpus_per_core())
-}
+/// NUMA nodes [`choose`] orders without the heap: Linux's default `NODES_SHIFT` on x86-64
+/// gives 64 at most; a topology naming more is ordered on the heap.
+const ZONES: usize = 64;
 
 impl NodeNumaResource {
     /// The CPUs the pod would get on `node` (Filter and Reserve run the same choice).
@@ -274,27 +262,16 @@ impl NodeNumaResource {
             return Err(Status::unresolvable(ERR_SMT_ALIGNMENT));
         }
         let usable = nc.usable();
-        let taken = cx.cpusets.taken(node);
-        let free: CpuSet = usable.difference(&taken).copied().collect();
-        let sources = sources(cx, state, pod, node, reserving);
-        if sources.is_empty() {
+        let mut free = usable.clone();
+        free.difference_with(&cx.cpusets.taken(node));
+        let Some(s) = source(cx, state, pod, node, reserving) else {
             return choose(nc, &free, &CpuSet::new(), false, st.cpus, policy, whole)
                 .map_err(Status::unschedulable);
-        }
-        let mut last = ERR_NOT_ENOUGH;
-        for s in &sources {
-            let remaining: CpuSet = cx
-                .cpusets
-                .reservation_remaining(node, &s.uid)
-                .intersection(usable)
-                .copied()
-                .collect();
-            match choose(nc, &free, &remaining, s.restricted, st.cpus, policy, whole) {
-                Ok(c) => return Ok(c),
-                Err(e) => last = e,
-            }
-        }
-        Err(Status::unschedulable(last))
+        };
+        let mut remaining = cx.cpusets.reservation_remaining(node, &s.uid);
+        remaining.intersect_with(usable);
+        choose(nc, &free, &remaining, s.restricted, st.cpus, policy, whole)
+            .map_err(Status::unschedulable)
     }
 }
 
@@ -388,8 +365,7 @@ impl Plugin for NodeNumaResource {
         if usable.is_empty() {
             return 0;
         }
-        let taken = cx.cpusets.taken(node);
-        let free = usable.difference(&taken).count();
+        let free = usable.len() - usable.intersection_len(&cx.cpusets.taken(node));
         let left = free.saturating_sub(st.cpus);
         (crate::framework::plugin::MAX_NODE_SCORE as usize * left / usable.len()) as i64
     }
@@ -448,7 +424,7 @@ impl Plugin for NodeNumaResource {
 /// The `resource-status` of `cpus`: the CPU list and the CPUs taken from each NUMA node.
 pub fn resource_status(nc: &NodeCpus, cpus: &CpuSet) -> ResourceStatus {
     ResourceStatus {
-        cpuset: format_cpu_list(cpus),
+        cpuset: cpus.to_string(),
         numa_node_resources: nc
             .layout
             .per_numa_node(cpus)
