@@ -146,9 +146,15 @@ impl Scheduler {
                 ),
             );
         }
+        self.clear_lower_nominations(now, preemptor, &node);
+    }
+
+    /// Pods of lower priority nominated to `node`, which may no longer fit there once the
+    /// preemptor takes it: their nominations (and holds) go and they are tried again.
+    fn clear_lower_nominations(&mut self, now: Time, preemptor: &PodInfo, node: &str) {
         let lower: Vec<Arc<PodInfo>> = self
             .nominator
-            .pods_on(&node)
+            .pods_on(node)
             .iter()
             .filter(|p| p.priority < preemptor.priority)
             .cloned()

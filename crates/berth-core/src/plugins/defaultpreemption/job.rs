@@ -8,19 +8,20 @@
 //!    member that failed, not a reservation's stand-in, not inside an active reservation
 //!    unless the Reservation plugin allows preempting there, and never a member of the
 //!    gang itself.
-//! 2. **Place** the pending members one after the other (the one that failed first): each
-//!    on the cheapest node where it fits (PreFilter and Filter with nominated pods, the
-//!    members already planned assumed on their nodes); a member that fits nowhere is
-//!    skipped. Too few placed: the plan fails and nothing is evicted.
+//! 2. **Place** the pending members one after the other (the one that failed first, and a
+//!    member nominated earlier on its nominated node first): each on the cheapest node
+//!    where it fits (PreFilter and Filter with nominated pods, the members already planned
+//!    assumed on their nodes); a member that fits nowhere is skipped. Too few placed, or
+//!    the failed member not placed: the plan fails and nothing is evicted.
 //! 3. **Reprieve** on each node that got a member: victims go back most important first
 //!    (budget-violating ones first, as DefaultPreemption does), each kept when every
 //!    member planned there still fits. What could not be kept is evicted.
 //!
-//! Where berth differs from Koordinator: Koordinator requires every pending member of the
-//! gang to be placed; berth stops once the gang has its `minMember` (the rest are extras
-//! that may wait). Koordinator weighs nodes by the ranks of their potential victims'
-//! priorities per job; berth prefers the node whose potential victims matter least (the
-//! lowest highest priority, then the fewest), then the cluster's node order.
+//! How many members are needed is the caller's: every pending one for a Strict gang (as
+//! Koordinator requires), the gang's `minMember` for a NonStrict one. Koordinator weighs
+//! nodes by the ranks of their potential victims' priorities per job; berth prefers the
+//! node whose potential victims matter least (the lowest highest priority, then the
+//! fewest), then the cluster's node order.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
