@@ -355,6 +355,12 @@ impl<'a> Acc<'a> {
                 *slot += 1;
             }
         }
+        self.sort_groups(groups, socket_tiebreak);
+    }
+
+    /// Puts in `order` the groups with something free, fewest first, then (with
+    /// `socket_tiebreak`) by their first CPU's socket's free CPUs, then by id.
+    fn sort_groups(&mut self, groups: usize, socket_tiebreak: bool) {
         let Scratch {
             order,
             group_len,
@@ -424,19 +430,10 @@ impl<'a> Acc<'a> {
             }
             self.s.group_len[g] += 1;
         }
+        self.sort_groups(groups, true);
         let Scratch {
-            order,
-            group_len,
-            group_socket,
-            socket_free,
-            ..
-        } = &mut *self.s;
-        order.clear();
-        order.extend((0..groups as u32).filter(|g| group_len[*g as usize] > 0));
-        order.sort_unstable_by_key(|g| {
-            let g = *g as usize;
-            (group_len[g], socket_free[group_socket[g] as usize], g)
-        });
+            order, group_len, ..
+        } = &*self.s;
         order
             .iter()
             .map(|g| *g as usize)
