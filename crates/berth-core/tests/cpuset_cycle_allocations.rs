@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use berth_api::k8s_openapi::api::core::v1::{Node, Pod};
 use berth_api::nrt::NodeResourceTopology;
-use berth_core::{Config, Effect, Event, Object, Profile, Scheduler};
+use berth_core::{Config, Event, Object, Profile, Scheduler};
 use serde_json::json;
 
 mod counting;
@@ -79,18 +79,6 @@ fn pod(i: usize) -> Arc<Pod> {
     Arc::new(serde_json::from_value(v).expect("valid pod"))
 }
 
-fn confirm(s: &mut Scheduler) {
-    while let Some(e) = s.poll_effect() {
-        if let Effect::Bind { pod, node, .. } = e {
-            if let Some(entry) = s.pod(&pod) {
-                let mut p = (*entry.info.pod).clone();
-                p.spec.get_or_insert_with(Default::default).node_name = Some(node);
-                s.handle(0, Event::Applied(Object::Pod(Arc::new(p))));
-            }
-        }
-    }
-}
-
 /// `nodes` nodes with CPU topologies and `pods` pending `LSR` pods, after `warm` cycles
 /// (CPUs taken on some nodes, per-thread buffers grown to their working size).
 fn cluster(nodes: usize, pods: usize, warm: usize) -> Scheduler {
@@ -111,7 +99,7 @@ fn cluster(nodes: usize, pods: usize, warm: usize) -> Scheduler {
     while s.poll_effect().is_some() {}
     for _ in 0..warm {
         assert!(s.schedule_next(0));
-        confirm(&mut s);
+        counting::confirm_binds(&mut s);
     }
     s
 }
@@ -120,8 +108,8 @@ fn cluster(nodes: usize, pods: usize, warm: usize) -> Scheduler {
 fn an_exclusive_cpu_pods_cycle_allocates_the_same_on_twice_the_nodes() {
     let mut small = cluster(50, 40, 10);
     let mut large = cluster(100, 40, 10);
-    let (a_small, f_small) = counting::over_cycles(&mut small, 20, confirm);
-    let (a_large, f_large) = counting::over_cycles(&mut large, 20, confirm);
+    let (a_small, f_small) = counting::over_cycles(&mut small, 20, counting::confirm_binds);
+    let (a_large, f_large) = counting::over_cycles(&mut large, 20, counting::confirm_binds);
     assert_eq!(f_small, 1_000, "every node filtered");
     assert_eq!(f_large, 2_000, "every node filtered");
     // Every pod was placed (Reserve chose its CPUs, PreBind wrote them).

@@ -4,9 +4,7 @@
 //! A counting global allocator sees every allocation of this test binary, so the file holds
 //! a single test (no other test thread allocates while it counts).
 
-use std::sync::Arc;
-
-use berth_core::{fixtures, Config, Effect, Event, Object, Profile, Scheduler};
+use berth_core::{fixtures, Config, Event, Object, Profile, Scheduler};
 
 mod counting;
 
@@ -29,27 +27,15 @@ fn cluster(nodes: usize, pods: usize, warm: usize) -> Scheduler {
     while s.poll_effect().is_some() {}
     for _ in 0..warm {
         assert!(s.schedule_next(0));
-        confirm(&mut s);
+        counting::confirm_binds(&mut s);
     }
     s
-}
-
-fn confirm(s: &mut Scheduler) {
-    while let Some(e) = s.poll_effect() {
-        if let Effect::Bind { pod, node, .. } = e {
-            if let Some(entry) = s.pod(&pod) {
-                let mut p = (*entry.info.pod).clone();
-                p.spec.get_or_insert_with(Default::default).node_name = Some(node);
-                s.handle(0, Event::Applied(Object::Pod(Arc::new(p))));
-            }
-        }
-    }
 }
 
 /// Heap allocations of `cycles` scheduling cycles (bind confirmations not counted), and
 /// the nodes they filtered.
 fn allocations(s: &mut Scheduler, cycles: usize) -> (u64, u64) {
-    counting::over_cycles(s, cycles, confirm)
+    counting::over_cycles(s, cycles, counting::confirm_binds)
 }
 
 #[test]

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use berth_api::k8s_openapi::api::core::v1::{Node, Pod};
 use berth_api::nrt::NodeResourceTopology;
-use berth_core::{Config, Effect, Event, Object, Profile, Scheduler};
+use berth_core::{Config, Event, Object, Profile, Scheduler};
 use serde_json::json;
 
 mod counting;
@@ -57,18 +57,6 @@ fn pod(name: &str, cpu: &str) -> Arc<Pod> {
     Arc::new(serde_json::from_value(v).expect("valid pod"))
 }
 
-fn confirm(s: &mut Scheduler) {
-    while let Some(e) = s.poll_effect() {
-        if let Effect::Bind { pod, node, .. } = e {
-            if let Some(entry) = s.pod(&pod) {
-                let mut p = (*entry.info.pod).clone();
-                p.spec.get_or_insert_with(Default::default).node_name = Some(node);
-                s.handle(0, Event::Applied(Object::Pod(Arc::new(p))));
-            }
-        }
-    }
-}
-
 /// `nodes` NUMA nodes, each with a 1-CPU pod assumed in the reserve cache, and `pending`
 /// pods of 5 CPUs (no zone has 5) queued; `warm` of them already failed once.
 fn cluster(nodes: usize, pending: usize, warm: usize) -> Scheduler {
@@ -90,7 +78,7 @@ fn cluster(nodes: usize, pending: usize, warm: usize) -> Scheduler {
             Event::Applied(Object::Pod(pod(&format!("small-{i:05}"), "1"))),
         );
         assert!(s.schedule_next(0));
-        confirm(&mut s);
+        counting::confirm_binds(&mut s);
     }
     for i in 0..pending {
         s.handle(

@@ -64,3 +64,18 @@ pub fn over_cycles(
     );
     (total, s.stats().nodes_filtered - filtered)
 }
+
+/// Confirms every bind the scheduler asked for, as the watch would (the pod comes back
+/// with its node), dropping the other effects.
+pub fn confirm_binds(s: &mut berth_core::Scheduler) {
+    use berth_core::{Effect, Event, Object};
+    while let Some(e) = s.poll_effect() {
+        if let Effect::Bind { pod, node, .. } = e {
+            if let Some(entry) = s.pod(&pod) {
+                let mut p = (*entry.info.pod).clone();
+                p.spec.get_or_insert_with(Default::default).node_name = Some(node);
+                s.handle(0, Event::Applied(Object::Pod(std::sync::Arc::new(p))));
+            }
+        }
+    }
+}
