@@ -144,6 +144,21 @@ fn berth_runs_with_only_the_rights_deploy_grants() {
         &["apply", "-f", &deploy_dir().display().to_string()],
     );
     assert!(ok, "kubectl apply -f deploy/: {out}");
+    // The CRDs deploy/ created or changed serve before berth starts watching them (a watch
+    // opened while the API server still swaps a CRD's storage fails once, and this test
+    // holds berth to no watch error at all).
+    let (ok, out) = kubectl(
+        &cluster,
+        &admin,
+        &[
+            "wait",
+            "--for=condition=established",
+            "crd",
+            "--all",
+            "--timeout=60s",
+        ],
+    );
+    assert!(ok, "kubectl wait for the CRDs: {out}");
 
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
