@@ -151,6 +151,10 @@ impl Nominator {
                 return false;
             }
             let awaiting = self.awaiting_hold.contains(&p.key);
+            if !awaiting && p.priority < pod.priority {
+                // Yielded to in no case: no need to look its hold up.
+                return false;
+            }
             match hold_phase(p) {
                 // Holding: its room is taken on the node by the hold already, and adding
                 // the pod as well would count it twice (members of a gang that preempted
