@@ -12,6 +12,7 @@
 use super::*;
 use crate::gang::GangId;
 use crate::plugins::defaultpreemption::job::{self, Job, JobPlan, JobRefusal};
+use crate::plugins::defaultpreemption::potential_nodes;
 
 impl Scheduler {
     /// Gang-aware preemption for `pod`, after PostFilter decided `result` (module
@@ -142,16 +143,7 @@ impl Scheduler {
         pending: &[Arc<PodInfo>],
         needed: usize,
     ) -> Result<JobPlan, JobRefusal> {
-        let mut resolvable = self.resolvable.clone();
-        resolvable.sort_unstable();
-        let potential: Vec<NodeIdx> = self
-            .cluster
-            .cache
-            .node_order()
-            .iter()
-            .copied()
-            .filter(|i| resolvable.binary_search(i).is_ok())
-            .collect();
+        let potential = potential_nodes(&self.cluster, &self.resolvable);
         let gangs = &self.gangs;
         let is_member = |k: &ObjectKey| gangs.gang(k) == Some(gang);
         let job = Job {

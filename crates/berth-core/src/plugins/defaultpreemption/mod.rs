@@ -122,15 +122,7 @@ impl DefaultPreemption {
         }
         let cluster = cx.cluster;
         let num_all = cluster.cache.node_count();
-        let mut resolvable = cx.resolvable.to_vec();
-        resolvable.sort_unstable();
-        let potential: Vec<NodeIdx> = cluster
-            .cache
-            .node_order()
-            .iter()
-            .copied()
-            .filter(|i| resolvable.binary_search(i).is_ok())
-            .collect();
+        let potential = potential_nodes(cluster, cx.resolvable);
         if potential.is_empty() {
             return message(Nomination::Clear, fit_error(num_all, &[]));
         }
@@ -222,6 +214,20 @@ impl DefaultPreemption {
         fine.append(&mut violating);
         (fine, statuses)
     }
+}
+
+/// kube-scheduler's `nodesWherePreemptionMightHelp`: the nodes a failed cycle rejected as
+/// `Unschedulable` (`resolvable`), in the cluster's node order.
+pub(crate) fn potential_nodes(cluster: &Cluster, resolvable: &[NodeIdx]) -> Vec<NodeIdx> {
+    let mut resolvable = resolvable.to_vec();
+    resolvable.sort_unstable();
+    cluster
+        .cache
+        .node_order()
+        .iter()
+        .copied()
+        .filter(|i| resolvable.binary_search(i).is_ok())
+        .collect()
 }
 
 /// kube-scheduler's `PodEligibleToPreemptOthers`.
