@@ -4,14 +4,13 @@
 //! overcommitted, and a gang that evicted anything ends up placed whole (it never preempts
 //! in vain).
 
-use std::sync::Arc;
-
-use berth_api::gang::{PodGroup, ANNOTATION_GANG_MODE, GANG_MODE_NON_STRICT, LABEL_SIGS_POD_GROUP};
+use berth_api::gang::LABEL_SIGS_POD_GROUP;
 use proptest::prelude::*;
 
+use super::gang_tests::{nodes, pod_group};
 use super::Config;
 use crate::object::{Kind, Object};
-use crate::testing::{node, pod, DriverConfig, FakeDriver, Profiles};
+use crate::testing::{pod, DriverConfig, FakeDriver, Profiles};
 use crate::time::SECOND;
 
 const LOW: i32 = 100;
@@ -50,18 +49,6 @@ fn case() -> impl Strategy<Value = Case> {
         )
 }
 
-fn pod_group(min: u32, strict: bool) -> Object {
-    let mut v = serde_json::json!({"apiVersion": "scheduling.sigs.k8s.io/v1alpha1",
-        "kind": "PodGroup", "metadata": {"name": "job", "namespace": "default"},
-        "spec": {"minMember": min, "scheduleTimeoutSeconds": 60}});
-    if !strict {
-        v["metadata"]["annotations"] =
-            serde_json::json!({ANNOTATION_GANG_MODE: GANG_MODE_NON_STRICT});
-    }
-    let pg: PodGroup = serde_json::from_value(v).expect("a PodGroup");
-    Object::PodGroup(Arc::new(pg))
-}
-
 fn run_case(c: &Case) -> Result<(), TestCaseError> {
     let cfg = DriverConfig {
         seed: c.seed,
@@ -75,12 +62,7 @@ fn run_case(c: &Case) -> Result<(), TestCaseError> {
     };
     let mut d = FakeDriver::new(Profiles::default_profile(), config, cfg, 1_000_000);
     d.restart();
-    for (i, cpus) in c.nodes.iter().enumerate() {
-        let n = node(&format!("n{i}"))
-            .alloc("cpu", &cpus.to_string())
-            .alloc("memory", "64Gi");
-        d.apply(Object::Node(n.build()));
-    }
+    nodes(&mut d, &c.nodes);
     for (i, &(cpu, low)) in c.fillers.iter().enumerate() {
         let p = pod(&format!("f{i}"))
             .req("cpu", &cpu.to_string())
@@ -108,7 +90,7 @@ fn run_case(c: &Case) -> Result<(), TestCaseError> {
         d.apply(Object::Pod(p.build()));
     }
     d.settle();
-    d.apply(pod_group(min, strict));
+    d.apply(pod_group("job", min as i32, Some(60), strict));
     d.settle();
     if c.restart {
         d.restart();

@@ -2,32 +2,14 @@
 //! [`crate::testing::driver`]): a gang evicts for all the members it needs or for none,
 //! never its own members, never a pod of its own priority or higher.
 
-use std::sync::Arc;
+use berth_api::gang::LABEL_SIGS_POD_GROUP;
 
-use berth_api::gang::{PodGroup, LABEL_SIGS_POD_GROUP};
-
+use super::gang_tests::{nodes, pod_group};
 use crate::object::Object;
-use crate::testing::{node, pod, FakeDriver};
+use crate::testing::{pod, FakeDriver};
 
 const LOW: i32 = 100;
 const HIGH: i32 = 1000;
-
-fn nodes(d: &mut FakeDriver, cpus: &[u32]) {
-    for (i, c) in cpus.iter().enumerate() {
-        let n = node(&format!("n{i}"))
-            .alloc("cpu", &c.to_string())
-            .alloc("memory", "64Gi");
-        d.apply(Object::Node(n.build()));
-    }
-}
-
-fn pod_group(name: &str, min: i32) -> Object {
-    let v = serde_json::json!({"apiVersion": "scheduling.sigs.k8s.io/v1alpha1",
-        "kind": "PodGroup", "metadata": {"name": name, "namespace": "default"},
-        "spec": {"minMember": min}});
-    let pg: PodGroup = serde_json::from_value(v).expect("a PodGroup");
-    Object::PodGroup(Arc::new(pg))
-}
 
 fn plain(name: &str, priority: i32) -> Object {
     Object::Pod(pod(name).req("cpu", "1").priority(priority).build())
@@ -54,7 +36,7 @@ fn full_cluster_then_gang(fillers: &[(&str, i32)]) -> FakeDriver {
     for (name, _) in fillers {
         assert!(d.bound(name).is_some(), "{name} fills the cluster");
     }
-    d.apply(pod_group("job", 4));
+    d.apply(pod_group("job", 4, None, true));
     for i in 0..4 {
         d.apply(member(&format!("w{i}"), "job", HIGH));
     }
@@ -113,7 +95,7 @@ fn a_gang_never_evicts_its_own_members() {
     let mut d = FakeDriver::synchronous();
     nodes(&mut d, &[3]);
     // A gang of 2 low-priority members, placed; a low pod beside them.
-    d.apply(pod_group("job", 2));
+    d.apply(pod_group("job", 2, None, true));
     d.apply(member("x", "job", LOW));
     d.apply(member("y", "job", LOW));
     d.apply(plain("other", LOW));
@@ -137,7 +119,7 @@ fn a_gang_never_evicts_its_own_members() {
 fn a_gang_with_only_its_own_members_to_evict_evicts_nothing() {
     let mut d = FakeDriver::synchronous();
     nodes(&mut d, &[2]);
-    d.apply(pod_group("job", 2));
+    d.apply(pod_group("job", 2, None, true));
     d.apply(member("x", "job", LOW));
     d.apply(member("y", "job", LOW));
     d.settle();

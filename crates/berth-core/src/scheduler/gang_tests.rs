@@ -17,7 +17,8 @@ use crate::object::{Kind, Object, ObjectKey};
 use crate::testing::{node, pod, DriverConfig, FakeDriver, Profiles};
 use crate::time::SECOND;
 
-fn nodes(d: &mut FakeDriver, cpus: &[u32]) {
+/// Nodes `n0`, `n1`... with these CPUs (and 64Gi each).
+pub(super) fn nodes(d: &mut FakeDriver, cpus: &[u32]) {
     for (i, c) in cpus.iter().enumerate() {
         let n = node(&format!("n{i}"))
             .alloc("cpu", &c.to_string())
@@ -26,7 +27,8 @@ fn nodes(d: &mut FakeDriver, cpus: &[u32]) {
     }
 }
 
-fn pod_group(name: &str, min: i32, timeout: Option<i32>, strict: bool) -> Object {
+/// A `scheduling.sigs.k8s.io` PodGroup in `default`.
+pub(super) fn pod_group(name: &str, min: i32, timeout: Option<i32>, strict: bool) -> Object {
     let mut v = serde_json::json!({"apiVersion": "scheduling.sigs.k8s.io/v1alpha1",
         "kind": "PodGroup", "metadata": {"name": name, "namespace": "default"},
         "spec": {"minMember": min}});
