@@ -38,6 +38,12 @@ struct KindLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct WatchErrorLabels {
+    kind: &'static str,
+    code: u16,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct UnreadableLabels {
     kind: &'static str,
     reason: &'static str,
@@ -137,7 +143,7 @@ pub struct Metrics {
     fenced: Counter,
     requests: Family<RequestLabels, Counter>,
     watch_events: Family<KindLabels, Counter>,
-    watch_errors: Family<KindLabels, Counter>,
+    watch_errors: Family<WatchErrorLabels, Counter>,
     unreadable: Family<UnreadableLabels, Counter>,
     drp: Drp,
     preemption_attempts: Counter,
@@ -267,7 +273,7 @@ impl Metrics {
         );
         r.register(
             "berth_watch_errors",
-            "Watch failures (each followed by a re-list after back-off), by kind.",
+            "Watch failures (each followed by a re-list after back-off), by kind and HTTP code (0: no answer).",
             self.watch_errors.clone(),
         );
         r.register(
@@ -414,11 +420,15 @@ impl Metrics {
             .inc();
     }
 
-    /// A watch of `kind` failed.
-    pub fn watch_error(&self, kind: Kind) {
+    /// A watch of `kind` failed with the API server's HTTP `code` (0: no answer, as
+    /// when the connection broke). The code tells a refusal (403: the ServiceAccount
+    /// lacks list or watch) from a CRD not served (404) or a watch that fell behind
+    /// (410, 504), which need different fixes.
+    pub fn watch_error(&self, kind: Kind, code: u16) {
         self.watch_errors
-            .get_or_create(&KindLabels {
+            .get_or_create(&WatchErrorLabels {
                 kind: kind.as_str(),
+                code,
             })
             .inc();
     }

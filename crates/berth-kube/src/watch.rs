@@ -262,8 +262,7 @@ fn spawn<K>(
                     Err(bad) => Input::Event(Event::Deleted(bad.key())),
                 },
                 Err(e) => {
-                    metrics.watch_error(kind);
-                    tracing::warn!(%kind, error = %e, "watch failed; re-listing after back-off");
+                    failed(&metrics, kind, &e);
                     continue;
                 }
             };
@@ -273,4 +272,50 @@ fn spawn<K>(
             }
         }
     });
+}
+
+/// Counts and logs a failed watch of `kind`; the watcher re-lists after its back-off.
+fn failed(metrics: &Metrics, kind: Kind, e: &watcher::Error) {
+    let code = http_code(e);
+    metrics.watch_error(kind, code);
+    tracing::warn!(%kind, code, error = %e, "watch failed; re-listing after back-off");
+}
+
+/// The API server's HTTP status in a watch failure, or 0 when it gave none (a broken
+/// connection, an unreadable stream).
+fn http_code(e: &watcher::Error) -> u16 {
+    match e {
+        watcher::Error::WatchError(status) => status.code,
+        watcher::Error::InitialListFailed(e)
+        | watcher::Error::WatchStartFailed(e)
+        | watcher::Error::WatchFailed(e) => match e {
+            kube::Error::Api(status) => status.code,
+            _ => 0,
+        },
+        watcher::Error::NoResourceVersion => 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::core::Status;
+
+    fn status(code: u16) -> Box<Status> {
+        Status::failure("refused", "Forbidden")
+            .with_code(code)
+            .boxed()
+    }
+
+    #[test]
+    fn a_watch_failure_carries_the_api_servers_code_or_zero() {
+        let refused = watcher::Error::InitialListFailed(kube::Error::Api(status(403)));
+        assert_eq!(http_code(&refused), 403);
+        assert_eq!(http_code(&watcher::Error::WatchError(status(410))), 410);
+        let started = watcher::Error::WatchStartFailed(kube::Error::Api(status(404)));
+        assert_eq!(http_code(&started), 404);
+        let broken = watcher::Error::WatchFailed(kube::Error::LinesCodecMaxLineLengthExceeded);
+        assert_eq!(http_code(&broken), 0);
+        assert_eq!(http_code(&watcher::Error::NoResourceVersion), 0);
+    }
 }

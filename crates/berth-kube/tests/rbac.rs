@@ -134,6 +134,10 @@ fn pod(name: &str, cpu: &str, extra: Value) -> Value {
 
 #[test]
 fn berth_runs_with_only_the_rights_deploy_grants() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new("warn"))
+        .with_test_writer()
+        .try_init();
     // The gang kinds served, so that berth watches them with these rights too.
     let cluster = TestCluster::start_with(berth_testcluster::Options::new().gangs())
         .unwrap_or_else(|e| panic!("{e}"));
@@ -288,7 +292,14 @@ fn berth_runs_with_only_the_rights_deploy_grants() {
         assert!(!metrics.contains("code=\"403\""), "berth was refused something:\n{metrics}");
         // The victim's DisruptionTarget condition (pods/status) was written.
         assert!(metrics.contains("operation=\"disruption_target\",code=\"200\""), "{metrics}");
-        assert!(!metrics.contains("berth_watch_errors_total{"), "a watch failed:\n{metrics}");
+        // No list or watch was refused. A watch that failed for another reason (a CRD's
+        // storage swapped under it, a watch cache behind under load) re-lists: that is not
+        // a right deploy/ lacks, and berth's synced state above shows it recovered.
+        let watch_errors: Vec<&str> = metrics.lines().filter(|l| l.starts_with("berth_watch_errors_total{")).collect();
+        assert!(
+            !watch_errors.iter().any(|l| l.contains("code=\"403\"") || l.contains("code=\"401\"")),
+            "a list or watch was refused: {watch_errors:?}\n{metrics}"
+        );
         assert!(metrics.contains("scheduler_schedule_attempts_total{result=\"scheduled\",profile=\"berth\"}"), "{metrics}");
         handle.stop().await.expect("stop");
 

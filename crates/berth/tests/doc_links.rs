@@ -188,7 +188,7 @@ fn the_metrics_documented_and_alerted_on_are_the_ones_exported() {
     m.bind_failed("conflict");
     m.request("bind", 201);
     m.watch_event(berth_core::Kind::Pod);
-    m.watch_error(berth_core::Kind::Pod);
+    m.watch_error(berth_core::Kind::Pod, 410);
     m.unreadable(
         berth_core::Kind::Reservation,
         berth_api::validate::Rule::Negative,

@@ -129,8 +129,7 @@ async fn pod_groups(
                 out.push(Input::Event(Event::Deleted(key)));
             }
             Err(e) => {
-                metrics.watch_error(kind);
-                tracing::warn!(%kind, error = %e, "watch failed; re-listing after back-off");
+                super::failed(&metrics, kind, &e);
                 continue;
             }
         }
