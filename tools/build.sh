@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Builds the test cluster's real binaries (kube-apiserver, kube-scheduler, kube-controller-manager,
-# kubectl, etcd) and helm (the chart tests: `helm lint`, `helm template`) from the Go modules
-# pinned in tools/k8s, tools/etcd and tools/helm, into target/test-cluster/bin (ignored by git).
+# kubectl, etcd), koord-scheduler (the oracle of the Koordinator differential tests, with
+# Koordinator's CRDs copied beside it into koordinator-crds/) and helm (the chart tests:
+# `helm lint`, `helm template`) from the Go modules pinned in tools/k8s, tools/etcd,
+# tools/koord and tools/helm, into target/test-cluster/bin (ignored by git).
 # Only go.mod, go.sum and the scripts are ours; the code comes from the Go module proxy.
 #
 # A module's binaries are rebuilt only when its stamp changes: the pinned version plus a hash
@@ -69,16 +71,17 @@ up_to_date() { # module version binaries...
   for b in "$@"; do [[ -x "$bin/$b" ]] || return 1; done
 }
 
-k8s_ok=0; etcd_ok=0; helm_ok=0
+k8s_ok=0; etcd_ok=0; helm_ok=0; koord_ok=0
 up_to_date k8s "$K8S_VERSION" "${k8s_bins[@]}" && k8s_ok=1
 up_to_date etcd "$ETCD_VERSION" etcd && etcd_ok=1
 up_to_date helm "$HELM_VERSION" helm && helm_ok=1
-if (( k8s_ok && etcd_ok && helm_ok )); then
+up_to_date koord "$KOORD_VERSION" koord-scheduler && [[ -f "$bin/koordinator-crds/.complete" ]] && koord_ok=1
+if (( k8s_ok && etcd_ok && helm_ok && koord_ok )); then
   exit 0
 fi
 
 # The newest `go` line of the two go.mod files is the oldest Go that can build them.
-need_go=$(awk '$1 == "go" { print $2 }' "$here/k8s/go.mod" "$here/etcd/go.mod" "$here/helm/go.mod" | sort -V | tail -1)
+need_go=$(awk '$1 == "go" { print $2 }' "$here/k8s/go.mod" "$here/etcd/go.mod" "$here/helm/go.mod" "$here/koord/go.mod" | sort -V | tail -1)
 if ! command -v go >/dev/null 2>&1; then
   echo "tools/build.sh: Go $need_go or newer is required to build the test cluster (etcd $ETCD_VERSION, kube-apiserver/kubectl/kube-scheduler/kube-controller-manager $K8S_VERSION, helm $HELM_VERSION) and \`go\` is not on PATH; install it from https://go.dev/dl/" >&2
   exit 3
@@ -116,4 +119,20 @@ if (( ! helm_ok )); then
   (cd "$here/helm" && go build -trimpath -ldflags "$(helm_ldflags)" -o "$bin/helm" helm.sh/helm/v4/cmd/helm)
   stamp_of helm "$HELM_VERSION" >"$bin/.helm.stamp"
   echo "tools/build.sh: helm built in $(( $(date +%s) - start ))s" >&2
+fi
+
+if (( ! koord_ok )); then
+  echo "tools/build.sh: building koord-scheduler $KOORD_VERSION with $have_go into $bin (cold: several minutes)" >&2
+  start=$(date +%s)
+  (cd "$here/koord" && go build -trimpath -ldflags "-s -w" -o "$bin/koord-scheduler" github.com/koordinator-sh/koordinator/cmd/koord-scheduler)
+  # koord-scheduler waits for its informers of Koordinator's kinds: its tests install the
+  # CRDs of the same release, taken from the module it was built from.
+  src=$(cd "$here/koord" && go list -m -f '{{.Dir}}' github.com/koordinator-sh/koordinator)
+  rm -rf "$bin/koordinator-crds"
+  mkdir -p "$bin/koordinator-crds"
+  cp "$src"/config/crd/bases/*.yaml "$bin/koordinator-crds/"
+  chmod u+w "$bin"/koordinator-crds/*.yaml
+  touch "$bin/koordinator-crds/.complete"
+  stamp_of koord "$KOORD_VERSION" >"$bin/.koord.stamp"
+  echo "tools/build.sh: koord-scheduler built in $(( $(date +%s) - start ))s" >&2
 fi

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Regenerates tools/k8s/go.mod, tools/etcd/go.mod and tools/helm/go.mod (and their go.sum) for the versions in
-# versions.env. The staging replace list is derived from k8s.io/kubernetes's own go.mod at the
+# Regenerates tools/k8s/go.mod, tools/etcd/go.mod, tools/helm/go.mod and tools/koord/go.mod (and
+# their go.sum) for the versions in versions.env. The staging replace list is derived from k8s.io/kubernetes's own go.mod at the
 # pinned tag: every `k8s.io/X => ./staging/src/k8s.io/X` becomes `k8s.io/X => k8s.io/X v0.MINOR.PATCH`
 # (k8s.io/kubernetes is not meant to be required as a module; its staging modules are published
 # separately with v0 tags that mirror the v1 release).
@@ -59,3 +59,20 @@ go mod init berth.test/helmtools >/dev/null 2>&1
 go mod edit -go=1.25.0
 go get -tool "helm.sh/helm/v4/cmd/helm@$HELM_VERSION"
 go mod tidy
+# koord-scheduler: Koordinator's module pins its Kubernetes dependencies with replace
+# directives, which count only in the main module: copy them from its go.mod.
+cd "$here/koord"
+rm -f go.mod go.sum
+koord_mod=$(go mod download -json "github.com/koordinator-sh/koordinator@$KOORD_VERSION" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
+{
+  echo "module berth.test/koordtools"
+  echo
+  echo "go $(awk '$1 == "go" { print $2; exit }' "$koord_mod")"
+  echo
+  echo "tool github.com/koordinator-sh/koordinator/cmd/koord-scheduler"
+  echo
+  echo "require github.com/koordinator-sh/koordinator $KOORD_VERSION"
+  echo
+  awk '/^replace \(/ { p = 1 } p { print } /^\)/ { p = 0 }' "$koord_mod"
+} >go.mod
+GOFLAGS=-mod=mod go mod tidy

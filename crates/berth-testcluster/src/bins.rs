@@ -10,14 +10,16 @@ use std::sync::Mutex;
 
 use crate::Error;
 
-/// The binaries a test cluster runs or hands out (helm for the chart's tests).
-pub(crate) const BINARIES: [&str; 6] = [
+/// The binaries a test cluster runs or hands out (helm for the chart's tests, koord-scheduler
+/// for the Koordinator differential tests).
+pub(crate) const BINARIES: [&str; 7] = [
     "etcd",
     "kube-apiserver",
     "kube-controller-manager",
     "kubectl",
     "kube-scheduler",
     "helm",
+    "koord-scheduler",
 ];
 
 /// Exit status of `tools/build.sh` when `go` is not on `PATH`.

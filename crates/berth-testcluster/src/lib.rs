@@ -22,7 +22,8 @@
 //!
 //! etcd and kube-apiserver; kube-controller-manager only when a test asks for it
 //! ([`Options::controller_manager`], with the controllers it names); no kubelet, no
-//! scheduler. So:
+//! scheduler (the differential tests start kube-scheduler or koord-scheduler themselves from
+//! the same directory of binaries, with [`koordinator_crds`] for the latter). So:
 //! - nodes are created with their status (capacity, allocatable, `Ready=True`) by
 //!   [`TestCluster::create_node`], and nothing ever changes it behind the test's back;
 //! - a bound pod deleted with a grace period would stay `Terminating` forever (no kubelet
@@ -282,6 +283,32 @@ pub fn pod_group_crds() -> Vec<CustomResourceDefinition> {
     .iter()
     .map(|text| serde_yaml_ng::from_str(text).expect("a vendored PodGroup CRD"))
     .collect()
+}
+
+/// Koordinator's CRDs of the release koord-scheduler is built from (tools/build.sh copies
+/// them from its module into `koordinator-crds/` beside the binaries): Reservation, Device,
+/// PodMigrationJob, PodGroup, ElasticQuota, NodeResourceTopology and the rest whose
+/// informers koord-scheduler waits for.
+pub fn koordinator_crds() -> Result<Vec<CustomResourceDefinition>, Error> {
+    let dir = bin_dir()?.join("koordinator-crds");
+    let io = |context: String| move |source| Error::Io { context, source };
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .map_err(io(format!("reading {}", dir.display())))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+        .collect();
+    files.sort();
+    files
+        .iter()
+        .map(|path| {
+            let text =
+                std::fs::read_to_string(path).map_err(io(format!("reading {}", path.display())))?;
+            serde_yaml_ng::from_str(&text).map_err(|e| Error::Io {
+                context: format!("parsing {}", path.display()),
+                source: std::io::Error::new(std::io::ErrorKind::InvalidData, e),
+            })
+        })
+        .collect()
 }
 
 /// How to start a cluster. [`Options::default`] installs [`berth_crds`].
@@ -737,14 +764,20 @@ impl TestCluster {
     /// The last `lines` lines of the etcd and kube-apiserver logs (and
     /// kube-controller-manager's, when it ran).
     pub fn log_tails(&self, lines: usize) -> String {
-        let kcm = self.dir.join("kube-controller-manager.log");
+        // What runs always, then what a test may have started beside it (a scheduler
+        // logging into the cluster's directory, as the differential tests' do).
+        let optional = [
+            (CONTROLLER_MANAGER, "kube-controller-manager.log"),
+            ("kube-scheduler", "kube-scheduler.log"),
+            ("koord-scheduler", "koord-scheduler.log"),
+        ];
         [(ETCD, "etcd.log"), (APISERVER, "kube-apiserver.log")]
             .iter()
             .map(|(name, file)| process::tail(name, &self.dir.join(file), lines))
-            .chain(
-                kcm.exists()
-                    .then(|| process::tail(CONTROLLER_MANAGER, &kcm, lines)),
-            )
+            .chain(optional.iter().filter_map(|(name, file)| {
+                let path = self.dir.join(file);
+                path.exists().then(|| process::tail(name, &path, lines))
+            }))
             .collect()
     }
 

@@ -69,12 +69,25 @@ pub fn kube_scheduler(cluster: &TestCluster, config: &str) -> Reaped {
 /// [`kube_scheduler`] with `extra` command-line arguments (e.g. `--feature-gates=..` for
 /// alpha plugins, which the configuration file cannot turn on).
 pub fn kube_scheduler_with(cluster: &TestCluster, config: &str, extra: &[&str]) -> Reaped {
+    scheduler_process(cluster, "kube-scheduler", config, extra)
+}
+
+/// Starts the real koord-scheduler (Koordinator v1.8.0, built by tools/build.sh) on
+/// `cluster` with `config` (a KubeSchedulerConfiguration whose `KUBECONFIG` is replaced by
+/// the cluster's), logging to the cluster's directory. The cluster needs Koordinator's CRDs
+/// (`berth_testcluster::koordinator_crds`): koord-scheduler waits for its informers of them.
+pub fn koord_scheduler(cluster: &TestCluster, config: &str) -> Reaped {
+    scheduler_process(cluster, "koord-scheduler", config, &[])
+}
+
+/// Runs `binary` (kube-scheduler or koord-scheduler, which takes kube-scheduler's flags).
+fn scheduler_process(cluster: &TestCluster, binary: &str, config: &str, extra: &[&str]) -> Reaped {
     let kubeconfig = cluster.kubeconfig_path().display().to_string();
-    let log = std::fs::File::create(cluster.dir().join("kube-scheduler.log")).expect("log");
-    let file = cluster.dir().join("kube-scheduler-config.yaml");
+    let log = std::fs::File::create(cluster.dir().join(format!("{binary}.log"))).expect("log");
+    let file = cluster.dir().join(format!("{binary}-config.yaml"));
     std::fs::write(&file, config.replace("KUBECONFIG", &kubeconfig)).expect("config");
     Reaped(
-        Command::new(cluster.bin_dir().join("kube-scheduler"))
+        Command::new(cluster.bin_dir().join(binary))
             .arg(format!("--config={}", file.display()))
             .arg(format!("--authentication-kubeconfig={kubeconfig}"))
             .arg(format!("--authorization-kubeconfig={kubeconfig}"))
@@ -83,7 +96,7 @@ pub fn kube_scheduler_with(cluster: &TestCluster, config: &str, extra: &[&str]) 
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
-            .expect("kube-scheduler"),
+            .unwrap_or_else(|e| panic!("{binary}: {e}")),
     )
 }
 
@@ -172,16 +185,19 @@ fn pod_outcome(p: &Pod, kept_out: Option<&str>) -> Option<Result<String, String>
     if let Some(n) = p.spec.as_ref().and_then(|s| s.node_name.clone()) {
         return Some(Ok(n));
     }
-    let failed = p
-        .status
+    failed_message(p).or(kept_out.map(str::to_string)).map(Err)
+}
+
+/// The message of the pod's PodScheduled condition when it is False.
+pub fn failed_message(p: &Pod) -> Option<String> {
+    p.status
         .as_ref()
         .and_then(|s| s.conditions.as_ref())
         .and_then(|cs| {
             cs.iter()
                 .find(|c| c.type_ == "PodScheduled" && c.status == "False")
         })
-        .map(|c| c.message.clone().unwrap_or_default());
-    failed.or(kept_out.map(str::to_string)).map(Err)
+        .map(|c| c.message.clone().unwrap_or_default())
 }
 
 /// The unschedulable pods and their messages.
