@@ -40,6 +40,7 @@ use crate::framework::{CycleState, Plugin, Points, Status};
 use crate::model::node::{NodeIdx, NodeInfo};
 use crate::model::pod::{HostPort, PodInfo, PodKind};
 use crate::object::ObjectKey;
+use crate::plugins::nodeaffinity::RequiredNodeAffinity;
 use crate::reservation::affinity::{Mismatch, PodReservationPrefs};
 use crate::reservation::{allocate, RIdx, ReservationInfo, Settings};
 use crate::resources::Resources;
@@ -343,6 +344,14 @@ impl Reservation {
             }
         };
         candidates.retain(|i| store.get(*i).is_some_and(|r| r.matchable()));
+        if candidates.is_empty() {
+            return;
+        }
+        // As Koordinator's BeforePreFilter, only reservations on nodes the pod's node
+        // selector and required node affinity admit take part, in the diagnosis too (an
+        // owner pinned elsewhere is not told of them). A selector that does not compile
+        // leaves every node in: NodeAffinity's Filter reports it.
+        let required = RequiredNodeAffinity::of(pod).ok();
         // Room for a node each, made once: growing the map entry by entry moved the
         // entries several times over.
         st.nodes.reserve(candidates.len());
@@ -350,6 +359,12 @@ impl Reservation {
             let Some(r) = store.get(idx) else { continue };
             if !r.owners.matches(pod) {
                 continue;
+            }
+            let on = r.node.and_then(|i| cx.cache.node(i));
+            if let (Some(required), Some(node)) = (&required, on) {
+                if !required.matches(node) {
+                    continue;
+                }
             }
             let node = match decision::matching(cx, prefs, pod, r) {
                 Ok(n) => {
@@ -1072,6 +1087,52 @@ mod tests {
             msg.ends_with(
                 " preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling., 0 Reservation(s) matched owner total"
             ),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn reservations_on_nodes_the_pod_cannot_go_to_are_not_counted() {
+        // Koordinator's BeforePreFilter skips nodes the pod's required node affinity
+        // rejects (found by crates/berth-kube/tests/differential_koord.rs): an owner pinned
+        // to another node is not told of its reservation.
+        let mut s = Sim::default();
+        s.node(
+            node("n1")
+                .alloc("cpu", "2")
+                .label("kubernetes.io/hostname", "n1")
+                .build(),
+        );
+        s.node(
+            node("n2")
+                .alloc("cpu", "2")
+                .label("kubernetes.io/hostname", "n2")
+                .build(),
+        );
+        s.reservation(
+            reservation("r")
+                .req("cpu", "1")
+                .owner_label("app", "web")
+                .template_spec("nodeName", serde_json::json!("n1"))
+                .build(),
+        );
+        let pinned = |name: &str, host: &str| {
+            pod(name)
+                .label("app", "web")
+                .req("cpu", "3")
+                .spec(
+                    "nodeSelector",
+                    serde_json::json!({"kubernetes.io/hostname": host}),
+                )
+                .build()
+        };
+        s.pod(pinned("elsewhere", "n2"));
+        let msg = s.message("elsewhere").unwrap();
+        assert!(!msg.contains("Reservation(s)"), "{msg}");
+        s.pod(pinned("there", "n1"));
+        let msg = s.message("there").unwrap();
+        assert!(
+            msg.contains("1 Reservation(s) matched owner total"),
             "{msg}"
         );
     }
