@@ -94,16 +94,9 @@ fn generate(seed: u64) -> Generated {
         }
         let res = json!({"cpu": "4", "memory": "8Gi", "pods": "110"});
         let zone = if g.below(2) == 0 { "zone-a" } else { "zone-b" };
-        nodes.push(json!({
-            "apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name,
-                "topology.kubernetes.io/zone": zone}},
-            "spec": spec,
-            "status": {"capacity": res, "allocatable": res,
-                "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
-                    "message": "ready", "lastHeartbeatTime": "2024-01-01T00:00:00Z",
-                    "lastTransitionTime": "2024-01-01T00:00:00Z"}]},
-        }));
+        let mut node = support::ready_node(&name, res, &[("topology.kubernetes.io/zone", zone)]);
+        node["spec"] = spec;
+        nodes.push(node);
     }
     let (mut pods, mut volumes, mut claims) = (Vec::new(), Vec::new(), Vec::new());
     for i in 0..(8 + g.below(8) as usize) {

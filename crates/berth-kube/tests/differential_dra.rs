@@ -103,14 +103,7 @@ fn generate(seed: u64) -> Generated {
     for i in 0..n_nodes {
         let name = format!("node-{i}");
         let res = json!({"cpu": "4", "memory": "8Gi", "pods": "110"});
-        nodes.push(json!({
-            "apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
-            "status": {"capacity": res, "allocatable": res,
-                "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
-                    "message": "ready", "lastHeartbeatTime": "2024-01-01T00:00:00Z",
-                    "lastTransitionTime": "2024-01-01T00:00:00Z"}]},
-        }));
+        nodes.push(support::ready_node(&name, res, &[]));
         // node-0: 8 h100 on two roots; the others 0 to 3 GPUs of either model.
         let count = if i == 0 { 8 } else { g.below(4) as usize };
         if count == 0 {

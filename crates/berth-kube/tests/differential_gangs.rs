@@ -102,14 +102,7 @@ const MEMBER_CPU: [u64; 3] = [1000, 1500, 2000];
 
 fn node(name: &str, pool: &str, millis: u64) -> Value {
     let res = json!({"cpu": format!("{millis}m"), "memory": "8Gi", "pods": "110"});
-    json!({
-        "apiVersion": "v1", "kind": "Node",
-        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, "pool": pool}},
-        "status": {"capacity": res, "allocatable": res,
-            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
-                "message": "ready", "lastHeartbeatTime": "2024-01-01T00:00:00Z",
-                "lastTransitionTime": "2024-01-01T00:00:00Z"}]},
-    })
+    support::ready_node(name, res, &[("pool", pool)])
 }
 
 /// A pod asking for `millis` CPU, with `workload`: its Workload, pod group and replica key.

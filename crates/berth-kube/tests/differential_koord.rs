@@ -5,7 +5,8 @@
 //!
 //! Each generated cluster has a few nodes of random CPU. Reservations come first, one at a
 //! time, each pinned to one node by its template's node selector, of random CPU (some more
-//! than their node has left), `allocateOnce` or not; then pods, one at a time, each pinned to
+//! than their node has left), `allocateOnce` or not, of `allocatePolicy` Default, `Aligned`
+//! or `Restricted` (a Default one may not share a node with the other two); then pods, one at a time, each pinned to
 //! one node: owners of a reservation (by label) asking for less or more than it holds, and
 //! pods of nobody's, some asking for room only a reservation's owner may use.
 //!
@@ -93,6 +94,8 @@ struct Reservation {
     node: String,
     millis: u64,
     allocate_once: bool,
+    /// `spec.allocatePolicy`: `""` (Default), `Aligned` or `Restricted`.
+    policy: &'static str,
 }
 
 /// A generated pod: pinned to `node`, asking for `millis` of CPU, owner of the reservation
@@ -130,6 +133,7 @@ fn generate(seed: u64) -> Generated {
             node: pick(&mut g),
             millis: 500 * (1 + g.below(4)),
             allocate_once: g.below(3) != 0,
+            policy: ["", "Aligned", "Restricted"][g.below(3) as usize],
         })
         .collect();
     let pods = (0..5 + g.below(5))
@@ -158,14 +162,7 @@ fn generate(seed: u64) -> Generated {
 
 fn node(name: &str, millis: u64) -> Value {
     let res = json!({"cpu": format!("{millis}m"), "memory": "16Gi", "pods": "110"});
-    json!({
-        "apiVersion": "v1", "kind": "Node",
-        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
-        "status": {"capacity": res, "allocatable": res,
-            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
-                "message": "ready", "lastHeartbeatTime": "2024-01-01T00:00:00Z",
-                "lastTransitionTime": "2024-01-01T00:00:00Z"}]},
-    })
+    support::ready_node(name, res, &[])
 }
 
 /// A pod spec pinned to `node`, asking for `requests`.
@@ -176,12 +173,16 @@ fn pod_spec(node: &str, requests: Value) -> Value {
 }
 
 fn reservation(r: &Reservation) -> Value {
-    json!({"apiVersion": "scheduling.koordinator.sh/v1alpha1", "kind": "Reservation",
+    let mut v = json!({"apiVersion": "scheduling.koordinator.sh/v1alpha1", "kind": "Reservation",
         "metadata": {"name": r.name},
         "spec": {"template": {"metadata": {"namespace": NAMESPACE},
                 "spec": pod_spec(&r.node, json!({"cpu": format!("{}m", r.millis)}))},
             "owners": [{"labelSelector": {"matchLabels": {"app": r.name}}}],
-            "allocateOnce": r.allocate_once, "ttl": "1h"}})
+            "allocateOnce": r.allocate_once, "ttl": "1h"}});
+    if !r.policy.is_empty() {
+        v["spec"]["allocatePolicy"] = json!(r.policy);
+    }
+    v
 }
 
 fn pod(p: &PodPlan) -> Pod {
@@ -264,8 +265,8 @@ fn pod_outcome(p: &Pod) -> Option<Result<String, String>> {
 /// Runs the generated cluster on `cluster`, whose scheduler is already running: every
 /// reservation's and pod's outcome, keyed `reservation/<name>` and `pod/<name>`.
 ///
-/// A pod found unschedulable is deleted once its outcome is read, so that each pod is
-/// decided on the cluster as it was when the pod came: left pending, it would be retried
+/// A pod or Reservation found unschedulable is deleted once its outcome is read, so that
+/// each is decided on the cluster as it was when it came: left pending, it would be retried
 /// when an `allocateOnce` reservation gives back what its owner did not use, which berth
 /// does at once and koord-scheduler only at its periodic flush of unschedulable pods
 /// (five minutes), and the later pods would then see different clusters.
@@ -284,8 +285,15 @@ async fn run(cluster: &TestCluster, gen: &Generated) -> Outcome {
         .await
         .expect("namespace");
     let mut out = Outcome::new();
+    let reservations = reservations_api(cluster);
     for r in &gen.reservations {
         let o = place_reservation(cluster, r).await;
+        if o.is_err() {
+            reservations
+                .delete(&r.name, &Default::default())
+                .await
+                .expect("delete an unschedulable reservation");
+        }
         out.insert(format!("reservation/{}", r.name), o);
     }
     let pods: Api<Pod> = Api::namespaced(client, NAMESPACE);
@@ -404,7 +412,10 @@ fn compare(gen: &Generated, koord: &Outcome, berth: &Outcome) -> Result<Compared
             .owns
             .as_deref()
             .and_then(|r| gen.reservation(r))
-            .is_some_and(|r| used.get(r.name.as_str()).copied().unwrap_or(0) >= r.millis);
+            .is_some_and(|r| {
+                r.policy != "Restricted"
+                    && used.get(r.name.as_str()).copied().unwrap_or(0) >= r.millis
+            });
         if let Some(Ok(at)) = k {
             if let Some((node, r)) = at.split_once(" in ") {
                 if let Some(r) = gen.reservation(r) {
@@ -506,7 +517,8 @@ fn without_reserve_pod_preemption(message: &str) -> String {
 #[test]
 fn koord_scheduler_and_berth_place_the_same_reservations_and_owners() {
     let runtime = support::runtime();
-    let (seeds, defaults) = support::seeds();
+    // Seed 11 adds the owner of a used-up reservation, which 1-3 do not make.
+    let (seeds, defaults) = support::seeds_or(&[1, 2, 3, 11]);
     let mut reached_all = std::collections::BTreeSet::new();
     for seed in seeds {
         let gen = generate(seed);
@@ -518,6 +530,7 @@ fn koord_scheduler_and_berth_place_the_same_reservations_and_owners() {
         }
         match compare(&gen, &koord, &berth) {
             Ok(c) => {
+                eprintln!("seed {seed}: {} outcome(s) differ by design", c.by_design);
                 if c.by_design > 0 {
                     reached_all.insert("an owner of a used-up reservation");
                 }

@@ -108,6 +108,18 @@ fn fit_usable(
     out
 }
 
+/// The resources (a mask) of which the pod asks more than `free` has, with no
+/// reservation's remainder added.
+pub fn short_of(pod_mask: u32, pod_req: &Resources, free: &Resources) -> u32 {
+    let mut out = 0;
+    for id in ResourceId::in_mask(pod_mask) {
+        if pod_req[id] > free[id] {
+            out |= 1u32 << id.0;
+        }
+    }
+    out
+}
+
 /// Whether a reservation takes part for this pod at all. Without reservation affinity, a
 /// reservation none of whose resources the pod requests is skipped (Koordinator), and so is a
 /// `Default`/`Aligned` one with nothing left of them: using it would change nothing but make

@@ -11,6 +11,7 @@ use berth_kube::{Handle, RunOptions, Settings};
 use berth_testcluster::TestCluster;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
+use serde_json::{json, Value};
 
 /// A tiny deterministic generator (SplitMix64), so a failing seed can be rerun.
 pub struct Gen(pub u64);
@@ -32,12 +33,17 @@ impl Gen {
 /// The seeds to run: `BERTH_DIFF_SEEDS` (comma-separated) or 1, 2 and 3. The second value
 /// says whether they are the defaults, whose coverage a test may assert.
 pub fn seeds() -> (Vec<u64>, bool) {
+    seeds_or(&[1, 2, 3])
+}
+
+/// [`seeds`] with a test's own defaults.
+pub fn seeds_or(defaults: &[u64]) -> (Vec<u64>, bool) {
     match std::env::var("BERTH_DIFF_SEEDS") {
         Ok(s) => (
             s.split(',').filter_map(|x| x.trim().parse().ok()).collect(),
             false,
         ),
-        Err(_) => (vec![1, 2, 3], true),
+        Err(_) => (defaults.to_vec(), true),
     }
 }
 
@@ -205,4 +211,21 @@ pub fn unschedulable(o: &Outcome) -> BTreeMap<&str, &str> {
     o.iter()
         .filter_map(|(k, v)| v.as_ref().err().map(|m| (k.as_str(), m.as_str())))
         .collect()
+}
+
+/// A Ready node as a kubelet would have registered it: `resources` as capacity and
+/// allocatable, the `kubernetes.io/hostname` label and `labels`.
+pub fn ready_node(name: &str, resources: Value, labels: &[(&str, &str)]) -> Value {
+    let mut all = json!({"kubernetes.io/hostname": name});
+    for (k, v) in labels {
+        all[*k] = json!(v);
+    }
+    json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": name, "labels": all},
+        "status": {"capacity": resources, "allocatable": resources,
+            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+                "message": "ready", "lastHeartbeatTime": "2024-01-01T00:00:00Z",
+                "lastTransitionTime": "2024-01-01T00:00:00Z"}]},
+    })
 }

@@ -35,7 +35,9 @@ use smallvec::SmallVec;
 use crate::cache::Cluster;
 use crate::framework::config::ConfigError;
 use crate::framework::filter_plan::keep;
+use crate::framework::nominator::run_filter_plugins_with_nominated_pods;
 use crate::framework::plugin::{PostFilterContext, PostFilterResult};
+use crate::framework::FilterPlan;
 use crate::framework::{CycleState, Plugin, Points, Status};
 use crate::model::node::{NodeIdx, NodeInfo};
 use crate::model::pod::{HostPort, PodInfo, PodKind};
@@ -550,6 +552,22 @@ impl Reservation {
             // (NodeResourcesFit).
             return Status::success();
         }
+        if !st.has_affinity {
+            // Koordinator v1.8 tells a pod without reservation affinity only of the node:
+            // what even a reservation's remainder could not cover, else what the node's
+            // own free room lacks. Room enough there and still no reservation holding the
+            // pod (a Restricted one too small): the node is filtered out all the same, as
+            // seed 002 has it, with the reservations' reasons (docs/differences.md).
+            let short = if node_short != 0 {
+                node_short
+            } else {
+                allocate::short_of(st.pod_mask, &pod.requests, &free)
+            };
+            if short != 0 {
+                reasons.clear();
+                node_short = short;
+            }
+        }
         let mut all: Vec<Cow<'static, str>> = allocate::bits(node_short)
             .map(|id| allocate::node_reason(&cx.cache.names, id))
             .collect();
@@ -568,6 +586,58 @@ impl Reservation {
         status
     }
 }
+
+/// Koordinator's "for node reason" counts: on each node whose matched reservations the
+/// node's rejection does not explain by a reservation reason (`Reservation(s) ...`), every
+/// other reason of that rejection, counted once per such reservation. The nodes are the
+/// pod's few reservation nodes, filtered again here (PostFilter runs only after a failed
+/// cycle, so the cycle itself keeps no per-node statuses); the reasons come out sorted,
+/// where Koordinator's follow Go's map order.
+fn for_node_reasons(
+    cx: &PostFilterContext<'_>,
+    st: &State,
+    pod: &PodInfo,
+) -> BTreeMap<String, i64> {
+    let mut out = BTreeMap::new();
+    let plan = FilterPlan::new(cx.profile, cx.state);
+    for idx in st.nodes.keys() {
+        let Some(ns) = st.nodes.get(idx) else {
+            continue;
+        };
+        let Some(node) = cx.cluster.cache.node(*idx) else {
+            continue;
+        };
+        let status = run_filter_plugins_with_nominated_pods(
+            &plan,
+            cx.cluster,
+            cx.state,
+            pod,
+            node,
+            cx.nominator,
+        );
+        if status.is_success() {
+            continue;
+        }
+        let mut remain = ns.matched.len() as i64;
+        let mut counts: BTreeMap<String, i64> = BTreeMap::new();
+        for reason in status.reasons() {
+            if reason.starts_with(RESERVATION_REASON_PREFIX) {
+                remain -= 1;
+            } else {
+                *counts.entry(reason.to_string()).or_default() += 1;
+            }
+        }
+        if remain > 0 {
+            for (reason, n) in counts {
+                *out.entry(reason).or_default() += remain * n;
+            }
+        }
+    }
+    out
+}
+
+/// How every reservation-level reason begins (Koordinator's `ErrReasonPrefix`).
+const RESERVATION_REASON_PREFIX: &str = "Reservation(s) ";
 
 /// NodeResourcesFit gave the pod back the pod slot of every allocate-once reservation it
 /// matched on the node (and of its own waiting preemption hold), but the pod takes only the
@@ -763,7 +833,7 @@ impl Plugin for Reservation {
     fn post_filter(
         &self,
         cx: &mut PostFilterContext<'_>,
-        _pod: &PodInfo,
+        pod: &PodInfo,
     ) -> Option<PostFilterResult> {
         let st = cx.state.reservation.as_deref()?;
         if st.reserve_pod || st.ignored {
@@ -795,6 +865,9 @@ impl Plugin for Reservation {
         push(d.not_exact, "Reservation(s) is not exact matched");
         for (taint, n) in &d.taints {
             reasons.push(format!("{n} Reservation(s) had untolerated taint {taint}"));
+        }
+        for (reason, n) in for_node_reasons(cx, st, pod) {
+            reasons.push(format!("{n} Reservation(s) for node reason that {reason}"));
         }
         reasons.push(format!(
             "{} Reservation(s) matched owner total",
