@@ -87,6 +87,11 @@ impl<T> ByNode<T> {
         self.map.keys()
     }
 
+    /// The nodes and their entries, in no particular order.
+    pub fn iter(&self) -> impl Iterator<Item = (&NodeIdx, &T)> + '_ {
+        self.map.iter()
+    }
+
     /// The entries, in no particular order.
     pub fn values(&self) -> impl Iterator<Item = &T> + '_ {
         self.map.values()

@@ -600,10 +600,7 @@ fn for_node_reasons(
 ) -> BTreeMap<String, i64> {
     let mut out = BTreeMap::new();
     let plan = FilterPlan::new(cx.profile, cx.state);
-    for idx in st.nodes.keys() {
-        let Some(ns) = st.nodes.get(idx) else {
-            continue;
-        };
+    for (idx, ns) in st.nodes.iter() {
         let Some(node) = cx.cluster.cache.node(*idx) else {
             continue;
         };
@@ -1162,6 +1159,47 @@ mod tests {
             ),
             "{msg}"
         );
+    }
+
+    #[test]
+    fn an_owner_without_affinity_is_told_of_the_node_as_koordinator_v1_8_words_it() {
+        // Found by crates/berth-kube/tests/differential_koord.rs. n1: 2 CPUs, a 1-CPU
+        // reservation. An owner asking for 3 is short even with the remainder: NodeResourcesFit
+        // rejects the node, and PostFilter counts that reason once for the reservation.
+        let mut s = Sim::default();
+        s.node(node("n1").alloc("cpu", "2").build());
+        let on_n1 = |name: &str, cpu: &str, app: &str| {
+            reservation(name)
+                .req("cpu", cpu)
+                .owner_label("app", app)
+                .reusable()
+                .template_spec("nodeName", serde_json::json!("n1"))
+        };
+        s.reservation(on_n1("r", "1", "web").build());
+        s.pod(pod("big").label("app", "web").req("cpu", "3").build());
+        let msg = s.message("big").unwrap();
+        assert!(
+            msg.contains("1 Reservation(s) for node reason that Insufficient cpu, 1 Reservation(s) matched owner total"),
+            "{msg}"
+        );
+        // n2: 4 CPUs, a 2-CPU Restricted reservation, 1 CPU taken by another pod. An owner
+        // asking for 3 fits reservation + node (2 + 1) but not the reservation alone, nor
+        // the node's own free room (1): the node's reason, not the reservation's.
+        let mut s = Sim::default();
+        s.node(node("n2").alloc("cpu", "4").build());
+        s.reservation(
+            reservation("tight")
+                .req("cpu", "2")
+                .owner_label("app", "db")
+                .policy("Restricted")
+                .template_spec("nodeName", serde_json::json!("n2"))
+                .build(),
+        );
+        s.pod(pod("other").req("cpu", "1").build());
+        s.pod(pod("db").label("app", "db").req("cpu", "3").build());
+        let msg = s.message("db").unwrap();
+        assert!(msg.contains("1 Insufficient cpu by node"), "{msg}");
+        assert!(!msg.contains("1 Reservation(s) Insufficient cpu"), "{msg}");
     }
 
     #[test]
